@@ -1,0 +1,354 @@
+"""Coflow scheduling policies: one interface, one registry, used by the controller and simulator.
+
+Every policy maps a :class:`~controller.model.ClusterState` to a
+:class:`~controller.schedule.Schedule` (ranks of coflows, optional per-flow rate caps):
+
+- ``fair``: per-flow fair sharing; every coflow in one rank, no rates.
+- ``fifo-lm``: Baraat's FIFO with limited multiplexing (Dogar et al., SIGCOMM 2014).
+- ``sincronia``: BSSI over coflows (Agarwal et al., SIGCOMM 2018).
+- ``jpas``: job-progress-aware ranks (reconstructed from Zhou et al., JNCA 158, 2020).
+- ``beamer``: BSSI over HPO stages (reconstructed from He et al., IEEE TNSM 19(2), 2022).
+- ``varys``: smallest-effective-bottleneck-first with MADD rates (Chowdhury et al., SIGCOMM 2014).
+
+JPAS and Beamer are reconstructed from their published abstracts (see ../README.md). Ties are
+always broken by arrival time, then id, so every order is deterministic.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from controller.bssi import bssi_order
+from controller.model import (
+    ClusterState,
+    Coflow,
+    FlowKey,
+    Job,
+    Port,
+    bottleneck_s,
+    port_bytes,
+    port_seconds,
+)
+from controller.schedule import Schedule
+
+
+class Policy:
+    """Base class: subclasses set ``name`` and implement :meth:`schedule`.
+
+    Attributes:
+        name: the registry key.
+        reorder_period_s: if set, the order depends on quantities that change without an event
+            (job progress), so the caller should recompute it at least this often.
+    """
+
+    name: str = ""
+    reorder_period_s: float | None = None
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def madd_rates(state: ClusterState, order: Sequence[Coflow]) -> dict[FlowKey, float]:
+    """Varys' Minimum-Allocation-for-Desired-Duration rates along ``order``.
+
+    Each coflow in turn gets, on the capacity its predecessors left, the rates that finish all of
+    its flows together at its bottleneck time: flow rate = remaining bits / Gamma. A coflow that
+    meets a port with no capacity left gets no cap (it is served by work conservation at its
+    lower priority).
+    """
+    residual_bps: dict[Port, float] = {}
+    rates: dict[FlowKey, float] = {}
+    for coflow in order:
+        load = port_bytes(coflow.flows)
+        if not load:
+            continue
+        gamma_s = 0.0
+        for port, size in load.items():
+            capacity = residual_bps.get(port, state.port_bps(port))
+            if capacity <= 1e-9 * state.port_bps(port):
+                gamma_s = math.inf
+                break
+            gamma_s = max(gamma_s, 8.0 * size / capacity)
+        if not math.isfinite(gamma_s) or gamma_s <= 0:
+            continue
+        for flow in coflow.flows:
+            if flow.remaining_bytes > 0:
+                rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / gamma_s
+        for port, size in load.items():
+            capacity = residual_bps.get(port, state.port_bps(port))
+            residual_bps[port] = max(0.0, capacity - 8.0 * size / gamma_s)
+    return rates
+
+
+class Fair(Policy):
+    """Per-flow fair sharing: one rank, no meters; TCP shares every port."""
+
+    name = "fair"
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        return Schedule.from_groups([[c.coflow_id for c in state.active_coflows()]])
+
+
+class FifoLM(Policy):
+    """FIFO with limited multiplexing (Baraat).
+
+    Coflows are served in arrival order, one rank each. A coflow that has sent more than the heavy
+    threshold is demoted to a shared last rank, so the coflows behind it are no longer blocked by
+    it and multiplex with it. The threshold is ``heavy_percentile`` of the sizes of all coflows
+    seen so far (once ``min_history`` sizes are known; no demotion before), or a fixed
+    ``heavy_threshold_bytes``.
+
+    The policy remembers the sizes it has seen, so use one instance per run.
+    """
+
+    name = "fifo-lm"
+
+    def __init__(
+        self,
+        heavy_percentile: float = 90.0,
+        min_history: int = 10,
+        heavy_threshold_bytes: float | None = None,
+    ) -> None:
+        if not 0 < heavy_percentile <= 100:
+            raise ValueError("heavy_percentile must be in (0, 100]")
+        if min_history < 1:
+            raise ValueError("min_history must be >= 1")
+        self.heavy_percentile = heavy_percentile
+        self.min_history = min_history
+        self.heavy_threshold_bytes = heavy_threshold_bytes
+        self._seen: set[int] = set()
+        self._sizes: list[float] = []  # sorted
+
+    def threshold_bytes(self) -> float:
+        """Bytes sent beyond which a coflow counts as heavy."""
+        if self.heavy_threshold_bytes is not None:
+            return self.heavy_threshold_bytes
+        if len(self._sizes) < self.min_history:
+            return math.inf
+        index = math.ceil(self.heavy_percentile / 100.0 * len(self._sizes)) - 1
+        return self._sizes[max(0, index)]
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        active = state.active_coflows()
+        for coflow in active:
+            if coflow.coflow_id not in self._seen:
+                self._seen.add(coflow.coflow_id)
+                bisect.insort(self._sizes, coflow.size_bytes)
+        threshold = self.threshold_bytes()
+        light = [[c.coflow_id] for c in active if c.sent_bytes <= threshold]
+        heavy = [c.coflow_id for c in active if c.sent_bytes > threshold]
+        return Schedule.from_groups([*light, heavy])
+
+
+class Sincronia(Policy):
+    """BSSI over individual coflows (weights from ``Coflow.weight``)."""
+
+    name = "sincronia"
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        active = state.active_coflows()
+        demands = [port_seconds(state, port_bytes(c.flows)) for c in active]
+        order = bssi_order(demands, [c.weight for c in active])
+        return Schedule.from_order(active[k].coflow_id for k in order)
+
+
+class Varys(Policy):
+    """Smallest effective bottleneck first, with MADD rate caps."""
+
+    name = "varys"
+
+    def __init__(self, use_rates: bool = True) -> None:
+        self.use_rates = use_rates
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        active = state.active_coflows()
+        gamma = {c.coflow_id: bottleneck_s(state, port_bytes(c.flows)) for c in active}
+        order = sorted(active, key=lambda c: gamma[c.coflow_id])  # stable: ties by arrival
+        rates = madd_rates(state, order) if self.use_rates else {}
+        return Schedule.from_order((c.coflow_id for c in order), rates)
+
+
+def _jobs_coflows(active: Sequence[Coflow]) -> dict[int, list[Coflow]]:
+    by_job: dict[int, list[Coflow]] = defaultdict(list)
+    for coflow in active:
+        if coflow.job_id is not None:
+            by_job[coflow.job_id].append(coflow)
+    return by_job
+
+
+class Jpas(Policy):
+    """Job-progress-aware priorities: least attained progress first.
+
+    Jobs are ranked by completed iterations over their stage budget, least first (early-stage
+    jobs are preferred), ties by arrival then id; every coflow of a job shares the job's rank.
+    A coflow without a registered job is ranked as a job of its own whose progress is the
+    fraction of its bytes already sent. Progress changes without events, so the order is
+    recomputed every ``period_s``.
+    """
+
+    name = "jpas"
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        if period_s <= 0:
+            raise ValueError("period_s must be > 0")
+        self.reorder_period_s = period_s
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        entries = []  # (progress, arrival, kind, id, coflow ids)
+        for job_id, coflows in _jobs_coflows(state.active_coflows()).items():
+            job = state.jobs.get(job_id)
+            if job is not None:
+                key = (job.progress, job.arrival_s, 0, job_id)
+            else:
+                first = coflows[0]
+                key = (0.0, first.arrival_s, 0, job_id)
+            entries.append((*key, [c.coflow_id for c in coflows]))
+        for coflow in state.active_coflows():
+            if coflow.job_id is None:
+                sent = coflow.sent_bytes / coflow.size_bytes if coflow.size_bytes else 1.0
+                entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
+        entries.sort(key=lambda e: e[:4])
+        return Schedule.from_groups(e[4] for e in entries)
+
+
+def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
+    """Bytes a job still has to move in its stage, per port.
+
+    The bytes left of its in-flight coflows plus ``bytes_per_iteration`` for every iteration of
+    the budget that has not started its synchronisation yet.
+    """
+    load: dict[Port, float] = {}
+    for coflow in active_coflows:
+        for port, size in port_bytes(coflow.flows).items():
+            load[port] = load.get(port, 0.0) + size
+    future = max(0, job.iteration_budget - job.iterations_done - len(active_coflows))
+    if future:
+        for port, size in job.bytes_per_iteration.items():
+            load[port] = load.get(port, 0.0) + future * size
+    return load
+
+
+class Beamer(Policy):
+    """Stage-aware coflow ordering: BSSI over HPO stages.
+
+    The demand of a stage on a port is the remaining bytes of all its jobs until the stage budget
+    is reached; stages are ordered with BSSI (stage weights), every coflow gets the rank of its
+    stage, and inside a stage the job with the most remaining work (bottleneck time) comes first,
+    because the stage ends with its slowest job. A coflow without a stage is a stage of its own;
+    a coflow without a job is a unit of work of its own. With ``use_rates`` the order also gets
+    MADD rate caps.
+    """
+
+    name = "beamer"
+
+    def __init__(self, use_rates: bool = False) -> None:
+        self.use_rates = use_rates
+
+    def schedule(self, state: ClusterState) -> Schedule:
+        active = state.active_coflows()
+        in_flight: dict[tuple, list[Coflow]] = defaultdict(list)  # work unit -> its coflows
+        stages: dict[tuple, list[Coflow]] = defaultdict(list)  # stage key -> its coflows
+        for coflow in active:
+            in_flight[_unit(coflow)].append(coflow)
+            stage_id = state.stage_of(coflow)
+            stages[(0, stage_id) if stage_id is not None else (1, coflow.coflow_id)].append(coflow)
+
+        unit_load: dict[tuple, dict[Port, float]] = {}
+
+        def load_of(unit: tuple) -> dict[Port, float]:
+            if unit not in unit_load:
+                coflows = in_flight.get(unit, [])
+                job = state.jobs.get(unit[1]) if unit[0] == 0 else None
+                if job is not None:
+                    unit_load[unit] = job_remaining_bytes(job, coflows)
+                else:
+                    unit_load[unit] = port_bytes(_flows(coflows))
+            return unit_load[unit]
+
+        keys = sorted(stages, key=lambda k: (self._arrival(state, k, stages[k]), k))
+        demands, weights = [], []
+        for key in keys:
+            units = {_unit(c) for c in stages[key]}
+            stage = state.stages.get(key[1]) if key[0] == 0 else None
+            if stage is not None:  # jobs of the stage that are computing count too
+                units.update((0, job_id) for job_id in stage.job_ids)
+            load: dict[Port, float] = {}
+            for unit in sorted(units):
+                for port, size in load_of(unit).items():
+                    load[port] = load.get(port, 0.0) + size
+            demands.append(port_seconds(state, load))
+            weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
+
+        ranks = []
+        for index in bssi_order(demands, weights):
+            members = stages[keys[index]]
+            work = {c.coflow_id: bottleneck_s(state, load_of(_unit(c))) for c in members}
+            members = sorted(members, key=lambda c: -work[c.coflow_id])  # stable: ties by arrival
+            ranks.append([c.coflow_id for c in members])
+        rates = {}
+        if self.use_rates:
+            rates = madd_rates(state, [state.coflows[c] for group in ranks for c in group])
+        return Schedule.from_groups(ranks, rates)
+
+    @staticmethod
+    def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
+        stage = state.stages.get(key[1]) if key[0] == 0 else None
+        return stage.arrival_s if stage is not None else min(c.arrival_s for c in coflows)
+
+
+def _unit(coflow: Coflow) -> tuple:
+    """The unit of work a coflow belongs to: ``(0, job_id)``, or ``(1, coflow_id)`` if jobless."""
+    return (0, coflow.job_id) if coflow.job_id is not None else (1, coflow.coflow_id)
+
+
+def _flows(coflows: Sequence[Coflow]) -> list:
+    return [flow for coflow in coflows for flow in coflow.flows]
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    Fair.name: Fair,
+    FifoLM.name: FifoLM,
+    Sincronia.name: Sincronia,
+    Jpas.name: Jpas,
+    Beamer.name: Beamer,
+    Varys.name: Varys,
+}
+
+
+def make_policy(name: str, **options) -> Policy:
+    """A new policy instance by registry name, e.g. ``make_policy("beamer", use_rates=True)``.
+
+    Raises:
+        ValueError: unknown name or option, naming the valid choices.
+    """
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}"
+        ) from None
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise ValueError(f"policy {name!r}: bad options {options}: {exc}") from None
+
+
+__all__ = [
+    "POLICIES",
+    "Beamer",
+    "Fair",
+    "FifoLM",
+    "Jpas",
+    "Policy",
+    "Sincronia",
+    "Varys",
+    "job_remaining_bytes",
+    "madd_rates",
+    "make_policy",
+]

@@ -1,0 +1,89 @@
+"""What a policy returns, and how its order becomes switch priority levels and DSCP marks.
+
+A :class:`Schedule` is an order of coflows in *ranks*: a rank is a group of coflows that share a
+priority (ties), and the order inside a group is the policy's preference (used where one level
+per coflow is available, e.g. the simulator's ideal mode). Optionally it carries per-flow rate
+caps (enforced on the switch with OpenFlow meters).
+
+The switch has ``N_LEVELS`` = 8 priority levels, like commodity switches and Sincronia: the
+first 7 ranks get a level each and every later rank shares the lowest. A level is enforced as a
+DSCP value that the controller's rules set and an HTB class on each switch port serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.model import CoflowId, FlowKey
+
+N_LEVELS = 8
+
+# Level 0 is the most urgent. Level 7 is DSCP 0, so unmarked traffic shares the lowest class.
+LEVEL_DSCP: tuple[int, ...] = (56, 48, 40, 32, 24, 16, 8, 0)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """An order of coflows, most urgent first, in ranks of tied coflows.
+
+    Args:
+        ranks: groups of coflow ids; ``ranks[0]`` is served first. Inside a group the listed
+            order is the policy's preference.
+        flow_rates_bps: optional rate cap per flow, keyed by ``(coflow_id, flow_id)``.
+    """
+
+    ranks: tuple[tuple[CoflowId, ...], ...]
+    flow_rates_bps: Mapping[FlowKey, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_order(
+        cls, order: Iterable[CoflowId], flow_rates_bps: Mapping[FlowKey, float] | None = None
+    ) -> Schedule:
+        """A schedule in which every coflow has a rank of its own."""
+        return cls(tuple((c,) for c in order), dict(flow_rates_bps or {}))
+
+    @classmethod
+    def from_groups(
+        cls,
+        groups: Iterable[Sequence[CoflowId]],
+        flow_rates_bps: Mapping[FlowKey, float] | None = None,
+    ) -> Schedule:
+        """A schedule from groups of tied coflows (empty groups are dropped)."""
+        return cls(tuple(tuple(g) for g in groups if len(g)), dict(flow_rates_bps or {}))
+
+    @property
+    def order(self) -> list[CoflowId]:
+        """Every coflow once, most urgent first."""
+        return [c for group in self.ranks for c in group]
+
+    def rank_of(self) -> dict[CoflowId, int]:
+        """Rank index of each coflow (0 = most urgent)."""
+        return {c: r for r, group in enumerate(self.ranks) for c in group}
+
+
+def level_of_rank(rank: int, n_levels: int = N_LEVELS) -> int:
+    """Priority level of a rank: the first ``n_levels - 1`` ranks get their own level."""
+    if rank < 0:
+        raise ValueError("rank must be >= 0")
+    return min(rank, n_levels - 1)
+
+
+def coflow_levels(schedule: Schedule, n_levels: int = N_LEVELS) -> dict[CoflowId, int]:
+    """Priority level of every coflow of ``schedule``."""
+    return {c: level_of_rank(r, n_levels) for c, r in schedule.rank_of().items()}
+
+
+def dscp_of_level(level: int) -> int:
+    """DSCP value that marks ``level`` (0 = most urgent)."""
+    if not 0 <= level < len(LEVEL_DSCP):
+        raise ValueError(f"level must be in 0..{len(LEVEL_DSCP) - 1}, got {level}")
+    return LEVEL_DSCP[level]
+
+
+def level_of_dscp(dscp: int) -> int:
+    """Priority level that ``dscp`` marks; unknown values map to the lowest level."""
+    try:
+        return LEVEL_DSCP.index(dscp)
+    except ValueError:
+        return len(LEVEL_DSCP) - 1

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a Debian 12 machine, run as root:
+#   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv),
+#   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 as DESIGN.md section 3 says),
+#   3. Open vSwitch started on the userspace datapath (scripts/ovs.sh start).
+# A second run finds everything in place and finishes in seconds.
+# Environment: PYTHON (default python3.11), VENV (default .venv), SKIP_OVS=1 to not start OVS.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+PYTHON=${PYTHON:-python3.11}
+VENV=${VENV:-.venv}
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+apt_packages=(openvswitch-switch openvswitch-common mininet iperf3 iputils-ping ethtool
+              iproute2 python3-venv)
+
+install_apt() {
+    local missing=()
+    for pkg in "${apt_packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -eq 0 ]; then
+        say "apt packages present"
+        return
+    fi
+    [ "$(id -u)" -eq 0 ] || die "apt packages missing (${missing[*]}); run as root"
+    say "installing apt packages: ${missing[*]}"
+    apt-get update -qq
+    # Without systemd the packages' post-install service start is refused; that is harmless,
+    # scripts/ovs.sh starts OVS itself.
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+install_venv() {
+    command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set PYTHON=/path/to/python3.11)"
+    local stamp="$VENV/.requirements.sha256"
+    local want
+    want=$(sha256sum requirements.txt | cut -d' ' -f1)
+    if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        say "$VENV up to date"
+        return
+    fi
+    [ -x "$VENV/bin/python" ] || { say "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
+    local pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+    # Ryu 4.34's setup.py needs old setuptools and pbr, without build isolation.
+    "${pip[@]}" install "$(grep '^setuptools==' requirements.txt)" \
+        "$(grep '^wheel==' requirements.txt)" "$(grep '^pbr==' requirements.txt)"
+    say "installing requirements.txt into $VENV"
+    "${pip[@]}" install --no-build-isolation -r requirements.txt
+    echo "$want" > "$stamp"
+}
+
+install_apt
+install_venv
+if [ "${SKIP_OVS:-0}" != 1 ]; then
+    bash scripts/ovs.sh start
+fi
+say "done"
