@@ -95,10 +95,11 @@ def bssi_order(
         ratio = w[items] / vals_b
         best = ratio.min()
         # Among ties, the latest item goes last (earlier arrivals are served first).
-        tied = np.flatnonzero(ratio <= best * (1 + 1e-12))
+        tied = np.flatnonzero(ratio <= best + abs(best) * 1e-9)
         pick = tied[np.argmax(items[tied])]
         sigma = int(items[pick])
-        w[items] -= w[sigma] * vals_b / vals_b[pick]
+        # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
+        w[items] = np.maximum(w[items] - w[sigma] * vals_b / vals_b[pick], 0.0)
         alive[sigma] = False
         placed_last.append(sigma)
         s_lo, s_hi = row_ptr[sigma], row_ptr[sigma + 1]

@@ -1,0 +1,38 @@
+"""Shared fixtures: a ``report`` fixture whose figures are printed at the end of the run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+_REPORT: list[tuple[str, str]] = []
+
+
+@pytest.fixture
+def report():
+    """Record a measured figure: ``report("worst BSSI ratio", 1.23)``; printed in the summary."""
+
+    def record(name: str, value) -> None:
+        _REPORT.append((name, f"{value:.4f}" if isinstance(value, float) else str(value)))
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _REPORT:
+        terminalreporter.section("measured figures")
+        for name, value in _REPORT:
+            terminalreporter.write_line(f"{name}: {value}")
+
+
+def needs_root_and(*commands: str):
+    """Skip an integration test unless running as root with ``commands`` on PATH."""
+    missing = [c for c in commands if shutil.which(c) is None]
+    reason = None
+    if os.geteuid() != 0:
+        reason = "needs root (CI runs as root)"
+    elif missing:
+        reason = f"needs {', '.join(missing)} (run scripts/setup.sh)"
+    return pytest.mark.skipif(reason is not None, reason=reason or "")

@@ -1,0 +1,86 @@
+"""BSSI on hand-worked examples and against brute-force optima on small instances."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from controller.bounds import completion_lower_bound
+from controller.bssi import bssi_order
+from controller.model import port_bytes, port_seconds
+from controller.policies import Sincronia
+
+from .instances import brute_force_best, order_value, random_coflows, state_of
+
+SINCRONIA_BOUND = 4.0
+
+
+def test_single_port_unweighted_is_shortest_first():
+    # One port: BSSI repeatedly puts the largest demand last, i.e. shortest processing first.
+    assert bssi_order([{"p": 30}, {"p": 10}, {"p": 20}]) == [1, 2, 0]
+
+
+def test_single_port_weighted_follows_smiths_rule():
+    # w/v: A=3/30=0.1, B=1/10=0.1, C=1/20=0.05 -> C last; weights become A=3-1*30/20=1.5,
+    # B=1-1*10/20=0.5; then A=1.5/30=0.05 ties B=0.5/10=0.05 and the later arrival (B) goes
+    # last. Smith's rule (p/w: A 10, B 10, C 20) gives the same order.
+    assert bssi_order([{"p": 30}, {"p": 10}, {"p": 20}], [3, 1, 1]) == [0, 1, 2]
+
+
+def test_multi_port_hand_example():
+    # Ports: A h1->h3 (4), B h2->h3 (2), C h1->h2 (3). Loads: h1.out 7, h3.in 6, h2.in 3,
+    # h2.out 2. Bottleneck h1.out: A (w/v=1/4) vs C (1/3) -> A last, C's weight 1-3/4=0.25.
+    # Then h1.out and h2.in tie at 3 with only C on them -> C last of the rest; B first.
+    demands = [
+        {"h1.out": 4, "h3.in": 4},
+        {"h2.out": 2, "h3.in": 2},
+        {"h1.out": 3, "h2.in": 3},
+    ]
+    assert bssi_order(demands) == [1, 2, 0]
+
+
+def test_items_without_demand_go_first_in_input_order():
+    assert bssi_order([{"p": 5}, {}, {"p": 0}, {"p": 1}]) == [1, 2, 3, 0]
+
+
+def test_empty_and_bad_weights():
+    assert bssi_order([]) == []
+    with pytest.raises(ValueError, match="weights"):
+        bssi_order([{"p": 1}], [0])
+    with pytest.raises(ValueError, match="2 weights for 1 items"):
+        bssi_order([{"p": 1}], [1, 1])
+
+
+@pytest.mark.parametrize(
+    ("label", "n_hosts", "weighted"),
+    [
+        ("single-port", 2, False),
+        ("single-port weighted", 2, True),
+        ("multi-port", 4, False),
+        ("multi-port weighted", 4, True),
+    ],
+)
+def test_bssi_within_4x_of_brute_force(label, n_hosts, weighted, report):
+    """Sincronia's guarantee: BSSI + greedy priority <= 4 x optimum (zero release times)."""
+    rng = random.Random(f"bssi-{label}")
+    worst = 1.0
+    for n in range(2, 8):
+        for _ in range(4 if n == 7 else 6):
+            state = state_of(random_coflows(rng, n, n_hosts, weighted))
+            order = Sincronia().schedule(state).order
+            best, values = brute_force_best(state)
+            ratio = order_value(state, order) / best
+            assert ratio <= SINCRONIA_BOUND + 1e-9, (label, n, ratio)
+            if n_hosts == 2:
+                # one port pair: BSSI is Smith's rule, which is optimal there
+                assert ratio == pytest.approx(1.0)
+            worst = max(worst, ratio)
+            # the lower bound is below every schedule's value
+            demands = [
+                port_seconds(state, port_bytes(state.coflows[k].flows))
+                for k in sorted(state.coflows)
+            ]
+            weights = [state.coflows[k].weight for k in sorted(state.coflows)]
+            assert completion_lower_bound(demands, weights) <= min(values) + 1e-9
+    report(f"worst BSSI / brute-force ratio ({label}, up to 7 coflows)", worst)
