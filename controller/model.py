@@ -52,6 +52,17 @@ class Host:
 
 
 @dataclass
+class HostPort:
+    """How a host is attached: address, MAC and switch port (from the topology description)."""
+
+    name: str
+    ip: str
+    mac: str | None = None
+    port: int | None = None
+    bps: float | None = None
+
+
+@dataclass
 class Flow:
     """One transfer of a coflow from ``src`` to ``dst``.
 

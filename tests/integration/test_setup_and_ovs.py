@@ -35,9 +35,17 @@ def test_userspace_bridge_takes_openflow13_rules_and_meters():
     run("ovs-vsctl", "--if-exists", "del-br", bridge)
     try:
         run(
-            "ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge,
-            "datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure",
-        )  # fmt: skip
+            "ovs-vsctl",
+            "add-br",
+            bridge,
+            "--",
+            "set",
+            "bridge",
+            bridge,
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail_mode=secure",
+        )
         assert run("ovs-vsctl", "get", "bridge", bridge, "datapath_type").stdout.strip() == (
             "netdev"
         )

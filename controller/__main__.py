@@ -1,0 +1,155 @@
+"""Start the controller: ``python -m controller --policy beamer``.
+
+OpenFlow listens on 127.0.0.1:6653 and the REST API on 127.0.0.1:8080 unless told otherwise.
+``--hosts`` takes a JSON file describing the hosts (a list of objects with ``name``, ``ip`` and
+optionally ``mac``, ``port`` (switch port number) and ``bps``); with it, flows may name hosts and
+forwarding is installed up front instead of learned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+from pathlib import Path
+
+from controller.model import HostPort
+from controller.policies import POLICIES
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = _positive(int)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {text}")
+    return value
+
+
+def _option(text: str) -> tuple[str, object]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def load_hosts(path: str):
+    """Parse a ``--hosts`` file; raises ``ValueError`` naming the entry and field."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON list of hosts")
+    hosts = []
+    for i, entry in enumerate(data):
+        where = f"{path}: host [{i}]"
+        if not isinstance(entry, dict) or not {"name", "ip"} <= set(entry):
+            raise ValueError(f"{where}: needs at least 'name' and 'ip'")
+        unknown = set(entry) - {"name", "ip", "mac", "port", "bps"}
+        if unknown:
+            raise ValueError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        try:
+            ipaddress.IPv4Address(entry["ip"])
+        except ValueError:
+            raise ValueError(f"{where}: ip {entry['ip']!r} is not an IPv4 address") from None
+        hosts.append(HostPort(**entry))
+    return hosts
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m controller",
+        description="SDN controller (Ryu, OpenFlow 1.3) that enforces a coflow scheduling "
+        "policy with DSCP-marking rules and meters, with a REST API for HPO tasks, stages, "
+        "jobs and coflows.",
+    )
+    parser.add_argument(
+        "--policy",
+        default="beamer",
+        choices=sorted(POLICIES),
+        help="ordering policy (default: beamer; a policy saved in --db wins)",
+    )
+    parser.add_argument(
+        "--policy-option",
+        action="append",
+        default=[],
+        type=_option,
+        metavar="KEY=VALUE",
+        help="policy option, e.g. use_rates=true (repeatable)",
+    )
+    parser.add_argument("--ofp-host", default="127.0.0.1", help="OpenFlow listen address")
+    parser.add_argument("--ofp-port", type=_port, default=6653, help="OpenFlow listen port")
+    parser.add_argument("--rest-host", default="127.0.0.1", help="REST API listen address")
+    parser.add_argument("--rest-port", type=_port, default=8080, help="REST API listen port")
+    parser.add_argument(
+        "--db",
+        default="controller.sqlite",
+        help="SQLite registry file, reloaded on restart (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tick",
+        type=_positive(float),
+        default=1.0,
+        help="seconds between periodic reorders (default: 1)",
+    )
+    parser.add_argument(
+        "--port-bps",
+        type=_positive(float),
+        default=20e6,
+        help="capacity of every host port in bit/s (default: 20e6)",
+    )
+    parser.add_argument("--hosts", help="JSON file of hosts: name, ip, mac, port, bps")
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+    args = parser.parse_args(argv)
+    try:
+        args.host_list = load_hosts(args.hosts) if args.hosts else []
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from controller.policies import make_policy
+
+    options = dict(args.policy_option)
+    try:
+        make_policy(args.policy, **options)
+    except ValueError as exc:
+        print(f"python -m controller: error: {exc}", file=sys.stderr)
+        return 2
+    from controller import ryu_app
+
+    ryu_app.SETTINGS = ryu_app.Settings(
+        policy=args.policy,
+        policy_options=options,
+        db_path=args.db,
+        tick_s=args.tick,
+        port_bps=args.port_bps,
+        hosts=args.host_list,
+    )
+    extra = ["--verbose"] if args.verbose else []
+    ryu_app.run_manager(args.ofp_host, args.ofp_port, args.rest_host, args.rest_port, extra)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The controller's core loop, without Ryu: registry + policy -> schedule -> per-switch ops.
+
+The Ryu app calls :meth:`Engine.note_event` on every registration or progress event,
+:meth:`Engine.reorder` from its single reorder loop (on events and on a periodic tick), then
+:meth:`Engine.ops_for` per connected switch, sends the operations and reports them with
+:meth:`Engine.sent`. Latency from an event to the sending of the operations it caused is kept
+for the stats endpoint.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from controller.model import ClusterState
+from controller.policies import POLICIES, Policy, make_policy
+from controller.registry import IMPLICIT_COFLOW_BASE, ApiError, Registry
+from controller.rules import MeterIds, Op, SwitchTable, apply_ops, desired_table, diff
+from controller.schedule import Schedule, coflow_levels, dscp_of_level
+
+LOG = logging.getLogger(__name__)
+LATENCY_SAMPLES = 10_000
+
+
+@dataclass
+class Plan:
+    """The outcome of one reorder: the state seen, the schedule and the rules enforcing it."""
+
+    state: ClusterState
+    schedule: Schedule
+    table: SwitchTable
+    computed_at: float
+    compute_s: float
+
+
+@dataclass
+class Stats:
+    reorders: int = 0
+    events: int = 0
+    ops_sent: int = 0
+    latencies_s: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
+    )
+    compute_s: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
+    )
+
+
+def percentile(values, q: float) -> float | None:
+    """The ``q``-th percentile (nearest rank) of ``values``; ``None`` when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(0, min(len(ordered) - 1, round(q / 100.0 * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+class Engine:
+    """Registry, policy and the installed state of every switch.
+
+    Args:
+        registry: the validated, persistent registry.
+        policy: policy name (the registry's saved choice wins after a restart).
+        policy_options: options for :func:`controller.policies.make_policy`.
+        port_bps: capacity of every host port (bit/s) unless ``host_bps`` names the host.
+        host_bps: per-host capacity overrides, by IPv4 address.
+        monotonic: clock for latencies.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        policy: str = "beamer",
+        policy_options: dict | None = None,
+        port_bps: float = 20e6,
+        host_bps: dict[str, float] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.port_bps = port_bps
+        self.host_bps = dict(host_bps or {})
+        self.monotonic = monotonic
+        saved = registry.settings.get("policy")
+        if saved:
+            policy, policy_options = saved["name"], saved.get("options", {})
+        self.policy_name = policy
+        self.policy_options = dict(policy_options or {})
+        self.policy: Policy = make_policy(policy, **self.policy_options)
+        self.meter_ids = MeterIds()
+        self.switches: dict[int, SwitchTable] = {}
+        self.plan: Plan | None = None
+        self.stats = Stats()
+        self._pending_events: list[float] = []
+
+    # ---- events and policy -------------------------------------------------------------------
+
+    def note_event(self, at: float | None = None) -> None:
+        """Something changed (a registration, progress): the next reorder serves it."""
+        self._pending_events.append(self.monotonic() if at is None else at)
+        self.stats.events += 1
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._pending_events) or self.plan is None
+
+    def set_policy(self, name: str, options: dict | None = None) -> None:
+        """Switch the policy at run time (persisted); raises ``ApiError`` 400 for a bad one."""
+        if not isinstance(name, str):
+            raise ApiError(400, "name: must be a string", "name")
+        if options is not None and not isinstance(options, dict):
+            raise ApiError(400, "options: must be a JSON object", "options")
+        try:
+            policy = make_policy(name, **(options or {}))
+        except ValueError as exc:
+            field_name = "name" if name not in POLICIES else "options"
+            raise ApiError(400, f"{field_name}: {exc}", field_name) from None
+        self.registry.set_setting("policy", {"name": name, "options": options or {}})
+        self.policy, self.policy_name, self.policy_options = policy, name, dict(options or {})
+        self.note_event()
+
+    # ---- reordering --------------------------------------------------------------------------
+
+    def reorder(self) -> Plan:
+        """Recompute the schedule and the rules that enforce it."""
+        started = self.monotonic()
+        state = self.registry.cluster_state(self.port_bps, self.host_bps)
+        schedule = self.policy.schedule(state)
+        job_ports = {j: r.tcp_ports for j, r in self.registry.records["jobs"].items()}
+        table = desired_table(state, schedule, job_ports, self.meter_ids)
+        elapsed = self.monotonic() - started
+        self.plan = Plan(state, schedule, table, time.time(), elapsed)
+        self.stats.reorders += 1
+        self.stats.compute_s.append(elapsed)
+        return self.plan
+
+    def switch_connected(self, dpid: int) -> None:
+        """A switch (re)connected with none of our rules: everything will be installed."""
+        self.switches[dpid] = SwitchTable.empty()
+
+    def switch_gone(self, dpid: int) -> None:
+        self.switches.pop(dpid, None)
+
+    def ops_for(self, dpid: int) -> list[Op]:
+        """Operations that bring switch ``dpid`` to the current plan (and record them)."""
+        if self.plan is None or dpid not in self.switches:
+            return []
+        ops = diff(self.switches[dpid], self.plan.table)
+        self.switches[dpid] = apply_ops(self.switches[dpid], ops)
+        self.stats.ops_sent += len(ops)
+        return ops
+
+    def sent(self, at: float | None = None) -> None:
+        """The operations for every pending event have been sent: record the latencies."""
+        now = self.monotonic() if at is None else at
+        self.stats.latencies_s.extend(now - t for t in self._pending_events)
+        self._pending_events.clear()
+
+    # ---- views for the REST API ----------------------------------------------------------------
+
+    def order_json(self) -> dict:
+        plan = self.plan or self.reorder()
+        levels = coflow_levels(plan.schedule)
+        entries = []
+        for rank, group in enumerate(plan.schedule.ranks):
+            for coflow_id in group:
+                coflow = plan.state.coflows[coflow_id]
+                implicit = coflow_id >= IMPLICIT_COFLOW_BASE
+                entries.append(
+                    {
+                        "coflow_id": None if implicit else coflow_id,
+                        "implicit": implicit,
+                        "job_id": coflow.job_id,
+                        "stage_id": plan.state.stage_of(coflow),
+                        "rank": rank,
+                        "level": levels[coflow_id],
+                        "dscp": dscp_of_level(levels[coflow_id]),
+                        "remaining_bytes": coflow.remaining_bytes,
+                        "rates_bps": {
+                            str(f.flow_id): plan.schedule.flow_rates_bps[(coflow_id, f.flow_id)]
+                            for f in coflow.flows
+                            if (coflow_id, f.flow_id) in plan.schedule.flow_rates_bps
+                        },
+                    }
+                )
+        return {"policy": self.policy_name, "computed_at": plan.computed_at, "order": entries}
+
+    def rules_json(self) -> dict:
+        desired = self.plan.table if self.plan else SwitchTable.empty()
+        return {
+            "desired": _table_json(desired),
+            "switches": {str(dpid): _table_json(t) for dpid, t in self.switches.items()},
+        }
+
+    def stats_json(self) -> dict:
+        lat = list(self.stats.latencies_s)
+        comp = list(self.stats.compute_s)
+        ms = lambda v: None if v is None else round(v * 1e3, 3)  # noqa: E731
+        return {
+            "policy": self.policy_name,
+            "switches": sorted(self.switches),
+            "events": self.stats.events,
+            "reorders": self.stats.reorders,
+            "ops_sent": self.stats.ops_sent,
+            "registered": {k: len(v) for k, v in self.registry.records.items()},
+            "active_coflows": len(self.plan.state.coflows) if self.plan else 0,
+            "event_to_flowmods_ms": {
+                "count": len(lat),
+                "p50": ms(percentile(lat, 50)),
+                "p99": ms(percentile(lat, 99)),
+                "max": ms(max(lat, default=None)),
+            },
+            "reorder_compute_ms": {
+                "count": len(comp),
+                "p50": ms(percentile(comp, 50)),
+                "p99": ms(percentile(comp, 99)),
+            },
+        }
+
+
+def _table_json(table: SwitchTable) -> dict:
+    return {
+        "flows": [r.to_json() for r in sorted(table.rules.values(), key=lambda r: r.key)],
+        "meters": [{"meter_id": m, "rate_kbps": k} for m, k in sorted(table.meters.items())],
+    }

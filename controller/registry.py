@@ -1,0 +1,513 @@
+"""The controller's registry of HPO tasks, stages, jobs and coflows, validated and persistent.
+
+Pure Python (``sqlite3`` is the only I/O): the REST layer hands it parsed JSON, it validates the
+whole request before touching anything (a bad request changes nothing), writes through to SQLite
+and keeps the records in memory. :meth:`Registry.cluster_state` turns the records into the
+scheduling core's :class:`~controller.model.ClusterState`.
+
+Jobs may carry a ``flows`` template: the synchronisation coflow of one iteration. A running job
+(``iterations_done < iteration_budget``) with no registered coflow in flight is then scheduled
+through an *implicit* coflow built from its template, so its traffic keeps its priority between
+explicit coflow registrations and a job manager only has to report progress.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from controller.model import ClusterState, Coflow, Flow, Host, Job, Stage, port_bytes
+
+MAX_ID = 2**31 - 1
+# Implicit coflows of jobs live above every registrable coflow id.
+IMPLICIT_COFLOW_BASE = 2**32
+KINDS = ("tasks", "stages", "jobs", "coflows")
+
+
+class ApiError(Exception):
+    """A request the registry refuses: HTTP-like ``status``, ``message`` naming the problem."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+    def to_json(self) -> dict:
+        error: dict[str, Any] = {"code": self.status, "message": self.message}
+        if self.field:
+            error["field"] = self.field
+        return {"error": error}
+
+
+def bad(field_name: str, problem: str) -> ApiError:
+    return ApiError(400, f"{field_name}: {problem}", field_name)
+
+
+@dataclass
+class FlowSpec:
+    src: str
+    dst: str
+    size_bytes: float
+    remaining_bytes: float
+
+
+@dataclass
+class TaskRecord:
+    task_id: int
+    name: str = ""
+    weight: float = 1.0
+
+
+@dataclass
+class StageRecord:
+    stage_id: int
+    task_id: int | None = None
+    weight: float = 1.0
+    arrival_s: float = 0.0
+
+
+@dataclass
+class JobRecord:
+    job_id: int
+    stage_id: int | None = None
+    task_id: int | None = None
+    flows: list[FlowSpec] = field(default_factory=list)
+    tcp_ports: list[int] = field(default_factory=list)
+    iteration_budget: int = 1
+    iterations_done: int = 0
+    weight: float = 1.0
+    arrival_s: float = 0.0
+
+    @property
+    def running(self) -> bool:
+        return self.iterations_done < self.iteration_budget
+
+
+@dataclass
+class CoflowRecord:
+    coflow_id: int
+    flows: list[FlowSpec]
+    job_id: int | None = None
+    stage_id: int | None = None
+    weight: float = 1.0
+    arrival_s: float = 0.0
+
+
+RECORD_TYPES = {
+    "tasks": TaskRecord,
+    "stages": StageRecord,
+    "jobs": JobRecord,
+    "coflows": CoflowRecord,
+}
+
+
+# ---- validation ------------------------------------------------------------------------------
+
+
+def _check_fields(body: Any, allowed: set[str], required: set[str], where: str = "") -> dict:
+    if not isinstance(body, dict):
+        raise bad(where or "body", "must be a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise bad(f"{where}{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(body))
+    if missing:
+        raise bad(f"{where}{missing[0]}", "is required")
+    return body
+
+
+def _int(body: dict, name: str, default=None, low: int = 0, high: int = MAX_ID, where=""):
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(f"{where}{name}", f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise bad(f"{where}{name}", f"must be in {low}..{high}, got {value}")
+    return value
+
+
+def _number(body: dict, name: str, default=None, positive: bool = False, where=""):
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad(f"{where}{name}", f"must be a number, got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise bad(f"{where}{name}", "must be finite")
+    if positive and value <= 0:
+        raise bad(f"{where}{name}", f"must be > 0, got {value}")
+    if value < 0:
+        raise bad(f"{where}{name}", f"must be >= 0, got {value}")
+    return float(value)
+
+
+class Registry:
+    """Tasks, stages, jobs and coflows by id, with validation and SQLite write-through.
+
+    Args:
+        db_path: SQLite file (``":memory:"`` keeps nothing across restarts).
+        hosts: known host names -> IPv4 address; flows may name a host or give an address.
+        clock: wall-clock time source for arrival times (persisted across restarts).
+    """
+
+    def __init__(
+        self,
+        db_path: str = ":memory:",
+        hosts: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.hosts = dict(hosts or {})
+        self.clock = clock
+        self.records: dict[str, dict[int, Any]] = {kind: {} for kind in KINDS}
+        self.settings: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS records (kind TEXT, id INTEGER, body TEXT, "
+            "PRIMARY KEY (kind, id))"
+        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT)")
+        self._load()
+
+    # ---- persistence -------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        for kind, ident, body in self._db.execute("SELECT kind, id, body FROM records"):
+            if kind not in RECORD_TYPES:
+                continue
+            data = json.loads(body)
+            if "flows" in data:
+                data["flows"] = [FlowSpec(**f) for f in data["flows"]]
+            self.records[kind][ident] = RECORD_TYPES[kind](**data)
+        for key, value in self._db.execute("SELECT key, value FROM settings"):
+            self.settings[key] = json.loads(value)
+
+    def _write(self, puts: list[tuple[str, Any]], deletes: list[tuple[str, int]]) -> None:
+        """Apply puts and deletes to SQLite in one transaction, then to memory."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                for kind, ident in deletes:
+                    self._db.execute("DELETE FROM records WHERE kind=? AND id=?", (kind, ident))
+                for kind, record in puts:
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO records VALUES (?, ?, ?)",
+                        (kind, _ident(kind, record), json.dumps(asdict(record))),
+                    )
+                self._db.execute("COMMIT")
+            except Exception:
+                self._db.execute("ROLLBACK")
+                raise
+            for kind, ident in deletes:
+                self.records[kind].pop(ident, None)
+            for kind, record in puts:
+                self.records[kind][_ident(kind, record)] = record
+
+    def set_setting(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, json.dumps(value))
+            )
+            self.settings[key] = value
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ---- parsing -----------------------------------------------------------------------------
+
+    def _address(self, value: Any, name: str) -> str:
+        if isinstance(value, str) and value in self.hosts:
+            return self.hosts[value]
+        try:
+            return str(ipaddress.IPv4Address(value))
+        except (ipaddress.AddressValueError, ValueError, TypeError):
+            known = f" or one of {', '.join(sorted(self.hosts))}" if self.hosts else ""
+            raise bad(name, f"must be an IPv4 address{known}, got {value!r}") from None
+
+    def _flows(self, body: dict, name: str, required: bool) -> list[FlowSpec]:
+        flows = body.get(name)
+        if flows is None:
+            if required:
+                raise bad(name, "is required")
+            return []
+        if not isinstance(flows, list) or (required and not flows):
+            raise bad(name, "must be a non-empty list of flows")
+        specs = []
+        for i, flow in enumerate(flows):
+            where = f"{name}[{i}]."
+            _check_fields(
+                flow, {"src", "dst", "bytes", "remaining_bytes"}, {"src", "dst", "bytes"}, where
+            )
+            src = self._address(flow["src"], where + "src")
+            dst = self._address(flow["dst"], where + "dst")
+            if src == dst:
+                raise bad(where + "dst", "must differ from src")
+            size = _number(flow, "bytes", where=where)
+            remaining = _number(flow, "remaining_bytes", default=size, where=where)
+            if remaining > size:
+                raise bad(where + "remaining_bytes", "must be <= bytes")
+            specs.append(FlowSpec(src, dst, size, remaining))
+        return specs
+
+    def _ref(self, body: dict, name: str, kind: str, pending: dict | None = None) -> int | None:
+        ident = _int(body, name)
+        if (
+            ident is not None
+            and ident not in self.records[kind]
+            and not (pending and ident in pending.get(kind, ()))
+        ):
+            raise bad(name, f"no {kind[:-1]} {ident} is registered")
+        return ident
+
+    def parse(self, kind: str, body: Any, ident: int | None = None) -> Any:
+        """Validate ``body`` as a record of ``kind``; ``ident`` is the id from the URL, if any."""
+        if kind not in RECORD_TYPES:
+            raise ApiError(404, f"unknown collection {kind!r}")
+        id_name = kind[:-1] + "_id"
+        if not isinstance(body, dict):
+            raise bad("body", "must be a JSON object")
+        if ident is not None:
+            if id_name in body and body[id_name] != ident:
+                raise bad(id_name, f"{body[id_name]!r} differs from the id {ident} in the URL")
+            body = {**body, id_name: ident}
+        elif id_name not in body:
+            body = {**body, id_name: self._next_id(kind)}
+        new_id = _int(body, id_name, low=0)
+        if kind == "tasks":
+            _check_fields(body, {"task_id", "name", "weight"}, {"task_id"})
+            name = body.get("name", "")
+            if not isinstance(name, str):
+                raise bad("name", "must be a string")
+            return TaskRecord(new_id, name, _number(body, "weight", 1.0, positive=True))
+        if kind == "stages":
+            _check_fields(body, {"stage_id", "task_id", "weight"}, {"stage_id"})
+            old = self.records["stages"].get(new_id)
+            return StageRecord(
+                new_id,
+                self._ref(body, "task_id", "tasks"),
+                _number(body, "weight", 1.0, positive=True),
+                old.arrival_s if old else self.clock(),
+            )
+        if kind == "jobs":
+            allowed = {
+                "job_id",
+                "stage_id",
+                "task_id",
+                "flows",
+                "tcp_ports",
+                "iteration_budget",
+                "iterations_done",
+                "weight",
+            }
+            _check_fields(body, allowed, {"job_id"})
+            ports = body.get("tcp_ports", [])
+            if not isinstance(ports, list):
+                raise bad("tcp_ports", "must be a list of TCP port numbers")
+            for i, port in enumerate(ports):
+                _int({"p": port}, "p", low=1, high=65535, where=f"tcp_ports[{i}]")
+            if len(set(ports)) != len(ports):
+                raise bad("tcp_ports", "has duplicates")
+            budget = _int(body, "iteration_budget", 1, low=1)
+            done = _int(body, "iterations_done", 0)
+            if done > budget:
+                raise bad("iterations_done", f"must be <= iteration_budget ({budget})")
+            stage_id = self._ref(body, "stage_id", "stages")
+            task_id = self._ref(body, "task_id", "tasks")
+            if task_id is None and stage_id is not None:
+                task_id = self.records["stages"][stage_id].task_id
+            old = self.records["jobs"].get(new_id)
+            return JobRecord(
+                new_id,
+                stage_id,
+                task_id,
+                self._flows(body, "flows", required=False),
+                [int(p) for p in ports],
+                budget,
+                done,
+                _number(body, "weight", 1.0, positive=True),
+                old.arrival_s if old else self.clock(),
+            )
+        _check_fields(
+            body, {"coflow_id", "flows", "job_id", "stage_id", "weight"}, {"coflow_id", "flows"}
+        )
+        old = self.records["coflows"].get(new_id)
+        return CoflowRecord(
+            new_id,
+            self._flows(body, "flows", required=True),
+            self._ref(body, "job_id", "jobs"),
+            self._ref(body, "stage_id", "stages"),
+            _number(body, "weight", 1.0, positive=True),
+            old.arrival_s if old else self.clock(),
+        )
+
+    def _next_id(self, kind: str) -> int:
+        return max(self.records[kind], default=0) + 1
+
+    # ---- mutations ---------------------------------------------------------------------------
+
+    def create(self, kind: str, body: Any) -> Any:
+        """Register a new record (``POST``); 409 if its id is taken."""
+        record = self.parse(kind, body)
+        if _ident(kind, record) in self.records[kind]:
+            raise ApiError(409, f"{kind[:-1]} {_ident(kind, record)} already exists; use PUT")
+        self._write([(kind, record)], [])
+        return record
+
+    def put(self, kind: str, ident: int, body: Any) -> tuple[Any, bool]:
+        """Create or replace a record (``PUT``); returns it and whether it is new."""
+        self.get(kind, ident, must_exist=False)
+        record = self.parse(kind, body, ident)
+        created = ident not in self.records[kind]
+        self._write([(kind, record)], [])
+        return record, created
+
+    def get(self, kind: str, ident: int, must_exist: bool = True) -> Any:
+        if kind not in RECORD_TYPES:
+            raise ApiError(404, f"unknown collection {kind!r}")
+        if not 0 <= ident <= MAX_ID:
+            raise ApiError(404, f"{kind[:-1]} id must be in 0..{MAX_ID}")
+        record = self.records[kind].get(ident)
+        if record is None and must_exist:
+            raise ApiError(404, f"no {kind[:-1]} {ident}")
+        return record
+
+    def delete(self, kind: str, ident: int) -> list[tuple[str, int]]:
+        """Delete a record and what depends on it; returns every ``(kind, id)`` removed.
+
+        A task takes its stages and jobs, a stage its jobs, a job its coflows.
+        """
+        self.get(kind, ident)
+        doomed = [(kind, ident)]
+        if kind == "tasks":
+            doomed += [
+                ("stages", s) for s, r in self.records["stages"].items() if r.task_id == ident
+            ]
+        stage_ids = {i for k, i in doomed if k == "stages"}
+        if kind in ("tasks", "stages"):
+            doomed += [
+                ("jobs", j)
+                for j, r in self.records["jobs"].items()
+                if r.stage_id in stage_ids or (kind == "tasks" and r.task_id == ident)
+            ]
+        job_ids = {i for k, i in doomed if k == "jobs"}
+        doomed += [
+            ("coflows", c)
+            for c, r in self.records["coflows"].items()
+            if r.job_id in job_ids or r.stage_id in stage_ids
+        ]
+        doomed = list(dict.fromkeys(doomed))
+        self._write([], doomed)
+        return doomed
+
+    def job_progress(self, job_id: int, body: Any) -> JobRecord:
+        """Record a job's completed iterations (``{"iterations_done": n}``)."""
+        job = self.get("jobs", job_id)
+        _check_fields(body, {"iterations_done", "iteration_budget"}, {"iterations_done"})
+        budget = _int(body, "iteration_budget", job.iteration_budget, low=1)
+        done = _int(body, "iterations_done")
+        if done > budget:
+            raise bad("iterations_done", f"must be <= iteration_budget ({budget})")
+        updated = replace(job, iterations_done=done, iteration_budget=budget)
+        self._write([("jobs", updated)], [])
+        return updated
+
+    def coflow_progress(self, coflow_id: int, body: Any) -> CoflowRecord | None:
+        """Record bytes left per flow (``{"remaining_bytes": [..]}``) or ``{"done": true}``.
+
+        A coflow with nothing left is finished and removed; returns ``None`` then.
+        """
+        coflow = self.get("coflows", coflow_id)
+        _check_fields(body, {"remaining_bytes", "done"}, set())
+        if body.get("done") is True:
+            self._write([], [("coflows", coflow_id)])
+            return None
+        if "done" in body and body["done"] is not False:
+            raise bad("done", "must be true or false")
+        remaining = body.get("remaining_bytes")
+        if not isinstance(remaining, list) or len(remaining) != len(coflow.flows):
+            raise bad("remaining_bytes", f"must be a list of {len(coflow.flows)} numbers")
+        flows = []
+        for i, (flow, left) in enumerate(zip(coflow.flows, remaining, strict=True)):
+            value = _number({"v": left}, "v", where=f"remaining_bytes[{i}]")
+            if value > flow.size_bytes:
+                raise bad(f"remaining_bytes[{i}]", f"must be <= the flow's {flow.size_bytes} bytes")
+            flows.append(FlowSpec(flow.src, flow.dst, flow.size_bytes, value))
+        if all(f.remaining_bytes <= 0 for f in flows):
+            self._write([], [("coflows", coflow_id)])
+            return None
+        updated = replace(coflow, flows=flows)
+        self._write([("coflows", updated)], [])
+        return updated
+
+    # ---- scheduling view -----------------------------------------------------------------------
+
+    def cluster_state(self, port_bps: float, host_bps: Mapping[str, float] | None = None):
+        """The scheduling core's view: active coflows (explicit and implicit), jobs, stages."""
+        host_bps = host_bps or {}
+        coflows = {}
+        busy_jobs = set()
+        for rec in self.records["coflows"].values():
+            flows = [
+                Flow(f.src, f.dst, f.size_bytes, f.remaining_bytes, i)
+                for i, f in enumerate(rec.flows)
+            ]
+            coflow = Coflow(
+                rec.coflow_id, flows, rec.arrival_s, rec.job_id, rec.stage_id, rec.weight
+            )
+            if not coflow.done:
+                coflows[rec.coflow_id] = coflow
+                if rec.job_id is not None:
+                    busy_jobs.add(rec.job_id)
+        jobs = {}
+        for rec in self.records["jobs"].values():
+            flows = [
+                Flow(f.src, f.dst, f.size_bytes, f.size_bytes, i) for i, f in enumerate(rec.flows)
+            ]
+            jobs[rec.job_id] = Job(
+                rec.job_id,
+                port_bytes(flows, remaining=False),
+                rec.iteration_budget,
+                rec.iterations_done,
+                rec.stage_id,
+                rec.task_id,
+                rec.arrival_s,
+            )
+            if rec.running and flows and rec.job_id not in busy_jobs:
+                cid = IMPLICIT_COFLOW_BASE + rec.job_id
+                coflows[cid] = Coflow(cid, flows, rec.arrival_s, rec.job_id, None, rec.weight)
+        stages = {
+            rec.stage_id: Stage(rec.stage_id, [], rec.task_id, rec.weight, rec.arrival_s)
+            for rec in self.records["stages"].values()
+        }
+        for job in jobs.values():
+            if job.stage_id in stages:
+                stages[job.stage_id].job_ids.append(job.job_id)
+        addresses = {f.src for c in coflows.values() for f in c.flows} | {
+            f.dst for c in coflows.values() for f in c.flows
+        }
+        hosts = {
+            ip: Host(ip, host_bps.get(ip, port_bps), host_bps.get(ip, port_bps)) for ip in addresses
+        }
+        return ClusterState(hosts, coflows, jobs, stages, self.clock(), port_bps)
+
+    def to_json(self, kind: str, record: Any) -> dict:
+        data = asdict(record)
+        for flow in data.get("flows", []):
+            flow["bytes"] = flow.pop("size_bytes")
+        if kind == "stages":
+            data["job_ids"] = sorted(
+                j for j, r in self.records["jobs"].items() if r.stage_id == record.stage_id
+            )
+        return data
+
+
+def _ident(kind: str, record: Any) -> int:
+    return getattr(record, kind[:-1] + "_id")

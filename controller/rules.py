@@ -1,0 +1,256 @@
+"""From a schedule to the switch rules that enforce it, and the diff against what is installed.
+
+Pure: rules and meters are values, operations are values; the Ryu glue turns operations into
+OpenFlow messages. Layout on the switch (OpenFlow 1.3):
+
+- table 0 (``MARK_TABLE``): one rule per (owner, flow pair, TCP port, direction) that sets the
+  DSCP of the owner's priority level, optionally sends the packet through the owner's meter for
+  that pair, and continues to table 1; a table-miss rule continues to table 1 unmarked;
+- table 1 (``FORWARD_TABLE``): forwarding (static from the topology, or learned).
+
+An *owner* is a job (all its coflows share its rules) or a coflow without a job. Cookies carry a
+controller tag and the owner in their low 32 bits, so every delete or dump is limited to what this
+controller owns. A reorder usually changes only the DSCP of existing rules: a MODIFY_STRICT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from controller.model import ClusterState
+from controller.schedule import Schedule, coflow_levels, dscp_of_level
+
+MARK_TABLE = 0
+FORWARD_TABLE = 1
+PRIORITY_TCP = 200  # rules that match a job's TCP port
+PRIORITY_IP = 100  # rules that match a host pair only
+
+COOKIE_TAG = 0x48504F00  # "HPO\0", in the high 32 bits
+OWNER_JOB = 0x1
+OWNER_COFLOW = 0x2
+COOKIE_OURS_MASK = 0xFFFFFF00_00000000  # any rule of this controller
+COOKIE_OWNER_MASK = 0xFFFFFFFF_FFFFFFFF
+
+ETH_TYPE_IP = 0x0800
+IPPROTO_TCP = 6
+
+
+def owner_cookie(kind: int, ident: int) -> int:
+    """Cookie of the rules of a job (``OWNER_JOB``) or a jobless coflow (``OWNER_COFLOW``)."""
+    if not 0 <= ident < 2**32:
+        raise ValueError(f"owner id {ident} does not fit in 32 bits")
+    return ((COOKIE_TAG | kind) << 32) | ident
+
+
+def cookie_owner(cookie: int) -> tuple[int, int] | None:
+    """``(kind, id)`` of one of our cookies, or ``None`` for someone else's."""
+    if cookie & COOKIE_OURS_MASK != (COOKIE_TAG << 32) & COOKIE_OURS_MASK:
+        return None
+    return (cookie >> 32) & 0xFF, cookie & 0xFFFFFFFF
+
+
+def rate_kbps(rate_bps: float) -> int:
+    """Meter rate in kbit/s (at least 1)."""
+    return max(1, round(rate_bps / 1000.0))
+
+
+@dataclass(frozen=True)
+class FlowRule:
+    """A marking rule in table 0.
+
+    ``match`` is a tuple of ``(OXM field name, value)`` pairs in a fixed order (Ryu's
+    ``OFPMatch`` keyword names); ``(priority, match)`` identifies the rule on the switch.
+    """
+
+    cookie: int
+    priority: int
+    match: tuple[tuple[str, object], ...]
+    dscp: int
+    meter_id: int | None = None
+
+    @property
+    def key(self) -> tuple:
+        return (self.priority, self.match)
+
+    def to_json(self) -> dict:
+        owner = cookie_owner(self.cookie)
+        return {
+            "cookie": hex(self.cookie),
+            "owner": {OWNER_JOB: "job", OWNER_COFLOW: "coflow"}.get(owner[0]) if owner else None,
+            "owner_id": owner[1] if owner else None,
+            "table": MARK_TABLE,
+            "priority": self.priority,
+            "match": dict(self.match),
+            "dscp": self.dscp,
+            "meter_id": self.meter_id,
+        }
+
+
+@dataclass(frozen=True)
+class Op:
+    """One change to the switch: ``kind`` is ``flow_add``, ``flow_modify``, ``flow_delete``,
+    ``meter_add``, ``meter_modify``, ``meter_delete`` or ``barrier``."""
+
+    kind: str
+    rule: FlowRule | None = None
+    meter_id: int | None = None
+    rate_kbps: int | None = None
+
+
+@dataclass
+class SwitchTable:
+    """What this controller has installed on one switch (rules by key, meters by id)."""
+
+    rules: dict[tuple, FlowRule]
+    meters: dict[int, int]
+
+    @classmethod
+    def empty(cls) -> SwitchTable:
+        return cls({}, {})
+
+
+class MeterIds:
+    """Stable meter ids per ``(owner cookie, src, dst)``; freed ids are reused (lowest first)."""
+
+    def __init__(self, first: int = 1) -> None:
+        self._ids: dict[tuple, int] = {}
+        self._free: list[int] = []
+        self._next = first
+
+    def id_for(self, key: tuple) -> int:
+        if key not in self._ids:
+            if self._free:
+                self._free.sort()
+                self._ids[key] = self._free.pop(0)
+            else:
+                self._ids[key] = self._next
+                self._next += 1
+        return self._ids[key]
+
+    def keep_only(self, keys: Iterable[tuple]) -> None:
+        """Free the ids of every key not in ``keys``."""
+        keep = set(keys)
+        for key in [k for k in self._ids if k not in keep]:
+            self._free.append(self._ids.pop(key))
+
+
+def _matches(src: str, dst: str, tcp_ports: Iterable[int]) -> list[tuple[int, tuple]]:
+    base = (("eth_type", ETH_TYPE_IP), ("ipv4_src", src), ("ipv4_dst", dst))
+    ports = sorted(set(tcp_ports))
+    if not ports:
+        return [(PRIORITY_IP, base)]
+    out = []
+    for port in ports:
+        # The job's port may be the receiver's (data to tcp_dst) or the sender's (replies of a
+        # server, e.g. a parameter server's model pull, come from tcp_src).
+        out.append((PRIORITY_TCP, (*base, ("ip_proto", IPPROTO_TCP), ("tcp_dst", port))))
+        out.append((PRIORITY_TCP, (*base, ("ip_proto", IPPROTO_TCP), ("tcp_src", port))))
+    return out
+
+
+def desired_table(
+    state: ClusterState,
+    schedule: Schedule,
+    job_tcp_ports: Mapping[int, Iterable[int]],
+    meter_ids: MeterIds,
+) -> SwitchTable:
+    """The rules and meters that enforce ``schedule``.
+
+    Every (owner, source, destination) pair gets the most urgent level among the owner's coflows
+    that use it, and a meter when the schedule caps those flows (the sum of their caps).
+    """
+    levels = coflow_levels(schedule)
+    pair_level: dict[tuple, int] = {}
+    pair_rate: dict[tuple, float] = {}
+    pair_ports: dict[tuple, Iterable[int]] = {}
+    for coflow_id, level in levels.items():
+        coflow = state.coflows[coflow_id]
+        if coflow.job_id is not None:
+            cookie = owner_cookie(OWNER_JOB, coflow.job_id)
+            ports = job_tcp_ports.get(coflow.job_id, ())
+        else:
+            cookie = owner_cookie(OWNER_COFLOW, coflow_id)
+            ports = ()
+        for flow in coflow.flows:
+            if flow.remaining_bytes <= 0:
+                continue
+            pair = (cookie, flow.src, flow.dst)
+            pair_level[pair] = min(level, pair_level.get(pair, level))
+            pair_ports[pair] = ports
+            rate = schedule.flow_rates_bps.get((coflow_id, flow.flow_id))
+            if rate is not None:
+                pair_rate[pair] = pair_rate.get(pair, 0.0) + rate
+
+    meter_ids.keep_only(pair_rate)
+    table = SwitchTable.empty()
+    for pair in sorted(pair_level):
+        cookie, src, dst = pair
+        meter_id = None
+        if pair in pair_rate:
+            meter_id = meter_ids.id_for(pair)
+            table.meters[meter_id] = rate_kbps(pair_rate[pair])
+        dscp = dscp_of_level(pair_level[pair])
+        for priority, match in _matches(src, dst, pair_ports[pair]):
+            rule = FlowRule(cookie, priority, match, dscp, meter_id)
+            # Two owners with the same match (same hosts, same port) cannot be told apart on
+            # the wire; the first in (cookie, src, dst) order keeps the rule.
+            table.rules.setdefault(rule.key, rule)
+    return table
+
+
+def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
+    """Operations that turn ``installed`` into ``desired``, in a safe order.
+
+    Flow deletes first; then meter adds/modifies (before the flows that use them); then flow
+    adds and modifies; then meter deletes (in OpenFlow 1.3 deleting a meter deletes the flows
+    that still use it, so they go last); then a barrier. Nothing is sent for what is unchanged.
+    """
+    flow_deletes, flow_adds, flow_mods = [], [], []
+    for key, rule in installed.rules.items():
+        want = desired.rules.get(key)
+        if want is None or want.cookie != rule.cookie:
+            flow_deletes.append(Op("flow_delete", rule=rule))
+    for key, rule in desired.rules.items():
+        have = installed.rules.get(key)
+        if have is None or have.cookie != rule.cookie:
+            flow_adds.append(Op("flow_add", rule=rule))
+        elif have != rule:
+            flow_mods.append(Op("flow_modify", rule=rule))
+    meter_puts, meter_deletes = [], []
+    for meter_id, kbps in desired.meters.items():
+        if meter_id not in installed.meters:
+            meter_puts.append(Op("meter_add", meter_id=meter_id, rate_kbps=kbps))
+        elif installed.meters[meter_id] != kbps:
+            meter_puts.append(Op("meter_modify", meter_id=meter_id, rate_kbps=kbps))
+    for meter_id in installed.meters:
+        if meter_id not in desired.meters:
+            meter_deletes.append(Op("meter_delete", meter_id=meter_id))
+    ops = flow_deletes + meter_puts + flow_adds + flow_mods + meter_deletes
+    return [*ops, Op("barrier")] if ops else []
+
+
+def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
+    """What a switch holding ``table`` holds after ``ops`` (an in-memory OpenFlow table)."""
+    rules = dict(table.rules)
+    meters = dict(table.meters)
+    for op in ops:
+        if op.kind == "flow_delete":
+            rules.pop(op.rule.key, None)
+        elif op.kind in ("flow_add", "flow_modify"):
+            if op.kind == "flow_modify" and op.rule.key not in rules:
+                raise ValueError(f"modify of a rule that is not installed: {op.rule}")
+            if op.rule.meter_id is not None and op.rule.meter_id not in meters:
+                raise ValueError(f"rule uses meter {op.rule.meter_id}, which does not exist")
+            rules[op.rule.key] = op.rule
+        elif op.kind in ("meter_add", "meter_modify"):
+            if (op.kind == "meter_add") == (op.meter_id in meters):
+                raise ValueError(f"{op.kind} of meter {op.meter_id}: wrong state")
+            meters[op.meter_id] = op.rate_kbps
+        elif op.kind == "meter_delete":
+            meters.pop(op.meter_id)
+            # OpenFlow 1.3: deleting a meter deletes the flows that use it
+            rules = {k: r for k, r in rules.items() if r.meter_id != op.meter_id}
+        elif op.kind != "barrier":
+            raise ValueError(f"unknown op {op.kind}")
+    return SwitchTable(rules, meters)
