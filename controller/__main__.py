@@ -95,10 +95,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="policy option, e.g. use_rates=true (repeatable)",
     )
-    parser.add_argument("--ofp-host", default="127.0.0.1", help="OpenFlow listen address")
-    parser.add_argument("--ofp-port", type=_port, default=6653, help="OpenFlow listen port")
-    parser.add_argument("--rest-host", default="127.0.0.1", help="REST API listen address")
-    parser.add_argument("--rest-port", type=_port, default=8080, help="REST API listen port")
+    parser.add_argument(
+        "--ofp-host", default="127.0.0.1", help="OpenFlow listen address (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--ofp-port", type=_port, default=6653, help="OpenFlow listen port (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--rest-host", default="127.0.0.1", help="REST API listen address (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--rest-port", type=_port, default=8080, help="REST API listen port (default: %(default)s)"
+    )
     parser.add_argument(
         "--db",
         default="controller.sqlite",

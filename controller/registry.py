@@ -100,6 +100,30 @@ class CoflowRecord:
     arrival_s: float = 0.0
 
 
+# Fields a request body may carry, and those it must carry (the OpenAPI document matches these;
+# a test checks it). Ids come from the URL on PUT and are assigned on POST when absent.
+BODY_FIELDS = {
+    "tasks": ({"task_id", "name", "weight"}, set()),
+    "stages": ({"stage_id", "task_id", "weight"}, set()),
+    "jobs": (
+        {
+            "job_id",
+            "stage_id",
+            "task_id",
+            "flows",
+            "tcp_ports",
+            "iteration_budget",
+            "iterations_done",
+            "weight",
+        },
+        set(),
+    ),
+    "coflows": ({"coflow_id", "flows", "job_id", "stage_id", "weight"}, {"flows"}),
+    "flow": ({"src", "dst", "bytes", "remaining_bytes"}, {"src", "dst", "bytes"}),
+    "job_progress": ({"iterations_done", "iteration_budget"}, {"iterations_done"}),
+    "coflow_progress": ({"remaining_bytes", "done"}, set()),
+}
+
 RECORD_TYPES = {
     "tasks": TaskRecord,
     "stages": StageRecord,
@@ -124,28 +148,34 @@ def _check_fields(body: Any, allowed: set[str], required: set[str], where: str =
 
 
 def _int(body: dict, name: str, default=None, low: int = 0, high: int = MAX_ID, where=""):
-    value = body.get(name, default)
+    return _int_value(body.get(name, default), where + name, low, high)
+
+
+def _int_value(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(f"{where}{name}", f"must be an integer, got {value!r}")
+        raise bad(name, f"must be an integer, got {value!r}")
     if not low <= value <= high:
-        raise bad(f"{where}{name}", f"must be in {low}..{high}, got {value}")
+        raise bad(name, f"must be in {low}..{high}, got {value}")
     return value
 
 
 def _number(body: dict, name: str, default=None, positive: bool = False, where=""):
-    value = body.get(name, default)
+    return _number_value(body.get(name, default), where + name, positive)
+
+
+def _number_value(value: Any, name: str, positive: bool = False) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(f"{where}{name}", f"must be a number, got {value!r}")
+        raise bad(name, f"must be a number, got {value!r}")
     if value != value or value in (float("inf"), float("-inf")):
-        raise bad(f"{where}{name}", "must be finite")
+        raise bad(name, "must be finite")
     if positive and value <= 0:
-        raise bad(f"{where}{name}", f"must be > 0, got {value}")
+        raise bad(name, f"must be > 0, got {value}")
     if value < 0:
-        raise bad(f"{where}{name}", f"must be >= 0, got {value}")
+        raise bad(name, f"must be >= 0, got {value}")
     return float(value)
 
 
@@ -243,9 +273,7 @@ class Registry:
         specs = []
         for i, flow in enumerate(flows):
             where = f"{name}[{i}]."
-            _check_fields(
-                flow, {"src", "dst", "bytes", "remaining_bytes"}, {"src", "dst", "bytes"}, where
-            )
+            _check_fields(flow, *BODY_FIELDS["flow"], where)
             src = self._address(flow["src"], where + "src")
             dst = self._address(flow["dst"], where + "dst")
             if src == dst:
@@ -282,13 +310,13 @@ class Registry:
             body = {**body, id_name: self._next_id(kind)}
         new_id = _int(body, id_name, low=0)
         if kind == "tasks":
-            _check_fields(body, {"task_id", "name", "weight"}, {"task_id"})
+            _check_fields(body, *BODY_FIELDS[kind])
             name = body.get("name", "")
             if not isinstance(name, str):
                 raise bad("name", "must be a string")
             return TaskRecord(new_id, name, _number(body, "weight", 1.0, positive=True))
         if kind == "stages":
-            _check_fields(body, {"stage_id", "task_id", "weight"}, {"stage_id"})
+            _check_fields(body, *BODY_FIELDS[kind])
             old = self.records["stages"].get(new_id)
             return StageRecord(
                 new_id,
@@ -297,22 +325,12 @@ class Registry:
                 old.arrival_s if old else self.clock(),
             )
         if kind == "jobs":
-            allowed = {
-                "job_id",
-                "stage_id",
-                "task_id",
-                "flows",
-                "tcp_ports",
-                "iteration_budget",
-                "iterations_done",
-                "weight",
-            }
-            _check_fields(body, allowed, {"job_id"})
+            _check_fields(body, *BODY_FIELDS[kind])
             ports = body.get("tcp_ports", [])
             if not isinstance(ports, list):
                 raise bad("tcp_ports", "must be a list of TCP port numbers")
             for i, port in enumerate(ports):
-                _int({"p": port}, "p", low=1, high=65535, where=f"tcp_ports[{i}]")
+                _int_value(port, f"tcp_ports[{i}]", low=1, high=65535)
             if len(set(ports)) != len(ports):
                 raise bad("tcp_ports", "has duplicates")
             budget = _int(body, "iteration_budget", 1, low=1)
@@ -335,9 +353,7 @@ class Registry:
                 _number(body, "weight", 1.0, positive=True),
                 old.arrival_s if old else self.clock(),
             )
-        _check_fields(
-            body, {"coflow_id", "flows", "job_id", "stage_id", "weight"}, {"coflow_id", "flows"}
-        )
+        _check_fields(body, *BODY_FIELDS[kind])
         old = self.records["coflows"].get(new_id)
         return CoflowRecord(
             new_id,
@@ -410,7 +426,7 @@ class Registry:
     def job_progress(self, job_id: int, body: Any) -> JobRecord:
         """Record a job's completed iterations (``{"iterations_done": n}``)."""
         job = self.get("jobs", job_id)
-        _check_fields(body, {"iterations_done", "iteration_budget"}, {"iterations_done"})
+        _check_fields(body, *BODY_FIELDS["job_progress"])
         budget = _int(body, "iteration_budget", job.iteration_budget, low=1)
         done = _int(body, "iterations_done")
         if done > budget:
@@ -425,7 +441,7 @@ class Registry:
         A coflow with nothing left is finished and removed; returns ``None`` then.
         """
         coflow = self.get("coflows", coflow_id)
-        _check_fields(body, {"remaining_bytes", "done"}, set())
+        _check_fields(body, *BODY_FIELDS["coflow_progress"])
         if body.get("done") is True:
             self._write([], [("coflows", coflow_id)])
             return None
@@ -436,7 +452,7 @@ class Registry:
             raise bad("remaining_bytes", f"must be a list of {len(coflow.flows)} numbers")
         flows = []
         for i, (flow, left) in enumerate(zip(coflow.flows, remaining, strict=True)):
-            value = _number({"v": left}, "v", where=f"remaining_bytes[{i}]")
+            value = _number_value(left, f"remaining_bytes[{i}]")
             if value > flow.size_bytes:
                 raise bad(f"remaining_bytes[{i}]", f"must be <= the flow's {flow.size_bytes} bytes")
             flows.append(FlowSpec(flow.src, flow.dst, flow.size_bytes, value))

@@ -1,0 +1,75 @@
+"""controller/openapi.yaml describes exactly the API the dispatcher and registry implement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.api import PREFIX, ROUTES
+from controller.policies import POLICIES
+from controller.registry import BODY_FIELDS, KINDS
+
+SPEC = yaml.safe_load((Path(__file__).parents[2] / "controller/openapi.yaml").read_text())
+SCHEMAS = SPEC["components"]["schemas"]
+BODY_SCHEMAS = {"tasks": "Task", "stages": "Stage", "jobs": "Job", "coflows": "Coflow",
+                "flow": "Flow", "job_progress": "JobProgress",
+                "coflow_progress": "CoflowProgress"}  # fmt: skip
+
+
+def spec_operations() -> set[tuple[str, str]]:
+    ops = set()
+    for path, item in SPEC["paths"].items():
+        for method in item:
+            if method != "parameters":
+                ops.add((method.upper(), path))
+    return ops
+
+
+def code_operations() -> set[tuple[str, str]]:
+    ops = set()
+    for method, pattern, _name in ROUTES:
+        kinds = KINDS if "{kind}" in pattern else [None]
+        for kind in kinds:
+            path = pattern.replace("{kind}", kind) if kind else pattern
+            ops.add((method, PREFIX + path))
+    return ops
+
+
+def test_spec_is_openapi_3():
+    assert SPEC["openapi"].startswith("3.")
+
+
+def test_every_route_is_documented_and_nothing_else():
+    assert spec_operations() == code_operations()
+
+
+@pytest.mark.parametrize("name", sorted(BODY_SCHEMAS))
+def test_body_schemas_match_the_validator(name):
+    schema = SCHEMAS[BODY_SCHEMAS[name]]
+    writable = {k for k, v in schema["properties"].items() if not v.get("readOnly")}
+    allowed, required = BODY_FIELDS[name]
+    assert writable == allowed
+    assert set(schema.get("required", [])) == required
+    assert schema.get("additionalProperties") is False
+
+
+def test_policy_enum_matches_the_registry():
+    assert set(SCHEMAS["PolicyChoice"]["properties"]["name"]["enum"]) == set(POLICIES)
+
+
+def test_every_reference_resolves():
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "$ref":
+                    _, section, kind, name = value.split("/")
+                    assert name in SPEC[section][kind], value
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(SPEC)

@@ -1,0 +1,182 @@
+"""Registry validation, cascades, implicit job coflows and SQLite persistence."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from controller.registry import IMPLICIT_COFLOW_BASE, ApiError, Registry
+
+HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
+
+
+def job_body(job_id=1, **extra):
+    body = {
+        "job_id": job_id,
+        "flows": [{"src": "h1", "dst": "h2", "bytes": 1e6}],
+        "tcp_ports": [5001],
+        "iteration_budget": 10,
+    }
+    body.update(extra)
+    return body
+
+
+@pytest.fixture
+def registry():
+    ticks = iter(range(1000))
+    return Registry(":memory:", hosts=HOSTS, clock=lambda: float(next(ticks)))
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "field", "words"),
+    [
+        ("jobs", [1, 2], "body", "must be a JSON object"),
+        ("jobs", job_body(colour="red"), "colour", "unknown field"),
+        ("jobs", job_body(job_id="x"), "job_id", "must be an integer"),
+        ("jobs", job_body(job_id=-1), "job_id", "must be in 0.."),
+        ("jobs", job_body(job_id=True), "job_id", "must be an integer"),
+        ("jobs", job_body(tcp_ports=[70000]), "tcp_ports[0]", "must be in 1..65535"),
+        ("jobs", job_body(tcp_ports=[5, 5]), "tcp_ports", "duplicates"),
+        ("jobs", job_body(iteration_budget=0), "iteration_budget", "must be in 1.."),
+        ("jobs", job_body(iterations_done=11), "iterations_done", "<= iteration_budget"),
+        ("jobs", job_body(stage_id=9), "stage_id", "no stage 9 is registered"),
+        (
+            "jobs",
+            job_body(flows=[{"src": "h1", "dst": "h1", "bytes": 1}]),
+            "flows[0].dst",
+            "must differ",
+        ),
+        (
+            "jobs",
+            job_body(flows=[{"src": "h7", "dst": "h1", "bytes": 1}]),
+            "flows[0].src",
+            "IPv4 address or one of h1, h2, h3",
+        ),
+        (
+            "jobs",
+            job_body(flows=[{"src": "h1", "dst": "h2", "bytes": -1}]),
+            "flows[0].bytes",
+            ">= 0",
+        ),
+        ("jobs", job_body(flows=[{"src": "h1", "dst": "h2"}]), "flows[0].bytes", "required"),
+        ("jobs", job_body(weight=0), "weight", "> 0"),
+        ("coflows", {"coflow_id": 1}, "flows", "required"),
+        ("coflows", {"coflow_id": 1, "flows": []}, "flows", "non-empty"),
+        (
+            "coflows",
+            {"coflow_id": 1, "job_id": 4, "flows": [{"src": "h1", "dst": "h2", "bytes": 5}]},
+            "job_id",
+            "no job 4",
+        ),
+        (
+            "coflows",
+            {
+                "coflow_id": 1,
+                "flows": [{"src": "h1", "dst": "h2", "bytes": 5, "remaining_bytes": 6}],
+            },
+            "flows[0].remaining_bytes",
+            "<= bytes",
+        ),
+        ("stages", {"stage_id": 1, "task_id": 3}, "task_id", "no task 3"),
+        ("tasks", {"task_id": 1, "name": 5}, "name", "must be a string"),
+    ],
+)
+def test_bad_bodies_name_the_field_and_change_nothing(registry, kind, body, field, words):
+    registry.create("jobs", job_body(7))
+    before = copy.deepcopy(registry.records)
+    with pytest.raises(ApiError) as err:
+        registry.create(kind, body)
+    assert err.value.status == 400
+    assert err.value.field == field
+    assert words in err.value.message
+    assert registry.records == before
+
+
+def test_ids_conflicts_and_put(registry):
+    registry.create("jobs", job_body(1))
+    with pytest.raises(ApiError) as err:
+        registry.create("jobs", job_body(1))
+    assert err.value.status == 409
+    job, created = registry.put("jobs", 1, job_body(1, iteration_budget=20))
+    assert not created and job.iteration_budget == 20
+    assert job.arrival_s == 0.0  # a replace keeps the arrival time
+    with pytest.raises(ApiError, match="differs from the id 2 in the URL"):
+        registry.put("jobs", 2, job_body(1))
+    auto = registry.create("tasks", {"name": "resnet"})
+    assert auto.task_id == 1
+    with pytest.raises(ApiError) as err:
+        registry.get("jobs", 99)
+    assert err.value.status == 404
+
+
+def test_host_names_resolve_to_addresses(registry):
+    job = registry.create("jobs", job_body(1))
+    assert (job.flows[0].src, job.flows[0].dst) == ("10.0.0.1", "10.0.0.2")
+
+
+def test_delete_cascades(registry):
+    registry.create("tasks", {"task_id": 1})
+    registry.create("stages", {"stage_id": 1, "task_id": 1})
+    registry.create("jobs", job_body(1, stage_id=1))
+    registry.create("jobs", job_body(2))
+    registry.create("coflows", {"coflow_id": 1, "job_id": 1,
+                                "flows": [{"src": "h1", "dst": "h2", "bytes": 5}]})  # fmt: skip
+    assert registry.records["jobs"][1].task_id == 1  # inherited from the stage
+    removed = registry.delete("tasks", 1)
+    assert removed == [("tasks", 1), ("stages", 1), ("jobs", 1), ("coflows", 1)]
+    assert list(registry.records["jobs"]) == [2]
+
+
+def test_progress(registry):
+    registry.create("jobs", job_body(1))
+    assert registry.job_progress(1, {"iterations_done": 4}).iterations_done == 4
+    with pytest.raises(ApiError, match="iterations_done: must be <= iteration_budget"):
+        registry.job_progress(1, {"iterations_done": 11})
+    registry.create(
+        "coflows",
+        {
+            "coflow_id": 5,
+            "flows": [
+                {"src": "h1", "dst": "h2", "bytes": 10},
+                {"src": "h3", "dst": "h2", "bytes": 10},
+            ],
+        },
+    )
+    coflow = registry.coflow_progress(5, {"remaining_bytes": [0, 4]})
+    assert [f.remaining_bytes for f in coflow.flows] == [0, 4]
+    with pytest.raises(ApiError, match=r"remaining_bytes\[1\]: must be <= the flow's 10"):
+        registry.coflow_progress(5, {"remaining_bytes": [0, 11]})
+    assert registry.coflow_progress(5, {"remaining_bytes": [0, 0]}) is None
+    assert 5 not in registry.records["coflows"]
+
+
+def test_cluster_state_has_implicit_coflows_for_running_jobs(registry):
+    registry.create("stages", {"stage_id": 3})
+    registry.create("jobs", job_body(1, stage_id=3))
+    registry.create("jobs", job_body(2, iterations_done=10))  # finished: no traffic
+    state = registry.cluster_state(port_bps=20e6)
+    assert set(state.coflows) == {IMPLICIT_COFLOW_BASE + 1}
+    assert state.stages[3].job_ids == [1]
+    assert state.jobs[1].bytes_per_iteration == {("10.0.0.1", 0): 1e6, ("10.0.0.2", 1): 1e6}
+    # an explicit coflow of the job replaces the implicit one
+    registry.create("coflows", {"coflow_id": 8, "job_id": 1,
+                                "flows": [{"src": "h1", "dst": "h2", "bytes": 5}]})  # fmt: skip
+    assert set(registry.cluster_state(20e6).coflows) == {8}
+
+
+def test_registry_survives_a_restart(tmp_path):
+    path = str(tmp_path / "reg.sqlite")
+    first = Registry(path, hosts=HOSTS)
+    first.create("stages", {"stage_id": 1})
+    first.create("jobs", job_body(1, stage_id=1))
+    first.job_progress(1, {"iterations_done": 3})
+    first.set_setting("policy", {"name": "jpas", "options": {}})
+    with pytest.raises(ApiError):
+        first.create("jobs", job_body(2, stage_id=7))
+    first.close()
+    second = Registry(path, hosts=HOSTS)
+    assert second.records == first.records
+    assert second.records["jobs"][1].iterations_done == 3
+    assert second.settings["policy"]["name"] == "jpas"
+    assert 2 not in second.records["jobs"]

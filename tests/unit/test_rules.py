@@ -1,0 +1,136 @@
+"""Rules from a schedule and the diff against what is installed, on an in-memory table."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.model import Coflow, Flow
+from controller.rules import (
+    OWNER_COFLOW,
+    OWNER_JOB,
+    PRIORITY_IP,
+    PRIORITY_TCP,
+    MeterIds,
+    Op,
+    SwitchTable,
+    apply_ops,
+    cookie_owner,
+    desired_table,
+    diff,
+    owner_cookie,
+    rate_kbps,
+)
+from controller.schedule import Schedule
+
+from .instances import state_of
+
+
+def example():
+    state = state_of(
+        [
+            Coflow(1, [Flow("10.0.0.1", "10.0.0.2", 100)], job_id=7),
+            Coflow(2, [Flow("10.0.0.3", "10.0.0.2", 50)]),
+        ]
+    )
+    return state, {7: [5001]}
+
+
+def by_owner(table: SwitchTable) -> dict:
+    out = {}
+    for rule in table.rules.values():
+        out.setdefault(cookie_owner(rule.cookie), set()).add(
+            (rule.priority, dict(rule.match).get("tcp_dst"), dict(rule.match).get("tcp_src"),
+             rule.dscp, rule.meter_id)
+        )  # fmt: skip
+    return out
+
+
+def test_cookies_tag_our_rules_with_their_owner():
+    assert cookie_owner(owner_cookie(OWNER_JOB, 7)) == (OWNER_JOB, 7)
+    assert cookie_owner(0x1234) is None
+    with pytest.raises(ValueError):
+        owner_cookie(OWNER_JOB, 2**32)
+
+
+def test_job_rules_match_its_tcp_ports_both_ways_and_carry_its_level():
+    state, ports = example()
+    table = desired_table(state, Schedule.from_order([2, 1]), ports, MeterIds())
+    assert by_owner(table) == {
+        # job 7, rank 1 -> level 1 -> DSCP 48, data to and from port 5001
+        (OWNER_JOB, 7): {(PRIORITY_TCP, 5001, None, 48, None),
+                         (PRIORITY_TCP, None, 5001, 48, None)},
+        # jobless coflow 2, rank 0 -> DSCP 56, any IP traffic between its hosts
+        (OWNER_COFLOW, 2): {(PRIORITY_IP, None, None, 56, None)},
+    }  # fmt: skip
+    assert table.meters == {}
+
+
+def test_rates_become_meters_shared_by_the_pair():
+    state, ports = example()
+    schedule = Schedule.from_order([1, 2], {(1, 0): 5e6})
+    table = desired_table(state, schedule, ports, MeterIds())
+    assert table.meters == {1: 5000}
+    job_rules = [r for r in table.rules.values() if cookie_owner(r.cookie) == (OWNER_JOB, 7)]
+    assert {r.meter_id for r in job_rules} == {1}
+    assert rate_kbps(10) == 1
+
+
+def test_reorder_only_modifies_dscp():
+    state, ports = example()
+    ids = MeterIds()
+    first = desired_table(state, Schedule.from_order([1, 2]), ports, ids)
+    ops = diff(SwitchTable.empty(), first)
+    assert [op.kind for op in ops] == ["flow_add"] * 3 + ["barrier"]
+    installed = apply_ops(SwitchTable.empty(), ops)
+    assert installed == first
+
+    second = desired_table(state, Schedule.from_order([2, 1]), ports, ids)
+    ops = diff(installed, second)
+    assert sorted(op.kind for op in ops) == ["barrier"] + ["flow_modify"] * 3
+    assert apply_ops(installed, ops) == second
+    assert diff(second, second) == []  # nothing changed, nothing sent
+
+
+def test_meters_come_before_their_rules_and_go_after_them():
+    state, ports = example()
+    ids = MeterIds()
+    plain = desired_table(state, Schedule.from_order([1, 2]), ports, ids)
+    metered = desired_table(state, Schedule.from_order([1, 2], {(1, 0): 5e6}), ports, ids)
+    up = diff(plain, metered)
+    assert [op.kind for op in up] == ["meter_add", "flow_modify", "flow_modify", "barrier"]
+    assert apply_ops(plain, up) == metered
+    down = diff(metered, plain)
+    assert [op.kind for op in down] == ["flow_modify", "flow_modify", "meter_delete", "barrier"]
+    # apply-revert-apply gives the same tables
+    assert apply_ops(apply_ops(plain, up), down) == plain
+    assert apply_ops(apply_ops(apply_ops(plain, up), down), up) == metered
+    # the in-memory table refuses the unsafe order (a rule using a meter not yet added)
+    with pytest.raises(ValueError, match="meter 1"):
+        apply_ops(plain, [up[1]])
+
+
+def test_finished_owners_lose_rules_and_meters():
+    state, ports = example()
+    ids = MeterIds()
+    full = desired_table(state, Schedule.from_order([1, 2], {(1, 0): 5e6}), ports, ids)
+    del state.coflows[1]
+    rest = desired_table(state, Schedule.from_order([2]), ports, ids)
+    ops = diff(full, rest)
+    # job 7's two rules go, then coflow 2 moves up to level 0, then job 7's meter goes
+    kinds = ["flow_delete", "flow_delete", "flow_modify", "meter_delete", "barrier"]
+    assert [op.kind for op in ops] == kinds
+    assert apply_ops(full, ops) == rest
+    assert rest.meters == {}
+
+
+def test_meter_ids_are_stable_and_reused():
+    ids = MeterIds()
+    assert [ids.id_for("a"), ids.id_for("b"), ids.id_for("a")] == [1, 2, 1]
+    ids.keep_only(["b"])
+    assert ids.id_for("c") == 1
+    assert ids.id_for("b") == 2
+
+
+def test_apply_ops_rejects_nonsense():
+    with pytest.raises(ValueError, match="unknown op"):
+        apply_ops(SwitchTable.empty(), [Op("flow_explode")])
