@@ -125,7 +125,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="capacity of every host port in bit/s (default: 20e6)",
     )
     parser.add_argument("--hosts", help="JSON file of hosts: name, ip, mac, port, bps")
-    parser.add_argument("--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--verbose", action="store_true", help="debug logging, and one log line per REST request"
+    )
     args = parser.parse_args(argv)
     try:
         args.host_list = load_hosts(args.hosts) if args.hosts else []
@@ -153,6 +155,7 @@ def main(argv=None) -> int:
         tick_s=args.tick,
         port_bps=args.port_bps,
         hosts=args.host_list,
+        verbose=args.verbose,
     )
     extra = ["--verbose"] if args.verbose else []
     ryu_app.run_manager(args.ofp_host, args.ofp_port, args.rest_host, args.rest_port, extra)

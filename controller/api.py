@@ -28,6 +28,7 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/order", "get_order"),
     ("GET", "/rules", "get_rules"),
     ("GET", "/stats", "get_stats"),
+    ("DELETE", "/stats", "reset_stats"),
     ("GET", "/{kind}", "list_records"),
     ("POST", "/{kind}", "create_record"),
     ("GET", "/{kind}/{id}", "get_record"),
@@ -122,6 +123,10 @@ class RestApi:
         return 200, self.engine.rules_json()
 
     def get_stats(self, body) -> tuple[int, object]:
+        return 200, self.engine.stats_json()
+
+    def reset_stats(self, body) -> tuple[int, object]:
+        self.engine.reset_stats()
         return 200, self.engine.stats_json()
 
     # ---- registry ------------------------------------------------------------------------------

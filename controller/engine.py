@@ -41,6 +41,7 @@ class Stats:
     reorders: int = 0
     events: int = 0
     ops_sent: int = 0
+    switch_errors: int = 0  # OpenFlow error messages received (a rejected FlowMod is a bug)
     latencies_s: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
@@ -158,6 +159,10 @@ class Engine:
         self.stats.latencies_s.extend(now - t for t in self._pending_events)
         self._pending_events.clear()
 
+    def reset_stats(self) -> None:
+        """Start the counters and latency samples afresh (e.g. before a measured phase)."""
+        self.stats = Stats()
+
     # ---- views for the REST API ----------------------------------------------------------------
 
     def order_json(self) -> dict:
@@ -204,6 +209,7 @@ class Engine:
             "events": self.stats.events,
             "reorders": self.stats.reorders,
             "ops_sent": self.stats.ops_sent,
+            "switch_errors": self.stats.switch_errors,
             "registered": {k: len(v) for k, v in self.registry.records.items()},
             "active_coflows": len(self.plan.state.coflows) if self.plan else 0,
             "event_to_flowmods_ms": {

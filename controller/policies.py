@@ -288,8 +288,9 @@ class Beamer(Policy):
         ranks = []
         for index in bssi_order(demands, weights):
             members = stages[keys[index]]
-            work = {c.coflow_id: bottleneck_s(state, load_of(_unit(c))) for c in members}
-            members = sorted(members, key=lambda c: -work[c.coflow_id])  # stable: ties by arrival
+            if len(members) > 1:
+                work = {u: bottleneck_s(state, load_of(u)) for u in {_unit(c) for c in members}}
+                members = sorted(members, key=lambda c: -work[_unit(c)])  # stable: ties by arrival
             ranks.append([c.coflow_id for c in members])
         rates = {}
         if self.use_rates:

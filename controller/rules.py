@@ -15,8 +15,9 @@ controller owns. A reorder usually changes only the DSCP of existing rules: a MO
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.model import ClusterState
 from controller.schedule import Schedule, coflow_levels, dscp_of_level
@@ -34,6 +35,7 @@ COOKIE_OWNER_MASK = 0xFFFFFFFF_FFFFFFFF
 
 ETH_TYPE_IP = 0x0800
 IPPROTO_TCP = 6
+OWNER_MATCH = (("eth_type", ETH_TYPE_IP),)  # every marking rule is at least this specific
 
 
 def owner_cookie(kind: int, ident: int) -> int:
@@ -89,8 +91,12 @@ class FlowRule:
 
 @dataclass(frozen=True)
 class Op:
-    """One change to the switch: ``kind`` is ``flow_add``, ``flow_modify``, ``flow_delete``,
-    ``meter_add``, ``meter_modify``, ``meter_delete`` or ``barrier``."""
+    """One change to the switch.
+
+    ``kind`` is ``flow_add``, ``flow_modify`` (strict), ``flow_delete`` (strict),
+    ``owner_modify`` (every rule with ``rule.cookie`` gets ``rule.dscp`` and ``rule.meter_id``),
+    ``meter_add``, ``meter_modify``, ``meter_delete`` or ``barrier``.
+    """
 
     kind: str
     rule: FlowRule | None = None
@@ -135,18 +141,19 @@ class MeterIds:
             self._free.append(self._ids.pop(key))
 
 
-def _matches(src: str, dst: str, tcp_ports: Iterable[int]) -> list[tuple[int, tuple]]:
+@functools.lru_cache(maxsize=65536)
+def _matches(src: str, dst: str, tcp_ports: tuple[int, ...]) -> tuple[tuple[int, tuple], ...]:
     base = (("eth_type", ETH_TYPE_IP), ("ipv4_src", src), ("ipv4_dst", dst))
     ports = sorted(set(tcp_ports))
     if not ports:
-        return [(PRIORITY_IP, base)]
+        return ((PRIORITY_IP, base),)
     out = []
     for port in ports:
         # The job's port may be the receiver's (data to tcp_dst) or the sender's (replies of a
         # server, e.g. a parameter server's model pull, come from tcp_src).
         out.append((PRIORITY_TCP, (*base, ("ip_proto", IPPROTO_TCP), ("tcp_dst", port))))
         out.append((PRIORITY_TCP, (*base, ("ip_proto", IPPROTO_TCP), ("tcp_src", port))))
-    return out
+    return tuple(out)
 
 
 def desired_table(
@@ -163,12 +170,12 @@ def desired_table(
     levels = coflow_levels(schedule)
     pair_level: dict[tuple, int] = {}
     pair_rate: dict[tuple, float] = {}
-    pair_ports: dict[tuple, Iterable[int]] = {}
+    pair_ports: dict[tuple, tuple[int, ...]] = {}
     for coflow_id, level in levels.items():
         coflow = state.coflows[coflow_id]
         if coflow.job_id is not None:
             cookie = owner_cookie(OWNER_JOB, coflow.job_id)
-            ports = job_tcp_ports.get(coflow.job_id, ())
+            ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
         else:
             cookie = owner_cookie(OWNER_COFLOW, coflow_id)
             ports = ()
@@ -226,8 +233,33 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     for meter_id in installed.meters:
         if meter_id not in desired.meters:
             meter_deletes.append(Op("meter_delete", meter_id=meter_id))
-    ops = flow_deletes + meter_puts + flow_adds + flow_mods + meter_deletes
+    ops = flow_deletes + meter_puts + flow_adds + _by_owner(flow_mods, desired) + meter_deletes
     return [*ops, Op("barrier")] if ops else []
+
+
+def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
+    """Fold the modifies of an owner whose rules all end up with the same marks into one.
+
+    A reorder usually moves whole owners (jobs) between levels; one non-strict MODIFY limited
+    by the owner's cookie then replaces a MODIFY_STRICT per rule.
+    """
+    by_cookie: dict[int, list[Op]] = {}
+    for op in flow_mods:
+        by_cookie.setdefault(op.rule.cookie, []).append(op)
+    marks: dict[int, set] = {}
+    for rule in desired.rules.values():
+        if rule.cookie in by_cookie:
+            marks.setdefault(rule.cookie, set()).add((rule.dscp, rule.meter_id))
+    out = []
+    for cookie, ops in by_cookie.items():
+        if len(ops) > 1 and len(marks[cookie]) == 1:
+            first = ops[0].rule
+            # the match must name IP: set_field ip_dscp needs it as a prerequisite
+            template = FlowRule(cookie, 0, OWNER_MATCH, first.dscp, first.meter_id)
+            out.append(Op("owner_modify", rule=template))
+        else:
+            out.extend(ops)
+    return out
 
 
 def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
@@ -243,6 +275,13 @@ def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
             if op.rule.meter_id is not None and op.rule.meter_id not in meters:
                 raise ValueError(f"rule uses meter {op.rule.meter_id}, which does not exist")
             rules[op.rule.key] = op.rule
+        elif op.kind == "owner_modify":
+            # non-strict MODIFY of every rule carrying the owner's cookie
+            if op.rule.meter_id is not None and op.rule.meter_id not in meters:
+                raise ValueError(f"rule uses meter {op.rule.meter_id}, which does not exist")
+            for key, rule in rules.items():
+                if rule.cookie == op.rule.cookie:
+                    rules[key] = replace(rule, dscp=op.rule.dscp, meter_id=op.rule.meter_id)
         elif op.kind in ("meter_add", "meter_modify"):
             if (op.kind == "meter_add") == (op.meter_id in meters):
                 raise ValueError(f"{op.kind} of meter {op.meter_id}: wrong state")

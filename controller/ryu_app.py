@@ -32,8 +32,9 @@ from ryu.controller.handler import (  # noqa: E402
     set_ev_cls,
 )
 from ryu.lib import hub  # noqa: E402
+from ryu.lib.pack_utils import msg_pack_into  # noqa: E402
 from ryu.lib.packet import ethernet, packet  # noqa: E402
-from ryu.ofproto import ofproto_v1_3  # noqa: E402
+from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
 from controller.api import RestApi  # noqa: E402
 from controller.engine import Engine  # noqa: E402
@@ -65,6 +66,7 @@ class Settings:
     tick_s: float = 1.0
     port_bps: float = 20e6
     hosts: list[HostPort] = field(default_factory=list)
+    verbose: bool = False
 
 
 SETTINGS = Settings()
@@ -80,6 +82,8 @@ class HpoScheduler(app_manager.RyuApp):
         super().__init__(*args, **kwargs)
         settings = SETTINGS
         self.settings = settings
+        if not settings.verbose:  # one access-log line per REST request is too much
+            logging.getLogger("ryu.lib.hub").setLevel(logging.WARNING)
         self.registry = Registry(settings.db_path, hosts={h.name: h.ip for h in settings.hosts})
         self.engine = Engine(
             self.registry,
@@ -92,7 +96,6 @@ class HpoScheduler(app_manager.RyuApp):
         self.api = RestApi(self.engine, on_change=self.wake.set)
         self.datapaths: dict[int, object] = {}
         self.mac_to_port: dict[int, dict[str, int]] = {}
-        self.switch_errors = 0
         kwargs["wsgi"].register(RestController, {APP_KEY: self})
         LOG.info(
             "policy %s, %d coflows / %d jobs restored from %s",
@@ -126,7 +129,7 @@ class HpoScheduler(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def error_msg_handler(self, ev) -> None:
-        self.switch_errors += 1
+        self.engine.stats.switch_errors += 1
         msg = ev.msg
         LOG.error("switch error type=%d code=%d data=%s", msg.type, msg.code, msg.data[:64])
 
@@ -204,8 +207,37 @@ class RestController(ControllerBase):
 # ---- OpenFlow message builders (the datapath only supplies the parser) ----------------------
 
 
+class PackedMatch(ofproto_v1_3_parser.OFPMatch):
+    """An ``OFPMatch`` serialised once: a reorder re-sends the same matches with new marks, and
+    building and packing OXM fields (address parsing) was most of the cost of a FlowMod."""
+
+    def __init__(self, **fields) -> None:
+        super().__init__(**fields)
+        buf = bytearray()
+        self._packed_len = super().serialize(buf, 0)
+        self._packed = bytes(buf[: self._packed_len])
+
+    def serialize(self, buf, offset) -> int:
+        msg_pack_into(f"!{self._packed_len}s", buf, offset, self._packed)
+        return self._packed_len
+
+
+_MATCHES: dict[tuple, PackedMatch] = {}
+_MATCH_CACHE_SIZE = 100_000
+
+
+def packed_match(match: tuple) -> PackedMatch:
+    """The (cached) packed OpenFlow 1.3 match for a rule's match tuple."""
+    packed = _MATCHES.get(match)
+    if packed is None:
+        if len(_MATCHES) >= _MATCH_CACHE_SIZE:
+            _MATCHES.clear()
+        packed = _MATCHES[match] = PackedMatch(**dict(match))
+    return packed
+
+
 def build_message(datapath, op: Op):
-    """The OpenFlow 1.3 message for one :class:`controller.rules.Op`."""
+    """The OpenFlow 1.3 message for one :class:`controller.rules.Op` (OpenFlow 1.3 only)."""
     parser, ofp = datapath.ofproto_parser, datapath.ofproto
     if op.kind in ("flow_add", "flow_modify"):
         command = ofp.OFPFC_ADD if op.kind == "flow_add" else ofp.OFPFC_MODIFY_STRICT
@@ -216,7 +248,17 @@ def build_message(datapath, op: Op):
             table_id=MARK_TABLE,
             command=command,
             priority=op.rule.priority,
-            match=parser.OFPMatch(**dict(op.rule.match)),
+            match=packed_match(op.rule.match),
+            instructions=_mark_instructions(datapath, op.rule),
+        )
+    if op.kind == "owner_modify":
+        return parser.OFPFlowMod(
+            datapath=datapath,
+            cookie=op.rule.cookie,
+            cookie_mask=COOKIE_OWNER_MASK,
+            table_id=MARK_TABLE,
+            command=ofp.OFPFC_MODIFY,
+            match=packed_match(op.rule.match),
             instructions=_mark_instructions(datapath, op.rule),
         )
     if op.kind == "flow_delete":
@@ -229,7 +271,7 @@ def build_message(datapath, op: Op):
             priority=op.rule.priority,
             out_port=ofp.OFPP_ANY,
             out_group=ofp.OFPG_ANY,
-            match=parser.OFPMatch(**dict(op.rule.match)),
+            match=packed_match(op.rule.match),
         )
     if op.kind in ("meter_add", "meter_modify"):
         command = ofp.OFPMC_ADD if op.kind == "meter_add" else ofp.OFPMC_MODIFY

@@ -86,7 +86,8 @@ def test_reorder_only_modifies_dscp():
 
     second = desired_table(state, Schedule.from_order([2, 1]), ports, ids)
     ops = diff(installed, second)
-    assert sorted(op.kind for op in ops) == ["barrier"] + ["flow_modify"] * 3
+    # job 7's two rules move together: one MODIFY by cookie; coflow 2's rule: a strict modify
+    assert sorted(op.kind for op in ops) == ["barrier", "flow_modify", "owner_modify"]
     assert apply_ops(installed, ops) == second
     assert diff(second, second) == []  # nothing changed, nothing sent
 
@@ -97,16 +98,33 @@ def test_meters_come_before_their_rules_and_go_after_them():
     plain = desired_table(state, Schedule.from_order([1, 2]), ports, ids)
     metered = desired_table(state, Schedule.from_order([1, 2], {(1, 0): 5e6}), ports, ids)
     up = diff(plain, metered)
-    assert [op.kind for op in up] == ["meter_add", "flow_modify", "flow_modify", "barrier"]
+    assert [op.kind for op in up] == ["meter_add", "owner_modify", "barrier"]
     assert apply_ops(plain, up) == metered
     down = diff(metered, plain)
-    assert [op.kind for op in down] == ["flow_modify", "flow_modify", "meter_delete", "barrier"]
+    assert [op.kind for op in down] == ["owner_modify", "meter_delete", "barrier"]
     # apply-revert-apply gives the same tables
     assert apply_ops(apply_ops(plain, up), down) == plain
     assert apply_ops(apply_ops(apply_ops(plain, up), down), up) == metered
     # the in-memory table refuses the unsafe order (a rule using a meter not yet added)
     with pytest.raises(ValueError, match="meter 1"):
         apply_ops(plain, [up[1]])
+
+
+def test_owner_rules_with_different_marks_are_modified_one_by_one():
+    # Job 7 has two coflows on different pairs at different levels: no single mark fits both.
+    state = state_of(
+        [
+            Coflow(1, [Flow("10.0.0.1", "10.0.0.2", 100)], job_id=7),
+            Coflow(3, [Flow("10.0.0.4", "10.0.0.5", 10)], job_id=7),
+            Coflow(2, [Flow("10.0.0.3", "10.0.0.2", 50)]),
+        ]
+    )
+    ids = MeterIds()
+    first = desired_table(state, Schedule.from_order([1, 3, 2]), {}, ids)
+    second = desired_table(state, Schedule.from_order([3, 2, 1]), {}, ids)
+    ops = diff(first, second)
+    assert sorted(op.kind for op in ops) == ["barrier"] + ["flow_modify"] * 3
+    assert apply_ops(first, ops) == second
 
 
 def test_finished_owners_lose_rules_and_meters():

@@ -16,7 +16,7 @@ from webob import Request  # noqa: E402
 from controller.api import RestApi  # noqa: E402
 from controller.engine import Engine  # noqa: E402
 from controller.registry import Registry  # noqa: E402
-from controller.rules import FlowRule, Op, owner_cookie  # noqa: E402
+from controller.rules import OWNER_MATCH, FlowRule, Op, owner_cookie  # noqa: E402
 
 
 class ProtocolOnly:
@@ -64,6 +64,26 @@ def test_modify_and_delete_are_strict_and_limited_to_our_cookie():
     delete = built(Op("flow_delete", rule=RULE))
     assert delete.command == ofp.OFPFC_DELETE_STRICT and delete.cookie_mask == 2**64 - 1
     assert delete.instructions == []
+
+
+def test_owner_modify_is_a_non_strict_modify_of_the_owners_cookie():
+    msg = built(Op("owner_modify", rule=FlowRule(RULE.cookie, 0, OWNER_MATCH, 56, None)))
+    assert msg.command == ofp.OFPFC_MODIFY and msg.table_id == 0
+    assert msg.cookie == RULE.cookie and msg.cookie_mask == 2**64 - 1
+    # set_field ip_dscp needs IP in the match, or OVS rejects the FlowMod
+    assert list(msg.match.items()) == [("eth_type", 0x800)]
+    assert [type(i).__name__ for i in msg.instructions] == [
+        "OFPInstructionActions",
+        "OFPInstructionGotoTable",
+    ]
+
+
+def test_packed_matches_serialise_like_ryus():
+    match = dict(RULE.match)
+    plain, packed = bytearray(), bytearray()
+    parser.OFPMatch(**match).serialize(plain, 0)
+    ryu_app.packed_match(RULE.match).serialize(packed, 0)
+    assert packed == plain
 
 
 def test_meters_have_a_drop_band_in_kbps_without_burst():

@@ -1,0 +1,123 @@
+"""Registration -> FlowMods sent, measured on the real controller and a real OVS bridge.
+
+    sudo .venv/bin/python benchmarks/controller_latency.py [--policy beamer] [--active 200]
+                                                           [--registrations 1000]
+
+Starts OVS if needed, a userspace bridge ``benchlat`` (no hosts: only the rules matter) and
+``python -m controller``; registers ``--active`` coflows between 13 hosts (jobs in stages, with
+TCP ports), resets the statistics, then makes ``--registrations`` registrations, each a new
+coflow followed by the deletion of the oldest, so ``--active`` coflows stay active. The controller
+measures, for every event, the time from the REST handler to the last FlowMod of the reorder that
+served it being handed to the switch connection; the script prints its p50/p99 and the client's
+request round trip, then compares the rules on the switch with what the controller expects.
+Everything it started is stopped by PID and the bridge deleted by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.fabric import ControllerProcess, free_port, sh, wait_for  # noqa: E402
+
+BRIDGE = "benchlat"
+HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]
+
+
+def coflow_body(rng: random.Random, coflow_id: int, n_jobs: int) -> dict:
+    src, dst = rng.sample(HOSTS, 2)
+    flows = [{"src": src, "dst": dst, "bytes": rng.uniform(1e5, 1e8)}]
+    if rng.random() < 0.5:
+        a, b = rng.sample(HOSTS, 2)
+        flows.append({"src": a, "dst": b, "bytes": rng.uniform(1e5, 1e8)})
+    return {"flows": flows, "job_id": coflow_id % n_jobs + 1}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default="beamer")
+    parser.add_argument("--active", type=int, default=200)
+    parser.add_argument("--registrations", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.active < 1 or args.registrations < 1:
+        parser.error("--active and --registrations must be >= 1")
+
+    sh("bash", str(ROOT / "scripts/ovs.sh"), "start")
+    ofp_port = free_port()
+    sh("ovs-vsctl", "--if-exists", "del-br", BRIDGE)
+    sh("ovs-vsctl", "add-br", BRIDGE, "--", "set", "bridge", BRIDGE, "datapath_type=netdev",
+       "protocols=OpenFlow13", "fail_mode=secure")  # fmt: skip
+    tmp = Path(tempfile.mkdtemp(prefix="benchlat-"))
+    ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, "--policy", args.policy)
+    try:
+        ctl.start()
+        sh("ovs-vsctl", "set-controller", BRIDGE, f"tcp:127.0.0.1:{ofp_port}")
+        ctl.wait_switch()
+        client = ctl.client
+        rng = random.Random(args.seed)
+        n_jobs = max(1, args.active // 2)
+        for stage in range(1, n_jobs // 8 + 2):
+            client.put_stage(stage)
+        for job in range(1, n_jobs + 1):
+            client.put_job(job, stage_id=job // 8 + 1, tcp_ports=[5000 + job],
+                           iteration_budget=rng.randint(5, 50))  # fmt: skip
+        for coflow in range(1, args.active + 1):
+            client.put_coflow(coflow, **coflow_body(rng, coflow, n_jobs))
+        print(f"{args.active} coflows of {n_jobs} jobs active; policy {args.policy}", flush=True)
+        time.sleep(1)
+        client.request("DELETE", "/stats")
+
+        round_trips = []
+        oldest, newest = 1, args.active
+        for i in range(args.registrations):
+            newest += 1
+            started = time.perf_counter()
+            client.put_coflow(newest, **coflow_body(rng, newest, n_jobs))
+            round_trips.append(time.perf_counter() - started)
+            client.delete("coflows", oldest)
+            oldest += 1
+            if (i + 1) % 200 == 0:
+                print(f"  {i + 1}/{args.registrations} registrations", flush=True)
+        time.sleep(1)
+        stats = client.stats()
+        lat = stats["event_to_flowmods_ms"]
+        comp = stats["reorder_compute_ms"]
+        print(f"events measured: {lat['count']} (a registration and a deletion each)")
+        print(f"registration -> FlowMods sent: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
+              f"max {lat['max']:.2f} ms")  # fmt: skip
+        print(f"reorder compute: p50 {comp['p50']:.2f} ms, p99 {comp['p99']:.2f} ms "
+              f"over {comp['count']} reorders")  # fmt: skip
+        print(f"REST round trip (client): p50 {statistics.median(round_trips) * 1e3:.2f} ms, "
+              f"p99 {sorted(round_trips)[int(0.99 * len(round_trips))] * 1e3:.2f} ms")  # fmt: skip
+        print(f"ops sent: {stats['ops_sent']}, switch errors: {stats['switch_errors']}")
+
+        desired = client.rules()["desired"]
+
+        def switch_rules() -> int:
+            out = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", BRIDGE, "table=0").stdout
+            return sum("set_field" in line for line in out.splitlines())
+
+        want = len(desired["flows"])
+        got = wait_for(lambda: (n := switch_rules()) == want and n, timeout_s=10,
+                       what=f"{want} rules on the switch")  # fmt: skip
+        meters = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-meters", BRIDGE).stdout.count("meter=")
+        print(f"rules on the switch: {got} (expected {want}); "
+              f"meters: {meters} (expected {len(desired['meters'])})")  # fmt: skip
+    finally:
+        ctl.stop()
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", BRIDGE], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

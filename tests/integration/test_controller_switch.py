@@ -1,0 +1,218 @@
+"""The real controller against a real userspace OVS bridge with hosts in namespaces.
+
+Each test starts ``python -m controller`` (fresh SQLite file), registers through the REST API
+and checks what the switch really holds (``ovs-ofctl dump-flows`` / ``dump-meters``) and where
+real TCP traffic is counted (``tc -s class show``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import needs_root_and
+from topologies.qos import class_bytes, level_classid
+
+from .fabric import ControllerProcess, NetnsFabric, free_port, sh, wait_for
+
+pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "ovs-ofctl", "iperf3", "tc")]
+
+JOB_PORT = 5301
+
+
+def job_flows(src="h1", dst="h2", size=2e6):
+    return [{"src": src, "dst": dst, "bytes": size}]
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    sh("bash", "scripts/ovs.sh", "start")
+    ofp_port = free_port()
+    net = NetnsFabric(f"it{os.getpid() % 1000}", 3).start(ofp_port)
+    net.ofp_port = ofp_port
+    try:
+        yield net
+    finally:
+        net.stop()
+    assert sh("ovs-vsctl", "br-exists", net.bridge, check=False).returncode == 2
+    assert not any(n.startswith(net.prefix) for n in sh("ip", "netns", "list").stdout.split())
+
+
+@pytest.fixture
+def controller(fabric, tmp_path):
+    ctl = ControllerProcess(
+        tmp_path / "ctl.sqlite", fabric.hosts_file(tmp_path / "hosts.json"), fabric.ofp_port,
+        "--policy", "varys",
+    )  # fmt: skip
+    ctl.start()
+    fabric.set_controller(fabric.ofp_port)
+    try:
+        ctl.wait_switch()
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+def marks(fabric) -> dict[tuple, tuple]:
+    """Our table-0 marking rules: (src, dst, tcp field, port) -> (dscp, meter or None)."""
+    out = {}
+    for line in fabric.dump_flows().splitlines():
+        if "set_field" not in line:
+            continue
+        src = re.search(r"nw_src=([\d.]+)", line).group(1)
+        dst = re.search(r"nw_dst=([\d.]+)", line).group(1)
+        tcp = re.search(r"tp_(src|dst)=(\d+)", line)
+        dscp = int(re.search(r"set_field:(\d+)->ip_dscp", line).group(1))
+        meter = re.search(r"meter:(\d+)", line)
+        key = (src, dst, tcp.group(1) if tcp else None, int(tcp.group(2)) if tcp else None)
+        out[key] = (dscp, int(meter.group(1)) if meter else None)
+    return out
+
+
+def meters(fabric) -> dict[int, int]:
+    """meter id -> drop rate in kbit/s."""
+    text = fabric.dump_meters()
+    return {
+        int(m): int(r)
+        for m, r in re.findall(r"meter=(\d+) kbps bands=\s*type=drop rate=(\d+)", text)
+    }
+
+
+def test_registration_reorder_and_delete(fabric, controller):
+    client = controller.client
+    client.put_stage(1)
+    client.put_job(1, stage_id=1, flows=job_flows(), tcp_ports=[JOB_PORT], iteration_budget=5)
+
+    # Varys alone on the fabric: top level (DSCP 56), MADD rate = the whole 20 Mbit/s port.
+    want = {("10.0.0.1", "10.0.0.2", "dst", JOB_PORT), ("10.0.0.1", "10.0.0.2", "src", JOB_PORT)}
+    installed = wait_for(lambda: marks(fabric) if set(marks(fabric)) == want else None,
+                         what="the job's marking rules")  # fmt: skip
+    assert {dscp for dscp, _ in installed.values()} == {56}
+    (meter_id,) = {m for _, m in installed.values()}
+    assert meters(fabric) == {meter_id: 20000}
+
+    # A smaller coflow sharing h2's downlink goes first: the job drops to level 1 (DSCP 48) and
+    # gets no bandwidth left by MADD, so its meter goes.
+    client.put_coflow(9, job_flows("h3", "h2", 5e5))
+    small = ("10.0.0.3", "10.0.0.2", None, None)
+    wait_for(lambda: small in marks(fabric), what="the coflow's rule")
+    after = wait_for(lambda: (m := marks(fabric)) and m[small][0] == 56 and m, what="reorder")
+    assert {after[k][0] for k in want} == {48}
+    assert {after[k][1] for k in want} == {None}
+    assert list(meters(fabric).values()) == [20000]  # only the small coflow's meter is left
+
+    # Deleting the coflow and then the stage (and with it the job) removes every rule and meter.
+    client.delete("coflows", 9)
+    wait_for(lambda: small not in marks(fabric), what="the coflow's rule to go")
+    client.delete("stages", 1)
+    wait_for(lambda: not marks(fabric) and not meters(fabric), what="all rules and meters to go")
+    stats = client.stats()
+    assert stats["event_to_flowmods_ms"]["count"] >= 5
+    assert stats["switch_errors"] == 0, "the switch rejected a message; see the controller log"
+    # what the controller believes is installed matches what the switch holds
+    assert client.rules()["switches"][str(0xAA)] == {"flows": [], "meters": []}
+
+
+def test_restart_restores_rules_from_the_registry(fabric, controller, tmp_path):
+    client = controller.client
+    client.put_stage(1)
+    client.put_job(1, stage_id=1, flows=job_flows(), tcp_ports=[JOB_PORT], iteration_budget=5)
+    client.set_policy("sincronia")
+    before = wait_for(lambda: marks(fabric), what="rules")
+
+    controller.stop()
+    # while the controller is down, wipe our rules from the switch by cookie
+    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", fabric.bridge,
+       "cookie=0x48504f0000000000/0xffffff0000000000")  # fmt: skip
+    assert marks(fabric) == {}
+
+    controller.start()
+    fabric.set_controller(fabric.ofp_port)
+    restored = wait_for(lambda: marks(fabric), timeout_s=20, what="rules after restart")
+    assert restored == before
+    assert controller.client.policy()["name"] == "sincronia"  # the policy choice persisted
+    assert [j["job_id"] for j in controller.client.list("jobs")] == [1]
+
+
+def test_tcp_traffic_is_counted_in_the_class_of_its_priority(fabric, controller):
+    client = controller.client
+    client.set_policy("sincronia")
+    client.put_job(1, flows=job_flows(size=4e6), tcp_ports=[JOB_PORT], iteration_budget=5)
+    client.put_coflow(9, job_flows("h3", "h2", 1e6))
+    job_rules = [("10.0.0.1", "10.0.0.2", "dst", JOB_PORT)]
+
+    def iperf_bytes_by_class() -> tuple[dict, int]:
+        server = fabric.popen("h2", "iperf3", "-s", "-1", "-p", str(JOB_PORT))
+        wait_for(
+            lambda: fabric.run("h2", "ss", "-ltn").stdout.count(f":{JOB_PORT}"),
+            what="iperf3 server",
+        )
+        before = class_bytes(fabric.switch_port("h2"))
+        result = fabric.run("h1", "iperf3", "-c", "10.0.0.2", "-p", str(JOB_PORT), "-t", "2",
+                            "-J")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        server.wait(timeout=10)
+        after = class_bytes(fabric.switch_port("h2"))
+        # bytes that reached h2 (what crossed the switch port; the classes also count headers)
+        got = int(re.search(r'"bytes":\s*(\d+)', result.stdout.split('"sum_received"')[1]).group(1))
+        return {c: after[c] - before.get(c, 0) for c in after}, got
+
+    # The coflow (1 MB) is smaller than the job (4 MB): job at level 1, class 1:11.
+    wait_for(lambda: (m := marks(fabric)) and m.get(job_rules[0], (0,))[0] == 48, what="level 1")
+    delta, sent = iperf_bytes_by_class()
+    assert delta[level_classid(1)] >= 0.9 * sent, delta
+    assert delta[level_classid(0)] < 0.05 * sent, delta
+
+    # Give the job a weight that puts it first: its traffic moves to level 0, class 1:10.
+    client.put_job(1, flows=job_flows(size=4e6), tcp_ports=[JOB_PORT], iteration_budget=5,
+                   weight=100)  # fmt: skip
+    wait_for(lambda: marks(fabric)[job_rules[0]][0] == 56, what="level 0")
+    delta, sent = iperf_bytes_by_class()
+    assert delta[level_classid(0)] >= 0.9 * sent, delta
+    assert delta[level_classid(1)] < 0.05 * sent, delta
+    assert client.stats()["switch_errors"] == 0
+
+
+def test_htb_classes_really_prioritise(fabric, controller):
+    """Two TCP senders into h2's 20 Mbit/s port: the higher level gets most of it."""
+    client = controller.client
+    client.set_policy("sincronia")
+    client.put_job(1, flows=job_flows("h1", "h2", 1e6), tcp_ports=[JOB_PORT], iteration_budget=5)
+    client.put_job(2, flows=job_flows("h3", "h2", 8e6), tcp_ports=[JOB_PORT + 1],
+                   iteration_budget=5)  # fmt: skip
+    wait_for(lambda: len(marks(fabric)) == 4, what="both jobs' rules")
+    servers = [fabric.popen("h2", "iperf3", "-s", "-1", "-p", str(p))
+               for p in (JOB_PORT, JOB_PORT + 1)]  # fmt: skip
+    wait_for(lambda: fabric.run("h2", "ss", "-ltn").stdout.count(":53") >= 2, what="servers")
+    clients = [
+        fabric.popen(h, "iperf3", "-c", "10.0.0.2", "-p", str(p), "-t", "3", "-J")
+        for h, p in (("h1", JOB_PORT), ("h3", JOB_PORT + 1))
+    ]
+    rates = []
+    for proc in clients:
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        rates.append(float(re.search(r'"bits_per_second":\s*([\d.e+]+)',
+                                     out.split('"sum_received"')[1]).group(1)))  # fmt: skip
+    for server in servers:
+        server.wait(timeout=10)
+    print(f"level 0: {rates[0] / 1e6:.1f} Mbit/s, level 1: {rates[1] / 1e6:.1f} Mbit/s")
+    assert rates[0] > 3 * rates[1]
+    assert rates[0] + rates[1] > 0.7 * 20e6
+
+
+def test_nothing_left_running(fabric, controller):
+    """The controller's PID is ours and stops on SIGTERM."""
+    pid = controller.proc.pid
+    controller.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert (
+        subprocess.run(["ss", "-ltn"], capture_output=True, text=True).stdout.count(
+            f":{controller.rest_port} "
+        )
+        == 0
+    )
