@@ -198,12 +198,17 @@ def desired_table(
             meter_id = meter_ids.id_for(pair)
             table.meters[meter_id] = rate_kbps(pair_rate[pair])
         dscp = dscp_of_level(pair_level[pair])
-        for priority, match in _matches(src, dst, pair_ports[pair]):
-            rule = FlowRule(cookie, priority, match, dscp, meter_id)
+        for rule in _pair_rules(cookie, src, dst, pair_ports[pair], dscp, meter_id):
             # Two owners with the same match (same hosts, same port) cannot be told apart on
             # the wire; the first in (cookie, src, dst) order keeps the rule.
             table.rules.setdefault(rule.key, rule)
     return table
+
+
+@functools.lru_cache(maxsize=65536)
+def _pair_rules(cookie, src, dst, ports, dscp, meter_id) -> tuple[FlowRule, ...]:
+    # rules are immutable values, so a reorder reuses those of pairs whose marks did not change
+    return tuple(FlowRule(cookie, p, m, dscp, meter_id) for p, m in _matches(src, dst, ports))
 
 
 def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:

@@ -69,9 +69,19 @@ class NetnsFabric:
 
     def start(self, controller_port: int) -> NetnsFabric:
         self.stop()  # in case a crashed run left ours behind
-        sh("ovs-vsctl", "add-br", self.bridge, "--", "set", "bridge", self.bridge,
-           "datapath_type=netdev", "protocols=OpenFlow13", "fail_mode=secure",
-           "other_config:datapath-id=00000000000000aa")  # fmt: skip
+        sh(
+            "ovs-vsctl",
+            "add-br",
+            self.bridge,
+            "--",
+            "set",
+            "bridge",
+            self.bridge,
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail_mode=secure",
+            "other_config:datapath-id=00000000000000aa",
+        )
         self.set_controller(controller_port)
         for host, ip in self.hosts.items():
             ns, inside, outside = self.ns(host), f"{self.prefix}{host}e", self.switch_port(host)
@@ -84,8 +94,17 @@ class NetnsFabric:
             # TCP through the userspace datapath needs checksums done in software
             sh("ip", "netns", "exec", ns, "ethtool", "-K", inside, "tx", "off")
             sh("ip", "link", "set", outside, "up")
-            sh("ovs-vsctl", "add-port", self.bridge, outside, "--", "set", "interface", outside,
-               f"ofport_request={host[1:]}")  # fmt: skip
+            sh(
+                "ovs-vsctl",
+                "add-port",
+                self.bridge,
+                outside,
+                "--",
+                "set",
+                "interface",
+                outside,
+                f"ofport_request={host[1:]}",
+            )
         apply_htb([self.switch_port(h) for h in self.hosts], self.rate_bps)
         return self
 
@@ -94,8 +113,19 @@ class NetnsFabric:
         sh("ovs-vsctl", "del-controller", self.bridge)
         sh("ovs-vsctl", "set-controller", self.bridge, f"tcp:127.0.0.1:{port}")
 
+    def mac(self, host: str) -> str:
+        inside = f"{self.prefix}{host}e"
+        return sh(
+            "ip", "netns", "exec", self.ns(host), "cat", f"/sys/class/net/{inside}/address"
+        ).stdout.strip()
+
     def hosts_file(self, path: Path) -> Path:
-        path.write_text(json.dumps([{"name": h, "ip": ip} for h, ip in self.hosts.items()]))
+        """The topology description the controller takes: name, IP, MAC, switch port."""
+        entries = [
+            {"name": h, "ip": ip, "mac": self.mac(h), "port": int(h[1:])}
+            for h, ip in self.hosts.items()
+        ]
+        path.write_text(json.dumps(entries))
         return path
 
     def popen(self, host: str, *argv: str) -> subprocess.Popen:
@@ -157,9 +187,20 @@ class ControllerProcess:
         self.client = ControllerClient(f"http://127.0.0.1:{self.rest_port}")
 
     def start(self) -> ControllerProcess:
-        argv = [sys.executable, "-m", "controller", "--db", str(self.db),
-                "--ofp-port", str(self.ofp_port), "--rest-port", str(self.rest_port),
-                "--tick", "0.5", *self.extra]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "controller",
+            "--db",
+            str(self.db),
+            "--ofp-port",
+            str(self.ofp_port),
+            "--rest-port",
+            str(self.rest_port),
+            "--tick",
+            "0.5",
+            *self.extra,
+        ]
         if self.hosts_file:
             argv += ["--hosts", str(self.hosts_file)]
         with open(self.log, "a") as log:

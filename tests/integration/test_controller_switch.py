@@ -81,6 +81,16 @@ def meters(fabric) -> dict[int, int]:
     }
 
 
+def test_forwarding_from_the_topology_is_installed_on_connect(fabric, controller):
+    table1 = [line for line in fabric.dump_flows().splitlines() if "table=1" in line]
+    for host in fabric.hosts:
+        want = f"dl_dst={fabric.mac(host)} actions=output:{host[1:]}"
+        assert any(want in line for line in table1), (want, table1)
+    assert any("priority=0" in line and "CONTROLLER" in line for line in table1)
+    ping = fabric.run("h1", "ping", "-c", "1", "-W", "2", "10.0.0.3")
+    assert ping.returncode == 0, ping.stdout
+
+
 def test_registration_reorder_and_delete(fabric, controller):
     client = controller.client
     client.put_stage(1)
