@@ -91,6 +91,21 @@ class Flow:
             )
 
 
+@dataclass(frozen=True)
+class CoflowSummary:
+    """A coflow's load in bulk, for callers that track flows in arrays (the simulator).
+
+    Args:
+        size_bytes: total bytes of the coflow.
+        remaining_bytes: bytes not yet delivered.
+        port_remaining_bytes: bytes still to cross each port.
+    """
+
+    size_bytes: float
+    remaining_bytes: float
+    port_remaining_bytes: Mapping[Port, float]
+
+
 @dataclass
 class Coflow:
     """A set of flows that is only useful once all of them have finished.
@@ -102,6 +117,8 @@ class Coflow:
         job_id: the training job this coflow synchronises, if any.
         stage_id: the HPO stage it belongs to, if any (defaults to its job's stage).
         weight: importance in weighted completion time (Sincronia's ``w``).
+        summary: the load in bulk instead of ``flows`` (which may then be empty); policies see
+            the same per-port loads and totals, and rate caps come as per-coflow MADD times.
     """
 
     coflow_id: CoflowId
@@ -110,6 +127,7 @@ class Coflow:
     job_id: JobId | None = None
     stage_id: StageId | None = None
     weight: float = 1.0
+    summary: CoflowSummary | None = None
 
     def __post_init__(self) -> None:
         if self.weight <= 0:
@@ -125,11 +143,21 @@ class Coflow:
 
     @property
     def size_bytes(self) -> float:
+        if self.summary is not None:
+            return self.summary.size_bytes
         return sum(flow.size_bytes for flow in self.flows)
 
     @property
     def remaining_bytes(self) -> float:
+        if self.summary is not None:
+            return self.summary.remaining_bytes
         return sum(flow.remaining_bytes for flow in self.flows)
+
+    def port_bytes(self) -> dict[Port, float]:
+        """Remaining bytes this coflow must still put through each port."""
+        if self.summary is not None:
+            return dict(self.summary.port_remaining_bytes)
+        return port_bytes(self.flows)
 
     @property
     def sent_bytes(self) -> float:

@@ -29,7 +29,6 @@ from controller.model import (
     Job,
     Port,
     bottleneck_s,
-    port_bytes,
     port_seconds,
 )
 from controller.schedule import Schedule
@@ -54,18 +53,23 @@ class Policy:
         return f"{type(self).__name__}()"
 
 
-def madd_rates(state: ClusterState, order: Sequence[Coflow]) -> dict[FlowKey, float]:
-    """Varys' Minimum-Allocation-for-Desired-Duration rates along ``order``.
+def madd(state: ClusterState, order: Sequence[Coflow]) -> tuple[dict[FlowKey, float], dict]:
+    """Varys' Minimum-Allocation-for-Desired-Duration along ``order``.
 
     Each coflow in turn gets, on the capacity its predecessors left, the rates that finish all of
-    its flows together at its bottleneck time: flow rate = remaining bits / Gamma. A coflow that
-    meets a port with no capacity left gets no cap (it is served by work conservation at its
+    its flows together at its bottleneck time Gamma: flow rate = remaining bits / Gamma. A coflow
+    that meets a port with no capacity left gets no cap (it is served by work conservation at its
     lower priority).
+
+    Returns:
+        The per-flow rates (bit/s) of coflows given as flows, and Gamma (s) of every capped
+        coflow (for coflows given as a summary, each flow's cap is its remaining bits / Gamma).
     """
     residual_bps: dict[Port, float] = {}
     rates: dict[FlowKey, float] = {}
+    gammas: dict = {}
     for coflow in order:
-        load = port_bytes(coflow.flows)
+        load = coflow.port_bytes()
         if not load:
             continue
         gamma_s = 0.0
@@ -77,13 +81,19 @@ def madd_rates(state: ClusterState, order: Sequence[Coflow]) -> dict[FlowKey, fl
             gamma_s = max(gamma_s, 8.0 * size / capacity)
         if not math.isfinite(gamma_s) or gamma_s <= 0:
             continue
+        gammas[coflow.coflow_id] = gamma_s
         for flow in coflow.flows:
             if flow.remaining_bytes > 0:
                 rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / gamma_s
         for port, size in load.items():
             capacity = residual_bps.get(port, state.port_bps(port))
             residual_bps[port] = max(0.0, capacity - 8.0 * size / gamma_s)
-    return rates
+    return rates, gammas
+
+
+def madd_rates(state: ClusterState, order: Sequence[Coflow]) -> dict[FlowKey, float]:
+    """The per-flow MADD rates of :func:`madd` (coflows given as flows)."""
+    return madd(state, order)[0]
 
 
 class Fair(Policy):
@@ -153,7 +163,7 @@ class Sincronia(Policy):
 
     def schedule(self, state: ClusterState) -> Schedule:
         active = state.active_coflows()
-        demands = [port_seconds(state, port_bytes(c.flows)) for c in active]
+        demands = [port_seconds(state, c.port_bytes()) for c in active]
         order = bssi_order(demands, [c.weight for c in active])
         return Schedule.from_order(active[k].coflow_id for k in order)
 
@@ -168,10 +178,10 @@ class Varys(Policy):
 
     def schedule(self, state: ClusterState) -> Schedule:
         active = state.active_coflows()
-        gamma = {c.coflow_id: bottleneck_s(state, port_bytes(c.flows)) for c in active}
+        gamma = {c.coflow_id: bottleneck_s(state, c.port_bytes()) for c in active}
         order = sorted(active, key=lambda c: gamma[c.coflow_id])  # stable: ties by arrival
-        rates = madd_rates(state, order) if self.use_rates else {}
-        return Schedule.from_order((c.coflow_id for c in order), rates)
+        rates, gammas = madd(state, order) if self.use_rates else ({}, {})
+        return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
 
 
 def _jobs_coflows(active: Sequence[Coflow]) -> dict[int, list[Coflow]]:
@@ -225,7 +235,7 @@ def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port
     """
     load: dict[Port, float] = {}
     for coflow in active_coflows:
-        for port, size in port_bytes(coflow.flows).items():
+        for port, size in coflow.port_bytes().items():
             load[port] = load.get(port, 0.0) + size
     future = max(0, job.iteration_budget - job.iterations_done - len(active_coflows))
     if future:
@@ -268,7 +278,7 @@ class Beamer(Policy):
                 if job is not None:
                     unit_load[unit] = job_remaining_bytes(job, coflows)
                 else:
-                    unit_load[unit] = port_bytes(_flows(coflows))
+                    unit_load[unit] = _sum_loads(c.port_bytes() for c in coflows)
             return unit_load[unit]
 
         keys = sorted(stages, key=lambda k: (self._arrival(state, k, stages[k]), k))
@@ -292,10 +302,10 @@ class Beamer(Policy):
                 work = {u: bottleneck_s(state, load_of(u)) for u in {_unit(c) for c in members}}
                 members = sorted(members, key=lambda c: -work[_unit(c)])  # stable: ties by arrival
             ranks.append([c.coflow_id for c in members])
-        rates = {}
+        rates, gammas = {}, {}
         if self.use_rates:
-            rates = madd_rates(state, [state.coflows[c] for group in ranks for c in group])
-        return Schedule.from_groups(ranks, rates)
+            rates, gammas = madd(state, [state.coflows[c] for group in ranks for c in group])
+        return Schedule.from_groups(ranks, rates, gammas)
 
     @staticmethod
     def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
@@ -308,8 +318,12 @@ def _unit(coflow: Coflow) -> tuple:
     return (0, coflow.job_id) if coflow.job_id is not None else (1, coflow.coflow_id)
 
 
-def _flows(coflows: Sequence[Coflow]) -> list:
-    return [flow for coflow in coflows for flow in coflow.flows]
+def _sum_loads(loads) -> dict[Port, float]:
+    total: dict[Port, float] = {}
+    for load in loads:
+        for port, size in load.items():
+            total[port] = total.get(port, 0.0) + size
+    return total
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {
@@ -350,6 +364,7 @@ __all__ = [
     "Sincronia",
     "Varys",
     "job_remaining_bytes",
+    "madd",
     "madd_rates",
     "make_policy",
 ]

@@ -31,26 +31,38 @@ class Schedule:
         ranks: groups of coflow ids; ``ranks[0]`` is served first. Inside a group the listed
             order is the policy's preference.
         flow_rates_bps: optional rate cap per flow, keyed by ``(coflow_id, flow_id)``.
+        coflow_gamma_s: optional MADD time per coflow: each of its flows is capped at its
+            remaining bits / gamma, so they all finish together (the form rate caps take for
+            coflows given in bulk, see :class:`~controller.model.CoflowSummary`).
     """
 
     ranks: tuple[tuple[CoflowId, ...], ...]
     flow_rates_bps: Mapping[FlowKey, float] = field(default_factory=dict)
+    coflow_gamma_s: Mapping[CoflowId, float] = field(default_factory=dict)
 
     @classmethod
     def from_order(
-        cls, order: Iterable[CoflowId], flow_rates_bps: Mapping[FlowKey, float] | None = None
+        cls,
+        order: Iterable[CoflowId],
+        flow_rates_bps: Mapping[FlowKey, float] | None = None,
+        coflow_gamma_s: Mapping[CoflowId, float] | None = None,
     ) -> Schedule:
         """A schedule in which every coflow has a rank of its own."""
-        return cls(tuple((c,) for c in order), dict(flow_rates_bps or {}))
+        return cls.from_groups(([c] for c in order), flow_rates_bps, coflow_gamma_s)
 
     @classmethod
     def from_groups(
         cls,
         groups: Iterable[Sequence[CoflowId]],
         flow_rates_bps: Mapping[FlowKey, float] | None = None,
+        coflow_gamma_s: Mapping[CoflowId, float] | None = None,
     ) -> Schedule:
         """A schedule from groups of tied coflows (empty groups are dropped)."""
-        return cls(tuple(tuple(g) for g in groups if len(g)), dict(flow_rates_bps or {}))
+        return cls(
+            tuple(tuple(g) for g in groups if len(g)),
+            dict(flow_rates_bps or {}),
+            dict(coflow_gamma_s or {}),
+        )
 
     @property
     def order(self) -> list[CoflowId]:
