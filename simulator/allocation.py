@@ -47,7 +47,21 @@ def _fill(members, links, caps, residual, rates):  # pragma: no cover - compiled
             link = links[members[i], c]
             on_link[fill[link]] = i
             fill[link] += 1
-    by_cap = np.argsort(caps[members])
+    # flows with a finite cap, lowest cap first (most flows have none)
+    n_capped = 0
+    for i in range(n):
+        if caps[members[i]] < np.inf:
+            n_capped += 1
+    capped_idx = np.empty(n_capped, dtype=np.int64)
+    n_capped = 0
+    for i in range(n):
+        if caps[members[i]] < np.inf:
+            capped_idx[n_capped] = i
+            n_capped += 1
+    cap_values = np.empty(n_capped)
+    for j in range(n_capped):
+        cap_values[j] = caps[members[capped_idx[j]]]
+    by_cap = capped_idx[np.argsort(cap_values)]
     next_capped = 0
     frozen = np.zeros(n, dtype=np.bool_)
     left = n
@@ -60,11 +74,11 @@ def _fill(members, links, caps, residual, rates):  # pragma: no cover - compiled
                     share = s
         if share < 0.0:
             share = 0.0
-        while next_capped < n and frozen[by_cap[next_capped]]:
+        while next_capped < n_capped and frozen[by_cap[next_capped]]:
             next_capped += 1
-        if next_capped < n and caps[members[by_cap[next_capped]]] <= share * (1 + _REL):
+        if next_capped < n_capped and caps[members[by_cap[next_capped]]] <= share * (1 + _REL):
             # flows capped below the fair share take their cap
-            while next_capped < n:
+            while next_capped < n_capped:
                 i = by_cap[next_capped]
                 if frozen[i]:
                     next_capped += 1
@@ -106,14 +120,23 @@ def _priority_max_min(links, levels, caps, capacity):  # pragma: no cover - comp
     n = links.shape[0]
     rates = np.zeros(n)
     residual = capacity.copy()
-    order = np.argsort(levels, kind="mergesort")
-    i = 0
-    while i < n:
-        j = i
-        while j < n and levels[order[j]] == levels[order[i]]:
-            j += 1
-        _fill(order[i:j], links, caps, residual, rates)
-        i = j
+    if n == 0:
+        return rates
+    # counting sort by level (levels are small integers)
+    top = levels.max()
+    count = np.zeros(top + 2, dtype=np.int64)
+    for f in range(n):
+        count[levels[f] + 1] += 1
+    for level in range(top + 1):
+        count[level + 1] += count[level]
+    order = np.empty(n, dtype=np.int64)
+    fill = count[:-1].copy()
+    for f in range(n):
+        order[fill[levels[f]]] = f
+        fill[levels[f]] += 1
+    for level in range(top + 1):
+        if count[level + 1] > count[level]:
+            _fill(order[count[level] : count[level + 1]], links, caps, residual, rates)
     return rates
 
 
@@ -180,3 +203,66 @@ def greedy_in_order(
         _caps(n, caps),
         np.ascontiguousarray(capacity, dtype=np.float64),
     )
+
+
+@njit(cache=True)
+def _advance(remaining, rates, limit, simultaneous):  # pragma: no cover - compiled
+    n = remaining.shape[0]
+    step = limit
+    for f in range(n):
+        if rates[f] > 0:
+            t = remaining[f] / rates[f]
+            if t < step:
+                step = t
+    done = np.zeros(n, dtype=np.bool_)
+    n_done = 0
+    if step == np.inf:
+        return step, done, n_done
+    for f in range(n):
+        if rates[f] > 0:
+            if remaining[f] / rates[f] <= step * (1 + simultaneous):
+                remaining[f] = 0.0
+                done[f] = True
+                n_done += 1
+            else:
+                remaining[f] -= rates[f] * step
+    return step, done, n_done
+
+
+def advance(
+    remaining: np.ndarray, rates: np.ndarray, limit_s: float, simultaneous: float = 1e-9
+) -> tuple[float, np.ndarray, int]:
+    """Move time forward to the first flow completion or ``limit_s``, whichever is first.
+
+    ``remaining`` (bits) is updated in place. Flows that would finish within ``simultaneous``
+    (relative) of the step finish with it. Returns the step, the mask of finished flows and
+    their number; the step is ``inf`` when no flow moves and there is no limit.
+    """
+    return _advance(remaining, rates, float(limit_s), float(simultaneous))
+
+
+@njit(cache=True)
+def _compact(done, n_done, links, remaining, coflow, caps):  # pragma: no cover - compiled
+    n = done.shape[0]
+    m = n - n_done
+    new_links = np.empty((m, links.shape[1]), dtype=links.dtype)
+    new_remaining = np.empty(m)
+    new_coflow = np.empty(m, dtype=coflow.dtype)
+    new_caps = np.empty(m)
+    finished = []
+    j = 0
+    for f in range(n):
+        if done[f]:
+            finished.append(coflow[f])
+            continue
+        new_links[j] = links[f]
+        new_remaining[j] = remaining[f]
+        new_coflow[j] = coflow[f]
+        new_caps[j] = caps[f]
+        j += 1
+    return new_links, new_remaining, new_coflow, new_caps, np.array(finished, dtype=np.int64)
+
+
+def compact(done, n_done, links, remaining, coflow, caps):
+    """Drop the finished flows from the per-flow arrays; also returns their coflow slots."""
+    return _compact(done, n_done, links, remaining, coflow, caps)

@@ -28,7 +28,7 @@ import numpy as np
 from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy
 from controller.schedule import N_LEVELS, coflow_levels
-from simulator.allocation import greedy_in_order, priority_max_min
+from simulator.allocation import advance, compact, greedy_in_order, priority_max_min
 
 # Flows whose completion time is within this fraction of the step finish with it.
 _SIMULTANEOUS = 1e-9
@@ -256,12 +256,8 @@ class Simulator:
                 self.now_s = next_event
                 continue
             rates = self._allocate()
-            moving = rates > 0
-            with np.errstate(divide="ignore"):
-                finish = np.where(moving, flows.remaining_bits / np.where(moving, rates, 1), np.inf)
-            step = min(
-                finish.min(), next_event - self.now_s, next_tick - self.now_s, until_s - self.now_s
-            )
+            limit = min(next_event, next_tick, until_s) - self.now_s
+            step, done, n_done = advance(flows.remaining_bits, rates, limit, _SIMULTANEOUS)
             if not math.isfinite(step):
                 raise RuntimeError(
                     f"stuck at {self.now_s} s: {len(flows)} flows can never finish "
@@ -269,10 +265,8 @@ class Simulator:
                 )
             self.steps += 1
             self.now_s += step
-            flows.remaining_bits = flows.remaining_bits - rates * step
-            done = finish <= step * (1 + _SIMULTANEOUS)
-            if done.any():
-                self._complete(done)
+            if n_done:
+                self._complete(done, n_done)
             if self.now_s >= next_tick:
                 next_tick = self.now_s + period
                 self._dirty = True
@@ -284,14 +278,12 @@ class Simulator:
             _, _, callback = heapq.heappop(self._heap)
             callback()
 
-    def _complete(self, done: np.ndarray) -> None:
+    def _complete(self, done: np.ndarray, n_done: int) -> None:
         flows = self._flows
-        finished_slots = np.bincount(flows.coflow[done], minlength=len(self._slots))
-        keep = ~done
-        flows.links = flows.links[keep]
-        flows.remaining_bits = flows.remaining_bits[keep]
-        flows.coflow = flows.coflow[keep]
-        self._caps = self._caps[keep]
+        flows.links, flows.remaining_bits, flows.coflow, self._caps, slots = compact(
+            done, n_done, flows.links, flows.remaining_bits, flows.coflow, self._caps
+        )
+        finished_slots = np.bincount(slots, minlength=len(self._slots))
         for slot in np.flatnonzero(finished_slots):
             record = self._slots[slot]
             record.flows_left -= int(finished_slots[slot])

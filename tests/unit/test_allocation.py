@@ -1,0 +1,76 @@
+"""The simulator's rate allocation: max-min properties, priority, caps, greedy order."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.allocation import greedy_in_order, max_min, priority_max_min
+
+
+@st.composite
+def instances(draw):
+    n_links = draw(st.integers(2, 6))
+    n = draw(st.integers(1, 12))
+    links = np.array(
+        [draw(st.lists(st.integers(0, n_links - 1), min_size=2, max_size=2, unique=True))
+         for _ in range(n)]
+    )  # fmt: skip
+    capacity = np.array([float(draw(st.integers(1, 20))) for _ in range(n_links)])
+    caps = np.array([draw(st.sampled_from([np.inf, 0.5, 2.0, 7.0])) for _ in range(n)])
+    levels = np.array([draw(st.integers(0, 2)) for _ in range(n)])
+    return links, capacity, caps, levels
+
+
+def load(links, rates, n_links):
+    used = np.zeros(n_links)
+    np.add.at(used, links.ravel(), np.repeat(rates, links.shape[1]))
+    return used
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances())
+def test_max_min_is_feasible_and_every_flow_has_a_bottleneck(instance):
+    links, capacity, caps, _ = instance
+    rates = max_min(links, capacity, caps)
+    used = load(links, rates, len(capacity))
+    assert (used <= capacity * (1 + 1e-9)).all()
+    assert (rates <= caps * (1 + 1e-9)).all()
+    for f, row in enumerate(links):
+        if rates[f] >= caps[f] * (1 - 1e-9):
+            continue  # limited by its own cap
+        # a saturated link on which no flow gets more than f: raising f would hurt a poorer flow
+        sharing = [
+            link for link in row
+            if used[link] >= capacity[link] * (1 - 1e-9)
+            and rates[(links == link).any(axis=1)].max() <= rates[f] * (1 + 1e-9)
+        ]  # fmt: skip
+        assert sharing, (f, rates, used)
+
+
+@settings(max_examples=200, deadline=None)
+@given(instances())
+def test_priority_levels_are_strict(instance):
+    links, capacity, caps, levels = instance
+    rates = priority_max_min(links, levels, capacity, caps)
+    for level in np.unique(levels):
+        # what a level gets is exactly max-min on what the levels above left
+        above = levels < level
+        left = capacity - load(links[above], rates[above], len(capacity))
+        members = levels == level
+        expect = max_min(links[members], np.maximum(left, 0), caps[members])
+        assert np.allclose(rates[members], expect)
+
+
+def test_hand_examples():
+    capacity = np.array([10.0, 10, 10, 10, np.inf])
+    links = np.array([[0, 2], [0, 3], [1, 3]])
+    assert max_min(links, capacity).tolist() == [5, 5, 5]
+    # flow 0 capped at 1: flow 1 is then limited by link 3, shared with flow 2
+    assert max_min(links, capacity, np.array([1.0, np.inf, np.inf])).tolist() == [1, 5, 5]
+    # flow 1 alone at level 0 takes links 0 and 3: flows 0 and 2 get nothing
+    assert priority_max_min(links, np.array([1, 0, 1]), capacity).tolist() == [0, 10, 0]
+    assert greedy_in_order(links, np.array([2, 0, 1]), capacity).tolist() == [10, 0, 10]
+    # the padding link (infinite) never limits
+    assert max_min(np.array([[0, 4]]), capacity).tolist() == [10]

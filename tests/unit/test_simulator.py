@@ -1,0 +1,150 @@
+"""The flow-level simulator on analytic cases, against the reference fluid schedule, and its
+invariants (bytes conserved, order respected, deterministic)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from controller.fluid import greedy_completion_times
+from controller.model import ClusterState, Coflow, Flow
+from controller.policies import make_policy
+from simulator.engine import CoflowSpec, Fabric, Simulator
+
+BPS = 8.0  # one byte per second
+
+
+def run(specs, policy="fair", fabric=None, mode="levels", at=None):
+    sim = Simulator(fabric or Fabric(6, BPS), make_policy(policy), mode=mode)
+    for i, spec in enumerate(specs):
+        when = at[i] if at else 0.0
+        sim.at(when, lambda spec=spec: sim.release(spec))
+    sim.run()
+    return sim
+
+
+def spec(cid, flows):
+    src, dst, size = zip(*flows, strict=True)
+    return CoflowSpec(cid, np.array(src), np.array(dst), np.array(size, dtype=float))
+
+
+def test_one_flow_takes_size_over_rate():
+    assert run([spec(1, [(0, 1, 10)])]).coflows[1].finish_s == pytest.approx(10)
+
+
+def test_flows_sharing_a_port_get_equal_shares():
+    # three flows out of host 0: each gets a third, so all end at 30 s
+    sim = run([spec(1, [(0, 1, 10), (0, 2, 10), (0, 3, 10)])])
+    assert sim.coflows[1].finish_s == pytest.approx(30)
+    # unequal sizes: 1/3 each until the 5 B flow ends at 15 s, then 1/2 each: 10 B ends at 25 s
+    sim = run([spec(1, [(0, 1, 5)]), spec(2, [(0, 2, 10)]), spec(3, [(0, 3, 20)])])
+    assert [sim.coflows[c].finish_s for c in (1, 2, 3)] == pytest.approx([15, 25, 35])
+
+
+def test_strict_priority_starves_the_lower_level_until_the_upper_finishes():
+    # Sincronia puts the smaller coflow first: it runs alone, then the other
+    sim = run([spec(1, [(0, 1, 10)]), spec(2, [(0, 2, 5)])], "sincronia")
+    assert sim.coflows[2].finish_s == pytest.approx(5)
+    assert sim.coflows[1].finish_s == pytest.approx(15)
+
+
+def test_work_conservation_lets_a_lower_level_use_idle_ports():
+    sim = run([spec(1, [(0, 1, 10)]), spec(2, [(2, 3, 4)])], "sincronia")
+    assert sim.coflows[2].finish_s == pytest.approx(4)
+    assert sim.coflows[1].finish_s == pytest.approx(10)
+
+
+def test_two_tier_oversubscription_bottleneck():
+    # 2 leaves of 2 hosts, oversubscription 2: leaf uplink = 2 x 8 / 2 = 8 bit/s, shared by the
+    # two cross-leaf flows (4 bit/s each); an intra-leaf flow is not limited by it
+    fabric = Fabric(4, BPS, hosts_per_leaf=2, oversubscription=2)
+    sim = run([spec(1, [(0, 2, 10), (1, 3, 10)]), spec(2, [(0, 1, 0.0001)])], fabric=fabric)
+    assert sim.coflows[1].finish_s == pytest.approx(20, rel=1e-3)
+    sim = run([spec(1, [(0, 1, 10)])], fabric=fabric)
+    assert sim.coflows[1].finish_s == pytest.approx(10)
+
+
+def test_online_releases_and_madd_caps():
+    # Varys: a coflow of 6 B and 2 B from host 0: MADD gives both flows the same 8 s
+    sim = run([spec(1, [(0, 1, 6), (0, 2, 2)])], "varys")
+    assert sim.coflows[1].finish_s == pytest.approx(8)
+    sim = run([spec(1, [(0, 1, 10)]), spec(2, [(2, 3, 4)])], at=[0.0, 3.0])
+    assert sim.coflows[2].arrival_s == 3.0 and sim.coflows[2].cct_s == pytest.approx(4)
+
+
+def random_specs(rng, n, n_hosts):
+    out = []
+    for cid in range(n):
+        flows = []
+        for _ in range(rng.randint(1, 3)):
+            src, dst = rng.sample(range(n_hosts), 2)
+            flows.append((src, dst, float(rng.randint(1, 20))))
+        out.append(spec(cid, flows))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["fair", "fifo-lm"])
+def test_ideal_mode_matches_the_reference_fluid_schedule(policy):
+    """With an order that completions do not change (arrival order), the ideal mode is the
+    greedy strict-priority schedule of controller.fluid, coflow for coflow."""
+    rng = random.Random(policy)
+    for _ in range(20):
+        specs = random_specs(rng, rng.randint(2, 7), 4)
+        coflows = [
+            Coflow(
+                s.coflow_id,
+                [
+                    Flow(int(a), int(b), float(c))
+                    for a, b, c in zip(s.src, s.dst, s.size_bytes, strict=True)
+                ],
+            )
+            for s in specs
+        ]
+        want = greedy_completion_times(
+            ClusterState.build(coflows, default_port_bps=BPS), [s.coflow_id for s in specs]
+        )
+        sim = run(specs, policy, fabric=Fabric(4, BPS), mode="ideal")
+        assert {c: r.finish_s for c, r in sim.coflows.items()} == pytest.approx(want)
+
+
+def test_the_order_is_respected_on_one_port():
+    # every coflow only uses host 0's uplink: completions follow Sincronia's order exactly
+    rng = random.Random(7)
+    specs = [spec(c, [(0, rng.randint(1, 5), float(rng.randint(1, 30)))]) for c in range(8)]
+    sim = run(specs, "sincronia", mode="ideal")
+    finish = sorted(sim.coflows, key=lambda c: sim.coflows[c].finish_s)
+    sizes = {s.coflow_id: s.size_bytes.sum() for s in specs}
+    assert finish == sorted(sizes, key=lambda c: (sizes[c], c))
+
+
+@pytest.mark.parametrize("policy", ["fair", "sincronia", "varys", "jpas", "beamer", "fifo-lm"])
+@pytest.mark.parametrize("mode", ["levels", "ideal"])
+def test_bytes_conserved_and_runs_deterministic(policy, mode):
+    def once():
+        rng = random.Random(3)
+        specs = random_specs(rng, 25, 6)
+        at = sorted(rng.uniform(0, 20) for _ in specs)
+        return run(specs, policy, mode=mode, at=at)
+
+    first, second = once(), once()
+    assert first.bytes_delivered == pytest.approx(first.bytes_offered)
+    assert all(r.finish_s is not None for r in first.coflows.values())
+    assert {c: r.finish_s for c, r in first.coflows.items()} == {
+        c: r.finish_s for c, r in second.coflows.items()
+    }
+
+
+def test_scheduling_errors_are_loud():
+    sim = Simulator(Fabric(2, BPS), make_policy("fair"))
+    sim.now_s = 5.0
+    with pytest.raises(ValueError, match="cannot schedule at 1"):
+        sim.at(1.0, lambda: None)
+    with pytest.raises(ValueError, match="host id outside 0..1"):
+        sim.release(spec(1, [(0, 7, 1)]))
+    sim.release(spec(2, [(0, 1, 1)]))
+    with pytest.raises(ValueError, match="released twice"):
+        sim.release(spec(2, [(0, 1, 1)]))
+    with pytest.raises(ValueError, match="mode must be"):
+        Simulator(Fabric(2, BPS), make_policy("fair"), mode="fast")
