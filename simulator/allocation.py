@@ -25,21 +25,25 @@ _REL = 1e-9
 
 
 @njit(cache=True)
-def _fill(members, links, caps, residual, rates):  # pragma: no cover - compiled
-    """Max-min fair rates of ``members`` (flow indices) on ``residual``; updates both."""
+def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover - compiled
+    """Max-min fair per-flow rates of ``members`` (entry indices) on ``residual``; updates both.
+
+    Entry i stands for ``weights[i]`` identical flows that all get ``rates[i]``."""
     n = members.shape[0]
     k = links.shape[1]
     n_links = residual.shape[0]
     if n == 0:
         return
-    count = np.zeros(n_links, dtype=np.int64)
+    count = np.zeros(n_links)  # flows (weights) on each link
+    entries = np.zeros(n_links, dtype=np.int64)
     for i in range(n):
         for c in range(k):
-            count[links[members[i], c]] += 1
-    # flows of every link (CSR), to freeze a bottleneck link's flows without a full scan
+            count[links[members[i], c]] += weights[members[i]]
+            entries[links[members[i], c]] += 1
+    # entries of every link (CSR), to freeze a bottleneck link's flows without a full scan
     start = np.zeros(n_links + 1, dtype=np.int64)
     for link in range(n_links):
-        start[link + 1] = start[link] + count[link]
+        start[link + 1] = start[link] + entries[link]
     fill = start[:-1].copy()
     on_link = np.empty(start[n_links], dtype=np.int64)
     for i in range(n):
@@ -68,10 +72,12 @@ def _fill(members, links, caps, residual, rates):  # pragma: no cover - compiled
     while left > 0:
         share = np.inf
         for link in range(n_links):
-            if count[link] > 0:
+            if count[link] > 0.5:
                 s = residual[link] / count[link]
                 if s < share:
                     share = s
+        if share == np.inf:
+            break  # only empty entries are left
         if share < 0.0:
             share = 0.0
         while next_capped < n_capped and frozen[by_cap[next_capped]]:
@@ -93,13 +99,13 @@ def _fill(members, links, caps, residual, rates):  # pragma: no cover - compiled
                 left -= 1
                 for c in range(k):
                     link = links[f, c]
-                    residual[link] = max(residual[link] - take, 0.0)
-                    count[link] -= 1
+                    residual[link] = max(residual[link] - take * weights[f], 0.0)
+                    count[link] -= weights[f]
                 next_capped += 1
             continue
         limit = share * (1 + _REL)
         for link in range(n_links):
-            if count[link] == 0 or residual[link] / count[link] > limit:
+            if count[link] < 0.5 or residual[link] / count[link] > limit:
                 continue
             for j in range(start[link], start[link + 1]):
                 i = on_link[j]
@@ -111,12 +117,12 @@ def _fill(members, links, caps, residual, rates):  # pragma: no cover - compiled
                 left -= 1
                 for c in range(k):
                     other = links[f, c]
-                    residual[other] = max(residual[other] - share, 0.0)
-                    count[other] -= 1
+                    residual[other] = max(residual[other] - share * weights[f], 0.0)
+                    count[other] -= weights[f]
 
 
 @njit(cache=True)
-def _priority_max_min(links, levels, caps, capacity):  # pragma: no cover - compiled
+def _priority_max_min(links, levels, caps, weights, capacity):  # pragma: no cover - compiled
     n = links.shape[0]
     rates = np.zeros(n)
     residual = capacity.copy()
@@ -136,16 +142,18 @@ def _priority_max_min(links, levels, caps, capacity):  # pragma: no cover - comp
         fill[levels[f]] += 1
     for level in range(top + 1):
         if count[level + 1] > count[level]:
-            _fill(order[count[level] : count[level + 1]], links, caps, residual, rates)
+            _fill(order[count[level] : count[level + 1]], links, caps, weights, residual, rates)
     return rates
 
 
 @njit(cache=True)
-def _greedy(links, order, caps, capacity):  # pragma: no cover - compiled
+def _greedy(links, order, caps, weights, capacity):  # pragma: no cover - compiled
     residual = capacity.copy()
     rates = np.zeros(links.shape[0])
     k = links.shape[1]
     for f in order:
+        if weights[f] <= 0:
+            continue
         rate = caps[f]
         for c in range(k):
             if residual[links[f, c]] < rate:
@@ -161,25 +169,34 @@ def _caps(n: int, caps: np.ndarray | None) -> np.ndarray:
     return np.full(n, np.inf) if caps is None else np.ascontiguousarray(caps, dtype=np.float64)
 
 
+def _weights(n: int, weights: np.ndarray | None) -> np.ndarray:
+    return np.ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+
+
 def priority_max_min(
     links: np.ndarray,
     levels: np.ndarray,
     capacity: np.ndarray,
     caps: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
     """Rates (bit/s) under strict priority between ``levels`` and max-min within a level.
 
     Args:
-        links: ``(n, k)`` link indices of each flow.
-        levels: priority level of each flow (0 is served first).
+        links: ``(n, k)`` link indices of each entry.
+        levels: priority level of each entry (0 is served first).
         capacity: capacity of every link (bit/s).
         caps: per-flow rate caps (``inf`` for none), or ``None``.
+        weights: number of identical flows each entry stands for (1 when omitted; identical
+            uncapped flows at one level get equal rates under max-min, so grouping them is
+            exact); the result is the rate of each of those flows.
     """
     n = links.shape[0]
     return _priority_max_min(
         np.ascontiguousarray(links, dtype=np.int64),
         np.ascontiguousarray(levels, dtype=np.int64),
         _caps(n, caps),
+        _weights(n, weights),
         np.ascontiguousarray(capacity, dtype=np.float64),
     )
 
@@ -194,75 +211,86 @@ def greedy_in_order(
     order: np.ndarray,
     capacity: np.ndarray,
     caps: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each flow, in ``order`` (flow indices, most urgent first), takes what its links have left."""
+    """Each flow, in ``order`` (flow indices, most urgent first), takes what its links have left.
+
+    Entries with weight 0 (empty groups) are skipped."""
     n = links.shape[0]
     return _greedy(
         np.ascontiguousarray(links, dtype=np.int64),
         np.ascontiguousarray(order, dtype=np.int64),
         _caps(n, caps),
+        _weights(n, weights),
         np.ascontiguousarray(capacity, dtype=np.float64),
     )
 
 
 @njit(cache=True)
-def _advance(remaining, rates, limit, simultaneous):  # pragma: no cover - compiled
-    n = remaining.shape[0]
-    step = limit
-    for f in range(n):
-        if rates[f] > 0:
-            t = remaining[f] / rates[f]
-            if t < step:
-                step = t
-    done = np.zeros(n, dtype=np.bool_)
-    n_done = 0
-    if step == np.inf:
-        return step, done, n_done
-    for f in range(n):
-        if rates[f] > 0:
-            if remaining[f] / rates[f] <= step * (1 + simultaneous):
-                remaining[f] = 0.0
-                done[f] = True
-                n_done += 1
-            else:
-                remaining[f] -= rates[f] * step
-    return step, done, n_done
-
-
-def advance(
-    remaining: np.ndarray, rates: np.ndarray, limit_s: float, simultaneous: float = 1e-9
-) -> tuple[float, np.ndarray, int]:
-    """Move time forward to the first flow completion or ``limit_s``, whichever is first.
-
-    ``remaining`` (bits) is updated in place. Flows that would finish within ``simultaneous``
-    (relative) of the step finish with it. Returns the step, the mask of finished flows and
-    their number; the step is ``inf`` when no flow moves and there is no limit.
-    """
-    return _advance(remaining, rates, float(limit_s), float(simultaneous))
+def _group_rates(links, count, caps, level, capacity, rates):  # pragma: no cover - compiled
+    """Max-min rates of the non-empty groups (count > 0), strict priority by level."""
+    n = count.shape[0]
+    active = 0
+    top = 0
+    for g in range(n):
+        rates[g] = 0.0
+        if count[g] > 0.5:
+            active += 1
+            if level[g] > top:
+                top = level[g]
+    if active == 0:
+        return
+    # counting sort of the non-empty groups by level
+    start = np.zeros(top + 2, dtype=np.int64)
+    for g in range(n):
+        if count[g] > 0.5:
+            start[level[g] + 1] += 1
+    for lvl in range(top + 1):
+        start[lvl + 1] += start[lvl]
+    order = np.empty(active, dtype=np.int64)
+    fill = start[:-1].copy()
+    for g in range(n):
+        if count[g] > 0.5:
+            order[fill[level[g]]] = g
+            fill[level[g]] += 1
+    residual = capacity.copy()
+    for lvl in range(top + 1):
+        if start[lvl + 1] > start[lvl]:
+            _fill(order[start[lvl] : start[lvl + 1]], links, caps, count, residual, rates)
 
 
 @njit(cache=True)
-def _compact(done, n_done, links, remaining, coflow, caps):  # pragma: no cover - compiled
-    n = done.shape[0]
-    m = n - n_done
-    new_links = np.empty((m, links.shape[1]), dtype=links.dtype)
-    new_remaining = np.empty(m)
-    new_coflow = np.empty(m, dtype=coflow.dtype)
-    new_caps = np.empty(m)
-    finished = []
-    j = 0
-    for f in range(n):
-        if done[f]:
-            finished.append(coflow[f])
-            continue
-        new_links[j] = links[f]
-        new_remaining[j] = remaining[f]
-        new_coflow[j] = coflow[f]
-        new_caps[j] = caps[f]
-        j += 1
-    return new_links, new_remaining, new_coflow, new_caps, np.array(finished, dtype=np.int64)
+def _advance_groups(count, rates, served, next_thr, limit, simultaneous):  # pragma: no cover
+    n = count.shape[0]
+    step = limit
+    for g in range(n):
+        if count[g] > 0.5 and rates[g] > 0:
+            t = (next_thr[g] - served[g]) / rates[g]
+            if t < step:
+                step = t
+    if step < 0:
+        step = 0.0
+    ending = []
+    if step == np.inf:
+        return step, np.zeros(0, dtype=np.int64)
+    for g in range(n):
+        if count[g] > 0.5 and rates[g] > 0:
+            t = (next_thr[g] - served[g]) / rates[g]
+            served[g] += rates[g] * step
+            if t <= step * (1 + simultaneous):
+                ending.append(g)
+    out = np.empty(len(ending), dtype=np.int64)
+    for i in range(len(ending)):
+        out[i] = ending[i]
+    return step, out
 
 
-def compact(done, n_done, links, remaining, coflow, caps):
-    """Drop the finished flows from the per-flow arrays; also returns their coflow slots."""
-    return _compact(done, n_done, links, remaining, coflow, caps)
+def group_rates(links, count, caps, level, capacity, rates) -> None:
+    """Fill ``rates`` (per flow of each group) for the groups with ``count`` > 0, in place."""
+    _group_rates(links, count, caps, level, capacity, rates)
+
+
+def advance_groups(count, rates, served, next_thr, limit_s, simultaneous=1e-9):
+    """Advance to the first group threshold (or ``limit_s``): add each group's service in place
+    and return the step and the groups whose next flow ends with it."""
+    return _advance_groups(count, rates, served, next_thr, float(limit_s), float(simultaneous))

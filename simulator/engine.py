@@ -3,8 +3,16 @@ active flows; the scheduling policy comes from :mod:`controller.policies`, uncha
 
 Between two events every flow keeps a constant rate; the next event is the earliest of a flow
 completion, a scheduled event (a coflow release, a compute phase ending, a periodic reorder).
-Flows live in numpy arrays (links, remaining bits, coflow) so that an allocation costs a few
-vectorised passes. The policy sees each active coflow in bulk (a
+
+Exact aggregation keeps a step cheap when hundreds of thousands of flows are active: flows of the
+same priority level between the same two hosts, without a rate cap, get the same rate under
+max-min fairness, so they form one *group* (weight = its number of flows). A group counts the bits
+it has served per flow; each flow joins with a threshold (that count plus its size) and finishes
+when the count reaches it, so a step costs O(groups), and a completion pops a heap. A *bucket*
+is a set of coflows sharing a level; a reorder relabels buckets and moves only the coflows that
+changed bucket. Capped coflows (MADD) and the ideal mode use one group per flow.
+
+The policy sees each active coflow in bulk (a
 :class:`~controller.model.CoflowSummary`: its remaining bytes per host port) and is asked for a
 new schedule whenever the set of coflows changes, when the workload says so (stage events,
 job progress) and every ``policy.reorder_period_s`` if it has one.
@@ -20,15 +28,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy
 from controller.schedule import N_LEVELS, coflow_levels
-from simulator.allocation import advance, compact, greedy_in_order, priority_max_min
+from simulator.allocation import advance_groups, greedy_in_order, group_rates
 
 # Flows whose completion time is within this fraction of the step finish with it.
 _SIMULTANEOUS = 1e-9
@@ -130,16 +139,18 @@ class CoflowRecord:
         return None if self.finish_s is None else self.finish_s - self.arrival_s
 
 
-@dataclass
-class _Flows:
-    """The active flows, as parallel arrays."""
+def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
+    """``array`` with room for ``needed`` rows (capacity doubles; new rows are ``fill``)."""
+    if needed <= len(array):
+        return array
+    size = max(needed, 2 * len(array), 64)
+    out = np.full((size, *array.shape[1:]), fill, dtype=array.dtype)
+    out[: len(array)] = array
+    return out
 
-    links: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
-    remaining_bits: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    coflow: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
-    def __len__(self) -> int:
-        return len(self.remaining_bits)
+DONE = -1  # flow group of a finished flow
+PENDING = -2  # flow released but not yet placed in a group (placed at the next reorder)
 
 
 class Simulator:
@@ -172,16 +183,38 @@ class Simulator:
         self._heap: list = []
         self._seq = itertools.count()
         self._capacity = fabric.capacity()
-        self._flows = _Flows(
-            links=np.zeros((0, fabric.links(np.zeros(0), np.zeros(0)).shape[1]), dtype=np.int64)
-        )
-        self._slots: list[CoflowRecord] = []  # slot index (used in _flows.coflow) -> record
+        k = fabric.links(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)).shape[1]
+        # flows, by flow id (a coflow's flows have consecutive ids)
+        self._n_flows = 0
+        self._f_links = np.zeros((0, k), dtype=np.int64)
+        self._f_pair = np.zeros(0, dtype=np.int64)  # src * n_hosts + dst
+        self._f_thr = np.zeros(0)  # group service (bits) at which it ends; size while PENDING
+        self._f_group = np.zeros(0, dtype=np.int64)
+        # groups, by group id (ids of emptied groups are reused)
+        self._g_links = np.zeros((0, k), dtype=np.int64)
+        self._g_count = np.zeros(0)
+        self._g_served = np.zeros(0)  # bits served to each of its flows so far
+        self._g_rate = np.zeros(0)
+        self._g_cap = np.zeros(0)
+        self._g_bucket = np.zeros(0, dtype=np.int64)
+        self._g_next = np.zeros(0)  # smallest threshold among its flows
+        self._g_heap: list[list] = []
+        self._g_key: list = []
+        self._group_of: dict = {}
+        self._free_groups: list[int] = []
+        # buckets: sets of coflow slots sharing a level
+        self._b_level: list[int] = []
+        self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
+        self._b_members: list[set] = []
+        # coflows, by slot
+        self._slots: list[CoflowRecord] = []
+        self._slot_flows: list[tuple[int, int]] = []  # flow id range
+        self._slot_bucket: list[int] = []
+        self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
         self._listeners: list[Callable[[CoflowRecord], None]] = []
-        self._dirty = True
-        # per coflow slot: priority level (levels mode) or position in the order (ideal mode)
-        self._slot_rank = np.zeros(0, dtype=np.int64)
-        self._caps = np.zeros(0)  # per active flow; inf when uncapped
+        self._dirty = True  # ask the policy again
+        self._realloc = True  # recompute rates
         self.bytes_offered = 0.0
         self.reorders = 0
         self.steps = 0
@@ -203,38 +236,48 @@ class Simulator:
         self._dirty = True
 
     def release(self, spec: CoflowSpec) -> CoflowRecord:
-        """Release a coflow now."""
+        """Release a coflow now (it is placed at its level by the next reorder)."""
         if spec.coflow_id in self.coflows:
             raise ValueError(f"coflow {spec.coflow_id} released twice")
         sizes = np.asarray(spec.size_bytes, dtype=float)
         if sizes.size and sizes.min() < 0:
             raise ValueError(f"coflow {spec.coflow_id}: negative flow size")
         keep = sizes > 0
+        links = self.fabric.links(np.asarray(spec.src)[keep], np.asarray(spec.dst)[keep])
+        n = int(keep.sum())
         record = CoflowRecord(
             spec.coflow_id,
             self.now_s,
             float(sizes.sum()),
-            int(keep.sum()),
+            n,
             spec.job_id,
             spec.stage_id,
             spec.weight,
-            flows_left=int(keep.sum()),
+            flows_left=n,
         )
         self.coflows[spec.coflow_id] = record
         self.bytes_offered += record.size_bytes
-        if record.flows_left == 0:
+        if n == 0:
             record.finish_s = self.now_s
             self._finished(record)
             return record
+        first, last = self._n_flows, self._n_flows + n
+        self._f_links = _grow(self._f_links, last, 0)
+        self._f_pair = _grow(self._f_pair, last, 0)
+        self._f_thr = _grow(self._f_thr, last, 0.0)
+        self._f_group = _grow(self._f_group, last, DONE)
+        self._f_links[first:last] = links
+        hosts = self.fabric.n_hosts
+        src = np.asarray(spec.src, dtype=np.int64)[keep]
+        self._f_pair[first:last] = src * hosts + np.asarray(spec.dst, dtype=np.int64)[keep]
+        self._f_thr[first:last] = 8.0 * sizes[keep]
+        self._f_group[first:last] = PENDING
+        self._n_flows = last
         slot = len(self._slots)
         self._slots.append(record)
-        links = self.fabric.links(np.asarray(spec.src)[keep], np.asarray(spec.dst)[keep])
-        flows = self._flows
-        flows.links = np.concatenate([flows.links, links])
-        flows.remaining_bits = np.concatenate([flows.remaining_bits, 8.0 * sizes[keep]])
-        flows.coflow = np.concatenate([flows.coflow, np.full(record.flows_left, slot)])
-        self._caps = np.concatenate([self._caps, np.full(record.flows_left, np.inf)])
-        self._slot_rank = np.append(self._slot_rank, 0)
+        self._slot_flows.append((first, last))
+        self._slot_bucket.append(-1)
+        self._active_slots.add(slot)
         self._dirty = True
         return record
 
@@ -248,25 +291,33 @@ class Simulator:
             self._fire_due_events()
             if self._dirty:
                 self._reorder()
-            flows = self._flows
             next_event = self._heap[0][0] if self._heap else math.inf
-            if not len(flows):
+            if not self._active_slots:
                 if next_event == math.inf or next_event > until_s:
                     break
                 self.now_s = next_event
                 continue
-            rates = self._allocate()
+            if self._realloc:
+                self._allocate()
             limit = min(next_event, next_tick, until_s) - self.now_s
-            step, done, n_done = advance(flows.remaining_bits, rates, limit, _SIMULTANEOUS)
+            n = len(self._g_heap)
+            step, ending = advance_groups(
+                self._g_count[:n],
+                self._g_rate[:n],
+                self._g_served[:n],
+                self._g_next[:n],
+                limit,
+                _SIMULTANEOUS,
+            )
             if not math.isfinite(step):
                 raise RuntimeError(
-                    f"stuck at {self.now_s} s: {len(flows)} flows can never finish "
-                    "(a link or rate cap is zero)"
+                    f"stuck at {self.now_s} s: {len(self._active_slots)} coflows can never "
+                    "finish (a link or rate cap is zero)"
                 )
             self.steps += 1
             self.now_s += step
-            if n_done:
-                self._complete(done, n_done)
+            if len(ending):
+                self._complete(ending, step)
             if self.now_s >= next_tick:
                 next_tick = self.now_s + period
                 self._dirty = True
@@ -278,47 +329,163 @@ class Simulator:
             _, _, callback = heapq.heappop(self._heap)
             callback()
 
-    def _complete(self, done: np.ndarray, n_done: int) -> None:
-        flows = self._flows
-        flows.links, flows.remaining_bits, flows.coflow, self._caps, slots = compact(
-            done, n_done, flows.links, flows.remaining_bits, flows.coflow, self._caps
-        )
-        finished_slots = np.bincount(slots, minlength=len(self._slots))
-        for slot in np.flatnonzero(finished_slots):
+    def _complete(self, ending: np.ndarray, step: float) -> None:
+        """Finish the flows of ``ending`` groups that reached their threshold."""
+        finished_slots: dict[int, int] = {}
+        f_group, f_thr = self._f_group, self._f_thr
+        for g in ending.tolist():
+            served = self._g_served[g]
+            slack = self._g_rate[g] * step * _SIMULTANEOUS + 1e-6
+            heap = self._g_heap[g]
+            while heap:
+                thr, f = heap[0]
+                if f_group[f] != g or f_thr[f] != thr:
+                    heapq.heappop(heap)  # stale: the flow moved or finished
+                    continue
+                if thr > served + slack:
+                    break
+                heapq.heappop(heap)
+                f_group[f] = DONE
+                self._g_count[g] -= 1
+                slot = self._slot_of_flow(f)
+                finished_slots[slot] = finished_slots.get(slot, 0) + 1
+            self._refresh(g)
+        self._realloc = True
+        for slot, n in finished_slots.items():
             record = self._slots[slot]
-            record.flows_left -= int(finished_slots[slot])
+            record.flows_left -= n
             if record.flows_left == 0:
                 record.finish_s = self.now_s
+                self._active_slots.discard(slot)
+                self._b_members[self._slot_bucket[slot]].discard(slot)
                 self._finished(record)
+
+    def _slot_of_flow(self, f: int) -> int:
+        # flows of a slot are consecutive and slots are released in order: bisect the starts
+        starts = self._slot_starts
+        if len(starts) != len(self._slot_flows):
+            starts = self._slot_starts = [first for first, _ in self._slot_flows]
+        return bisect_right(starts, f) - 1
+
+    _slot_starts: list[int] = []
 
     def _finished(self, record: CoflowRecord) -> None:
         self._dirty = True
         for listener in self._listeners:
             listener(record)
 
+    # ---- groups ------------------------------------------------------------------------------
+
+    def _new_group(self, key, links: np.ndarray, bucket: int) -> int:
+        if self._free_groups:
+            g = self._free_groups.pop()
+        else:
+            g = len(self._g_heap)
+            self._g_heap.append([])
+            self._g_key.append(None)
+            size = g + 1
+            self._g_links = _grow(self._g_links, size, 0)
+            self._g_count = _grow(self._g_count, size, 0.0)
+            self._g_served = _grow(self._g_served, size, 0.0)
+            self._g_rate = _grow(self._g_rate, size, 0.0)
+            self._g_cap = _grow(self._g_cap, size, np.inf)
+            self._g_bucket = _grow(self._g_bucket, size, -1)
+            self._g_next = _grow(self._g_next, size, np.inf)
+        self._g_links[g] = links
+        self._g_count[g] = 0.0
+        self._g_served[g] = 0.0
+        self._g_rate[g] = 0.0
+        self._g_cap[g] = np.inf
+        self._g_bucket[g] = bucket
+        self._g_next[g] = np.inf
+        self._g_heap[g] = []
+        self._g_key[g] = key
+        self._group_of[key] = g
+        return g
+
+    def _refresh(self, g: int) -> None:
+        """Recompute a group's next threshold; recycle it when empty."""
+        heap = self._g_heap[g]
+        while heap and (self._f_group[heap[0][1]] != g or self._f_thr[heap[0][1]] != heap[0][0]):
+            heapq.heappop(heap)
+        self._g_next[g] = heap[0][0] if heap else np.inf
+        if self._g_count[g] <= 0.5:
+            self._g_count[g] = 0.0
+            self._g_heap[g] = []
+            self._g_next[g] = np.inf
+            del self._group_of[self._g_key[g]]
+            self._g_key[g] = None
+            self._free_groups.append(g)
+
+    def _place(self, slot: int, bucket: int) -> None:
+        """Move the unfinished flows of a coflow into the groups of ``bucket``."""
+        old = self._slot_bucket[slot]
+        if old >= 0:
+            self._b_members[old].discard(slot)
+        self._slot_bucket[slot] = bucket
+        self._b_members[bucket].add(slot)
+        first, last = self._slot_flows[slot]
+        flows = np.arange(first, last)
+        groups = self._f_group[first:last]
+        flows = flows[groups != DONE]
+        groups = self._f_group[flows]
+        remaining = self._remaining(flows, groups)
+        touched = set()
+        single = self._b_single[bucket]
+        for f, g_old, left in zip(flows.tolist(), groups.tolist(), remaining.tolist(), strict=True):
+            key = (bucket, f) if single else (bucket, int(self._f_pair[f]))
+            g = self._group_of.get(key)
+            if g is None:
+                g = self._new_group(key, self._f_links[f], bucket)
+            thr = self._g_served[g] + left
+            self._f_thr[f] = thr
+            self._f_group[f] = g
+            heapq.heappush(self._g_heap[g], (thr, f))
+            self._g_count[g] += 1
+            if thr < self._g_next[g]:
+                self._g_next[g] = thr
+            if g_old >= 0:
+                self._g_count[g_old] -= 1
+                touched.add(g_old)
+        for g in touched:
+            self._refresh(g)
+        self._realloc = True
+
+    def _remaining(self, flows: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """Bits left of ``flows`` (whose groups are ``groups``, PENDING or a group id)."""
+        served = np.zeros(len(flows))
+        placed = groups >= 0
+        served[placed] = self._g_served[groups[placed]]
+        return np.maximum(self._f_thr[flows] - served, 0.0)
+
     # ---- policy and allocation -----------------------------------------------------------------
+
+    def _active_flow_ids(self) -> np.ndarray:
+        slots = sorted(self._active_slots)
+        if not slots:
+            return np.zeros(0, dtype=np.int64)
+        ids = np.concatenate([np.arange(*self._slot_flows[s]) for s in slots])
+        return ids[self._f_group[ids] != DONE]
 
     def cluster_state(self) -> ClusterState:
         """The policy's view: every active coflow in bulk, plus the workload's jobs and stages."""
-        flows = self._flows
         n = self.fabric.n_hosts
-        slots, row = np.unique(flows.coflow, return_inverse=True)
-        remaining_bytes = flows.remaining_bits / 8.0
-        # bytes left per (coflow, host link): egress links are 0..n-1, ingress n..2n-1
-        cells = np.concatenate(
-            [row * (2 * n) + flows.links[:, 0], row * (2 * n) + flows.links[:, 1]]
-        )
+        flows = self._active_flow_ids()
+        remaining = self._remaining(flows, self._f_group[flows]) / 8.0
+        slot_starts = np.asarray([self._slot_flows[s][0] for s in range(len(self._slots))])
+        slot = np.searchsorted(slot_starts, flows, side="right") - 1
+        slots, row = np.unique(slot, return_inverse=True)
+        src = self._f_pair[flows] // n
+        dst = self._f_pair[flows] % n
+        cells = np.concatenate([row * (2 * n) + src, row * (2 * n) + n + dst])
         load = np.bincount(
-            cells,
-            weights=np.concatenate([remaining_bytes, remaining_bytes]),
-            minlength=len(slots) * 2 * n,
+            cells, weights=np.concatenate([remaining, remaining]), minlength=len(slots) * 2 * n
         ).reshape(len(slots), 2 * n)
-        totals = np.bincount(row, weights=remaining_bytes, minlength=len(slots))
+        totals = np.bincount(row, weights=remaining, minlength=len(slots))
         coflows = {}
-        for i, slot in enumerate(slots.tolist()):
-            record = self._slots[slot]
-            links = np.flatnonzero(load[i])
-            ports = {(int(k % n), int(k // n)): float(load[i, k]) for k in links}
+        for i, s in enumerate(slots.tolist()):
+            record = self._slots[s]
+            ports = {(int(k % n), int(k // n)): float(load[i, k]) for k in np.flatnonzero(load[i])}
             summary = CoflowSummary(record.size_bytes, float(totals[i]), ports)
             coflows[record.coflow_id] = Coflow(
                 record.coflow_id,
@@ -332,40 +499,110 @@ class Simulator:
         jobs, stages = self.jobs_and_stages()
         return ClusterState({}, coflows, jobs, stages, self.now_s, self.fabric.host_bps)
 
+    def _new_bucket(self, level: int, single: bool) -> int:
+        self._b_level.append(level)
+        self._b_single.append(single)
+        self._b_members.append(set())
+        return len(self._b_level) - 1
+
     def _reorder(self) -> None:
-        """Ask the policy for a schedule; keep it per coflow slot (flows index it)."""
+        """Ask the policy for a schedule and put every coflow in the bucket of its level."""
         self._dirty = False
-        flows = self._flows
-        if not len(flows):
+        if not self._active_slots:
             return
         self.reorders += 1
         schedule = self.policy.schedule(self.cluster_state())
-        slot_of = {self._slots[s].coflow_id: s for s in np.unique(flows.coflow).tolist()}
+        slot_of = {self._slots[s].coflow_id: s for s in self._active_slots}
         if self.mode == "levels":
-            for coflow_id, level in coflow_levels(schedule, self.n_levels).items():
-                self._slot_rank[slot_of[coflow_id]] = level
+            level = {slot_of[c]: lvl for c, lvl in coflow_levels(schedule, self.n_levels).items()}
         else:
-            for position, coflow_id in enumerate(schedule.order):
-                self._slot_rank[slot_of[coflow_id]] = position
-        gamma = np.full(len(self._slots), np.inf)
-        for coflow_id, g in schedule.coflow_gamma_s.items():
-            gamma[slot_of[coflow_id]] = g
-        # MADD: the flows of a coflow are capped so that they all end together at its gamma
-        flow_gamma = gamma[flows.coflow]
-        self._caps = np.where(np.isfinite(flow_gamma), flows.remaining_bits / flow_gamma, np.inf)
+            level = {slot_of[c]: pos for pos, c in enumerate(schedule.order)}
+        capped = {slot_of[c] for c in schedule.coflow_gamma_s}
+        target = self._assign_buckets(level, capped)
+        for s, bucket in target.items():
+            if self._slot_bucket[s] != bucket:
+                self._place(s, bucket)
+        # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
+        for c, gamma in schedule.coflow_gamma_s.items():
+            first, last = self._slot_flows[slot_of[c]]
+            flows = np.arange(first, last)
+            flows = flows[self._f_group[flows] >= 0]
+            groups = self._f_group[flows]
+            self._g_cap[groups] = self._remaining(flows, groups) / gamma
+        for s in self._active_slots - capped:
+            if self._b_single[self._slot_bucket[s]]:
+                first, last = self._slot_flows[s]
+                groups = self._f_group[first:last]
+                self._g_cap[groups[groups >= 0]] = np.inf
+        self._realloc = True
 
-    def _allocate(self) -> np.ndarray:
-        flows = self._flows
-        caps = self._caps if np.isfinite(self._caps).any() else None
-        rank = self._slot_rank[flows.coflow]
+    def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
+        """The bucket of every active coflow, reusing buckets so that few flows move."""
+        target: dict[int, int] = {}
+        # one group per flow: capped coflows, and every coflow in ideal mode
+        for s, lvl in level.items():
+            if s in capped or self.mode == "ideal":
+                bucket = self._slot_bucket[s]
+                if bucket < 0 or not self._b_single[bucket]:
+                    bucket = self._new_bucket(lvl, True)
+                self._b_level[bucket] = lvl
+                target[s] = bucket
+        # shared buckets: give each level the existing bucket that holds most of its flows
+        weight: dict[tuple[int, int], int] = {}
+        for s, lvl in level.items():
+            bucket = self._slot_bucket[s]
+            if s in target or bucket < 0 or self._b_single[bucket]:
+                continue
+            first, last = self._slot_flows[s]
+            weight[(bucket, lvl)] = weight.get((bucket, lvl), 0) + (last - first)
+        bucket_of_level: dict[int, int] = {}
+        used = set()
+        for (bucket, lvl), _ in sorted(weight.items(), key=lambda kv: -kv[1]):
+            if bucket not in used and lvl not in bucket_of_level:
+                used.add(bucket)
+                bucket_of_level[lvl] = bucket
+                self._b_level[bucket] = lvl
+        for s, lvl in level.items():
+            if s in target:
+                continue
+            if lvl not in bucket_of_level:
+                bucket_of_level[lvl] = self._new_bucket(lvl, False)
+            target[s] = bucket_of_level[lvl]
+        # buckets no coflow was given keep no level: park them below every level
+        for bucket in range(len(self._b_level)):
+            if bucket not in used and bucket not in target.values() and not self._b_members[bucket]:
+                self._b_level[bucket] = 1 << 30
+        return target
+
+    def _allocate(self) -> None:
+        self._realloc = False
+        n = len(self._g_heap)
+        levels = np.asarray(self._b_level, dtype=np.int64)[self._g_bucket[:n]]
         if self.mode == "levels":
-            return priority_max_min(flows.links, rank, self._capacity, caps)
-        # stable: inside a coflow, flows keep their release order
-        order = np.argsort(rank, kind="stable")
-        return greedy_in_order(flows.links, order, self._capacity, caps)
+            group_rates(
+                self._g_links[:n],
+                self._g_count[:n],
+                self._g_cap[:n],
+                levels,
+                self._capacity,
+                self._g_rate[:n],
+            )
+            return
+        # ideal: one group per flow, greedy by level, then release order inside a coflow
+        active = np.flatnonzero(self._g_count[:n] > 0.5)
+        first_flow = np.asarray([self._g_key[g][1] for g in active.tolist()], dtype=np.int64)
+        order = np.lexsort((first_flow, levels[active]))
+        caps = self._g_cap[active]
+        rates = greedy_in_order(
+            self._g_links[active], order, self._capacity, caps if np.isfinite(caps).any() else None
+        )
+        self._g_rate[:n] = 0.0
+        self._g_rate[active] = rates
 
     # ---- results -----------------------------------------------------------------------------
 
     @property
     def bytes_delivered(self) -> float:
-        return self.bytes_offered - float(self._flows.remaining_bits.sum()) / 8.0
+        flows = self._active_flow_ids()
+        left = self._remaining(flows, self._f_group[flows]).sum() / 8.0
+        return self.bytes_offered - float(left)

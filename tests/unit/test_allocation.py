@@ -74,3 +74,14 @@ def test_hand_examples():
     assert greedy_in_order(links, np.array([2, 0, 1]), capacity).tolist() == [10, 0, 10]
     # the padding link (infinite) never limits
     assert max_min(np.array([[0, 4]]), capacity).tolist() == [10]
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), st.lists(st.integers(1, 4), min_size=12, max_size=12))
+def test_a_weighted_entry_equals_that_many_identical_flows(instance, weights):
+    links, capacity, _, levels = instance
+    weights = np.array(weights[: len(links)], dtype=float)
+    grouped = priority_max_min(links, levels, capacity, weights=weights)
+    expanded = np.repeat(np.arange(len(links)), weights.astype(int))
+    single = priority_max_min(links[expanded], levels[expanded], capacity)
+    assert np.allclose(single, grouped[expanded])
