@@ -18,8 +18,11 @@ from pathlib import Path
 
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
+from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, summarise, trace_lower_bound, write_csv, write_json
 from simulator.traces import TraceError, load_trace
+from workloads.hpo import PATTERNS, generate
+from workloads.profiles import PROFILES
 
 
 def _positive(kind):
@@ -48,44 +51,101 @@ def build_parser() -> argparse.ArgumentParser:
     )
     trace.add_argument("trace", help="trace file (Facebook benchmark or per-flow format)")
     trace.add_argument(
+        "--offline",
+        action="store_true",
+        help="release every coflow at t=0 instead of at its arrival",
+    )
+    _common_options(trace)
+
+    hpo = sub.add_parser(
+        "hpo",
+        help="run a generated HPO workload",
+        description="Run seeded HPO tasks (successive halving; one synchronisation coflow per "
+        "training iteration) under each policy and report stage, job and accuracy metrics.",
+    )
+    hpo.add_argument("--hosts", type=_positive(int), default=13, help="hosts (default: 13)")
+    hpo.add_argument(
+        "--tasks", type=_positive(int), default=4, help="concurrent HPO tasks (default: 4)"
+    )
+    hpo.add_argument(
+        "--configs", type=_positive(int), default=9, help="configurations per task (default: 9)"
+    )
+    hpo.add_argument("--eta", type=int, default=3, help="reduction factor (default: 3)")
+    hpo.add_argument(
+        "--min-iterations",
+        type=_positive(int),
+        default=10,
+        help="iterations of the first stage (default: 10)",
+    )
+    hpo.add_argument(
+        "--workers", type=_positive(int), default=3, help="GPUs (hosts) per job (default: 3)"
+    )
+    hpo.add_argument(
+        "--models",
+        nargs="+",
+        default=["resnet50", "vgg16", "inception3"],
+        choices=sorted(PROFILES),
+        metavar="MODEL",
+        help=f"models to draw from: {', '.join(sorted(PROFILES))}",
+    )
+    hpo.add_argument(
+        "--patterns",
+        nargs="+",
+        default=list(PATTERNS),
+        choices=PATTERNS,
+        help="synchronisation patterns to draw from (default: ps ring)",
+    )
+    hpo.add_argument(
+        "--interarrival",
+        type=float,
+        default=0.0,
+        help="mean gap between task arrivals in s (default: 0, all at once)",
+    )
+    hpo.add_argument(
+        "--scale",
+        type=_positive(float),
+        default=1.0,
+        help="divide model bytes and compute time by this (default: 1)",
+    )
+    hpo.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
+    _common_options(hpo)
+    return parser
+
+
+def _common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--policy",
         nargs="+",
         default=sorted(POLICIES),
         choices=sorted(POLICIES),
         help="policies to run (default: all)",
     )
-    trace.add_argument(
+    parser.add_argument(
         "--mode",
         choices=["levels", "ideal"],
         default="levels",
-        help="levels: 8 switch priority levels, max-min within a level (default); "
-        "ideal: one level per rank, greedy in order",
+        help="levels: 8 switch priority levels, max-min within a level "
+        "(default); ideal: one level per rank, greedy in order",
     )
-    trace.add_argument(
-        "--offline",
-        action="store_true",
-        help="release every coflow at t=0 instead of at its arrival",
-    )
-    trace.add_argument(
+    parser.add_argument(
         "--host-bps",
         type=_positive(float),
         default=1e9,
         help="capacity of every host link in bit/s (default: 1e9)",
     )
-    trace.add_argument(
+    parser.add_argument(
         "--hosts-per-leaf",
         type=_positive(int),
         default=None,
         help="two-tier leaf-spine with leaves of this many hosts",
     )
-    trace.add_argument(
+    parser.add_argument(
         "--oversubscription",
         type=_positive(float),
         default=1.0,
         help="leaf uplink oversubscription (default: 1)",
     )
-    trace.add_argument("--out", type=Path, help="folder for CSV/JSON results")
-    return parser
+    parser.add_argument("--out", type=Path, help="folder for CSV/JSON results")
 
 
 def run_trace(args) -> int:
@@ -140,11 +200,87 @@ def run_trace(args) -> int:
     return 0
 
 
+def run_hpo(args) -> int:
+    try:
+        kwargs = dict(
+            n_hosts=args.hosts,
+            n_tasks=args.tasks,
+            seed=args.seed,
+            configs_per_task=args.configs,
+            eta=args.eta,
+            min_iterations=args.min_iterations,
+            workers=args.workers,
+            models=tuple(args.models),
+            patterns=tuple(args.patterns),
+            mean_interarrival_s=args.interarrival,
+            scale=args.scale,
+        )
+        generate(**kwargs)
+    except ValueError as exc:
+        print(f"python -m simulator: error: {exc}", file=sys.stderr)
+        return 2
+    fabric = Fabric(args.hosts, args.host_bps, args.hosts_per_leaf, args.oversubscription)
+    summary = {"workload": kwargs, "mode": args.mode, "host_bps": args.host_bps, "policies": {}}
+    print(
+        f"{'policy':<10} {'avg SCT s':>10} {'p95 SCT s':>10} {'SCT/bound':>10} "
+        f"{'avg JCT s':>10} {'to 90% s':>9} {'to 95% s':>9} {'HPO end s':>10} {'wall s':>7}"
+    )
+    for name in args.policy:
+        sim = Simulator(fabric, make_policy(name), mode=args.mode)
+        driver = HpoDriver(sim, generate(**kwargs))
+        started = time.perf_counter()
+        sim.run()
+        wall = time.perf_counter() - started
+        result = hpo_summary(driver)
+        result["wall_s"] = wall
+        summary["policies"][name] = result
+        print(
+            f"{name:<10} {result['sct_s']['mean']:>10.3f} {result['sct_s']['p95']:>10.3f} "
+            f"{result['sct_over_bound']:>10.3f} {result['jct_s']['mean']:>10.3f} "
+            f"{_fmt(result['time_to_90pct_s'].get('mean')):>9} "
+            f"{_fmt(result['time_to_95pct_s'].get('mean')):>9} "
+            f"{result['hpo_completion_s']['mean']:>10.2f} {wall:>7.1f}",
+            flush=True,
+        )
+        if args.out:
+            write_csv(args.out / f"stages-{name}.csv", driver.stage_rows())
+            write_csv(args.out / f"jobs-{name}.csv", driver.job_rows())
+            write_csv(args.out / f"configs-{name}.csv", driver.config_rows())
+            write_csv(args.out / f"coflows-{name}.csv", coflow_rows(sim))
+    if args.out:
+        write_json(args.out / "summary.json", summary)
+        print(f"results in {args.out}/")
+    return 0
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def hpo_summary(driver: HpoDriver) -> dict:
+    """Stage, job, accuracy and completion metrics of one HPO run."""
+    stages = driver.stage_rows()
+    configs = driver.config_rows()
+    sct = [r["sct_s"] for r in stages]
+    bound = [r["isolation_bound_s"] for r in stages]
+    return {
+        "sct_s": summarise(sct),
+        "sct_over_bound": sum(sct) / sum(bound) if sum(bound) else float("nan"),
+        "jct_s": summarise([r["jct_s"] for r in driver.job_rows()]),
+        "time_to_90pct_s": summarise([r["time_to_90pct_s"] for r in configs]),
+        "time_to_95pct_s": summarise([r["time_to_95pct_s"] for r in configs]),
+        "hpo_completion_s": summarise(
+            [end - driver.tasks[t].arrival_s for t, end in driver.task_finish_s.items()]
+        ),
+        "stages": len(stages),
+    }
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "trace":
         return run_trace(args)
-    return 2
+    return run_hpo(args)
 
 
 if __name__ == "__main__":

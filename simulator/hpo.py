@@ -1,0 +1,232 @@
+"""Run generated HPO workloads (``workloads.hpo``) in the simulator.
+
+Every job alternates compute (the model's per-iteration time) and its synchronisation coflow;
+when the last job of a stage finishes its iterations, the stage ends, the task keeps the best
+``ceil(n / eta)`` configurations by accuracy and starts the next stage with them. The policy sees
+the jobs (progress, bytes per iteration per port) and stages, like the controller's registry
+gives them. GPUs are not modelled here: every job computes as soon as it can (the job manager
+adds GPU time-sharing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from controller.model import Flow as ModelFlow
+from controller.model import Job, Stage, port_bytes
+from simulator.engine import CoflowRecord, CoflowSpec, Simulator
+from workloads.hpo import HpoTask, sync_flows
+
+
+@dataclass
+class JobRun:
+    job_id: int
+    task_id: int
+    stage_id: int
+    config: int
+    start_s: float
+    iterations: int  # to do in this stage
+    done: int = 0
+    finish_s: float | None = None
+    compute_s: float = 0.0
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.start_s
+
+
+@dataclass
+class StageRun:
+    stage_id: int
+    task_id: int
+    index: int
+    start_s: float
+    job_ids: list[int] = field(default_factory=list)
+    finish_s: float | None = None
+    compute_s: float = 0.0  # compute time of its longest job: a floor under its SCT
+    network_floor_s: float = 0.0  # its bottleneck port alone, for the lower bound
+
+    @property
+    def sct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.start_s
+
+
+@dataclass
+class ConfigRun:
+    task_id: int
+    config: int
+    trained: int = 0  # iterations completed over all stages
+    reached_s: dict[float, float] = field(default_factory=dict)  # fraction -> time
+
+
+class HpoDriver:
+    """Drives HPO tasks through a :class:`~simulator.engine.Simulator`.
+
+    Args:
+        sim: the simulator (its ``jobs_and_stages`` is set to this driver's view).
+        tasks: the workload.
+        fractions: accuracy fractions whose time-to-reach is recorded (of converged accuracy).
+    """
+
+    def __init__(self, sim: Simulator, tasks: list[HpoTask], fractions=(0.9, 0.95)) -> None:
+        self.sim = sim
+        self.tasks = {t.task_id: t for t in tasks}
+        self.fractions = tuple(fractions)
+        self.jobs: dict[int, JobRun] = {}
+        self.stages: dict[int, StageRun] = {}
+        self.configs: dict[tuple[int, int], ConfigRun] = {}
+        self.task_finish_s: dict[int, float] = {}
+        self._model_jobs: dict[int, Job] = {}
+        self._model_stages: dict[int, Stage] = {}
+        self._ids = itertools.count(1)
+        self._coflow_job: dict[int, int] = {}
+        sim.jobs_and_stages = lambda: (self._model_jobs, self._model_stages)
+        sim.on_coflow_done(self._coflow_done)
+        for task in tasks:
+            for c in range(task.n_configs):
+                self.configs[(task.task_id, c)] = ConfigRun(task.task_id, c)
+            sim.at(task.arrival_s, lambda task=task: self._start_stage(task, 0, None))
+
+    # ---- stages and jobs -----------------------------------------------------------------------
+
+    def _start_stage(self, task: HpoTask, index: int, configs: list[int] | None) -> None:
+        keep, iterations = task.plan[index]
+        if configs is None:
+            configs = list(range(task.n_configs))
+        stage = StageRun(next(self._ids), task.task_id, index, self.sim.now_s)
+        self.stages[stage.stage_id] = stage
+        self._model_stages[stage.stage_id] = Stage(
+            stage.stage_id, [], task.task_id, 1.0, stage.start_s
+        )
+        floor = {}
+        for config in configs:
+            job = JobRun(
+                next(self._ids),
+                task.task_id,
+                stage.stage_id,
+                config,
+                self.sim.now_s,
+                iterations,
+                compute_s=task.model.compute_s,
+            )
+            self.jobs[job.job_id] = job
+            stage.job_ids.append(job.job_id)
+            src, dst, size = sync_flows(task.pattern, task.hosts[config], task.model.sync_bytes)
+            flows = [
+                ModelFlow(int(s), int(d), float(b)) for s, d, b in zip(src, dst, size, strict=True)
+            ]
+            per_iteration = port_bytes(flows, remaining=False)
+            self._model_jobs[job.job_id] = Job(
+                job.job_id, per_iteration, iterations, 0, stage.stage_id, task.task_id, job.start_s
+            )
+            self._model_stages[stage.stage_id].job_ids.append(job.job_id)
+            for port, b in per_iteration.items():
+                floor[port] = floor.get(port, 0.0) + b * iterations
+            self._compute(job)
+        stage.compute_s = iterations * task.model.compute_s
+        stage.network_floor_s = 8.0 * max(floor.values(), default=0.0) / self.sim.fabric.host_bps
+        self.sim.request_reorder()
+
+    def _compute(self, job: JobRun) -> None:
+        self.sim.at(self.sim.now_s + job.compute_s, lambda: self._sync(job))
+
+    def _sync(self, job: JobRun) -> None:
+        task = self.tasks[job.task_id]
+        src, dst, size = sync_flows(task.pattern, task.hosts[job.config], task.model.sync_bytes)
+        coflow_id = next(self._ids)
+        self._coflow_job[coflow_id] = job.job_id
+        self.sim.release(CoflowSpec(coflow_id, src, dst, size, job.job_id, job.stage_id))
+
+    def _coflow_done(self, record: CoflowRecord) -> None:
+        job_id = self._coflow_job.pop(record.coflow_id, None)
+        if job_id is None:
+            return
+        job = self.jobs[job_id]
+        job.done += 1
+        self._model_jobs[job_id].iterations_done = job.done
+        config = self.configs[(job.task_id, job.config)]
+        config.trained += 1
+        curve = self.tasks[job.task_id].curves[job.config]
+        for fraction in self.fractions:
+            if fraction not in config.reached_s and config.trained >= curve.iterations_to(fraction):
+                config.reached_s[fraction] = self.sim.now_s
+        if job.done < job.iterations:
+            self._compute(job)
+            return
+        job.finish_s = self.sim.now_s
+        del self._model_jobs[job_id]
+        stage = self.stages[job.stage_id]
+        if all(self.jobs[j].finish_s is not None for j in stage.job_ids):
+            self._end_stage(stage)
+
+    def _end_stage(self, stage: StageRun) -> None:
+        stage.finish_s = self.sim.now_s
+        self._model_stages.pop(stage.stage_id, None)
+        task = self.tasks[stage.task_id]
+        if stage.index + 1 >= len(task.plan):
+            self.task_finish_s[task.task_id] = self.sim.now_s
+            self.sim.request_reorder()
+            return
+        keep = task.plan[stage.index + 1][0]
+        configs = [self.jobs[j].config for j in stage.job_ids]
+        trained = {c: self.configs[(task.task_id, c)].trained for c in configs}
+        # the best by accuracy now (ties: lower index), as successive halving does
+        ranked = sorted(configs, key=lambda c: (-task.curves[c].accuracy(trained[c]), c))
+        self._start_stage(task, stage.index + 1, ranked[:keep])
+
+    # ---- results -------------------------------------------------------------------------------
+
+    def stage_rows(self) -> list[dict]:
+        rows = []
+        for stage in self.stages.values():
+            floor = stage.compute_s + stage.network_floor_s
+            rows.append(
+                {
+                    "stage_id": stage.stage_id,
+                    "task_id": stage.task_id,
+                    "index": stage.index,
+                    "jobs": len(stage.job_ids),
+                    "start_s": stage.start_s,
+                    "finish_s": stage.finish_s,
+                    "sct_s": stage.sct_s,
+                    "compute_s": stage.compute_s,
+                    "isolation_bound_s": floor,
+                    "ratio_to_bound": (stage.sct_s / floor) if stage.sct_s and floor else math.nan,
+                }
+            )
+        return rows
+
+    def job_rows(self) -> list[dict]:
+        return [
+            {
+                "job_id": j.job_id,
+                "task_id": j.task_id,
+                "stage_id": j.stage_id,
+                "config": j.config,
+                "iterations": j.iterations,
+                "start_s": j.start_s,
+                "finish_s": j.finish_s,
+                "jct_s": j.jct_s,
+            }
+            for j in self.jobs.values()
+        ]
+
+    def config_rows(self) -> list[dict]:
+        rows = []
+        for (task_id, config), run in self.configs.items():
+            arrival = self.tasks[task_id].arrival_s
+            row = {
+                "task_id": task_id,
+                "config": config,
+                "trained": run.trained,
+                "final_accuracy": self.tasks[task_id].curves[config].final_accuracy,
+            }
+            for fraction in self.fractions:
+                reached = run.reached_s.get(fraction)
+                row[f"time_to_{round(fraction * 100)}pct_s"] = (
+                    None if reached is None else reached - arrival
+                )
+            rows.append(row)
+        return rows

@@ -1,0 +1,131 @@
+"""Generated HPO workloads: tasks doing successive halving over configurations, as data.
+
+Used by the simulator (simulated time) and by the testbed (real workers), so both run the same
+workload for a seed. A *task* trains ``n_configs`` configurations of one model in stages: stage s
+keeps the best ``ceil(n_configs / eta**s)`` configurations and trains each for
+``min_iterations * eta**s`` iterations in all (survivors resume where they stopped). Every
+configuration of a stage is a *job*: data-parallel training on ``workers`` GPUs on distinct hosts,
+one synchronisation coflow per iteration (parameter server or ring all-reduce).
+
+Parameter server (one coflow per iteration): the PS sits on the job's first host; every worker on
+the other hosts pushes its gradient (the model's bytes) to the PS and pulls the model back.
+Ring all-reduce: each of the W workers sends 2 (W - 1) / W of the model's bytes to its successor.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workloads.curves import LearningCurve, sample_curves
+from workloads.profiles import PROFILES, ModelProfile
+
+PATTERNS = ("ps", "ring")
+
+
+def sync_flows(pattern: str, hosts: list[int], model_bytes: float) -> tuple[np.ndarray, ...]:
+    """Flows (src, dst, bytes arrays) of one synchronisation of a job on ``hosts``."""
+    if pattern == "ps":
+        if len(hosts) < 2:
+            raise ValueError("a parameter-server job needs at least 2 hosts (PS + 1 worker)")
+        ps, workers = hosts[0], hosts[1:]
+        src = workers + [ps] * len(workers)
+        dst = [ps] * len(workers) + workers
+        size = [model_bytes] * (2 * len(workers))
+    elif pattern == "ring":
+        if len(hosts) < 2:
+            raise ValueError("a ring all-reduce job needs at least 2 hosts")
+        n = len(hosts)
+        src = hosts
+        dst = hosts[1:] + hosts[:1]
+        size = [2.0 * (n - 1) / n * model_bytes] * n
+    else:
+        raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
+    return np.asarray(src), np.asarray(dst), np.asarray(size, dtype=float)
+
+
+def stage_plan(n_configs: int, eta: int, min_iterations: int) -> list[tuple[int, int]]:
+    """Successive halving: ``(configurations, iterations to add)`` for every stage."""
+    if n_configs < 1 or eta < 2 or min_iterations < 1:
+        raise ValueError("need n_configs >= 1, eta >= 2, min_iterations >= 1")
+    plan, total, s = [], 0, 0
+    while True:
+        keep = math.ceil(n_configs / eta**s)
+        target = min_iterations * eta**s
+        plan.append((keep, target - total))
+        total = target
+        if keep == 1:
+            return plan
+        s += 1
+
+
+@dataclass
+class HpoTask:
+    """One HPO task: a model, its configurations and where their jobs run."""
+
+    task_id: int
+    arrival_s: float
+    model: ModelProfile
+    pattern: str
+    curves: list[LearningCurve]
+    hosts: list[list[int]]  # per configuration: the hosts of its job
+    plan: list[tuple[int, int]] = field(default_factory=list)
+    eta: int = 3
+
+    @property
+    def n_configs(self) -> int:
+        return len(self.curves)
+
+
+def generate(
+    n_hosts: int,
+    n_tasks: int,
+    seed: int = 0,
+    configs_per_task: int = 9,
+    eta: int = 3,
+    min_iterations: int = 10,
+    workers: int = 3,
+    models: tuple[str, ...] = ("resnet50", "vgg16", "inception3"),
+    patterns: tuple[str, ...] = PATTERNS,
+    mean_interarrival_s: float = 0.0,
+    scale: float = 1.0,
+    good_fraction: float = 0.2,
+) -> list[HpoTask]:
+    """A seeded HPO workload.
+
+    Args:
+        n_hosts: hosts of the cluster; each job's workers go on distinct random hosts.
+        n_tasks: concurrent HPO tasks.
+        seed: everything random derives from it.
+        configs_per_task: configurations each task starts with.
+        eta: successive-halving reduction factor.
+        min_iterations: iterations of the first stage.
+        workers: GPUs (hosts) per job; a PS job also uses them (the PS shares the first host).
+        models: model profiles to draw from (:data:`workloads.profiles.PROFILES`).
+        patterns: synchronisation patterns to draw from.
+        mean_interarrival_s: tasks arrive as a Poisson process of this mean gap (0: all at 0).
+        scale: divide bytes and compute by this factor (see ModelProfile.scaled).
+        good_fraction: share of configurations with a good learning curve.
+    """
+    if workers > n_hosts:
+        raise ValueError(f"workers ({workers}) exceed n_hosts ({n_hosts})")
+    unknown = [m for m in models if m not in PROFILES]
+    if unknown:
+        raise ValueError(f"unknown model {unknown[0]!r}; known: {', '.join(sorted(PROFILES))}")
+    rng = random.Random(seed)
+    tasks, clock = [], 0.0
+    for t in range(n_tasks):
+        if mean_interarrival_s > 0 and t:
+            clock += rng.expovariate(1.0 / mean_interarrival_s)
+        model = PROFILES[rng.choice(models)].scaled(scale)
+        pattern = rng.choice(patterns)
+        plan = stage_plan(configs_per_task, eta, min_iterations)
+        # the survivor trains sum(increments) iterations; good curves reach 90 % well before
+        longest = sum(iterations for _, iterations in plan)
+        curves = sample_curves(rng, configs_per_task, good_fraction, base_tau=longest / 3)
+        hosts = [rng.sample(range(n_hosts), workers) for _ in range(configs_per_task)]
+        tasks.append(HpoTask(t, clock, model, pattern, curves, hosts, plan, eta))
+    return tasks
