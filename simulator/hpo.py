@@ -46,7 +46,8 @@ class StageRun:
     job_ids: list[int] = field(default_factory=list)
     finish_s: float | None = None
     compute_s: float = 0.0  # compute time of its longest job: a floor under its SCT
-    network_floor_s: float = 0.0  # its bottleneck port alone, for the lower bound
+    network_floor_s: float = 0.0  # all its bytes through its busiest port
+    bound_s: float = 0.0  # lower bound on its SCT (see _start_stage)
 
     @property
     def sct_s(self) -> float | None:
@@ -101,6 +102,7 @@ class HpoDriver:
             stage.stage_id, [], task.task_id, 1.0, stage.start_s
         )
         floor = {}
+        sync_alone = 0.0  # bytes on the busiest port of the largest job's synchronisation
         for config in configs:
             job = JobRun(
                 next(self._ids),
@@ -124,9 +126,16 @@ class HpoDriver:
             self._model_stages[stage.stage_id].job_ids.append(job.job_id)
             for port, b in per_iteration.items():
                 floor[port] = floor.get(port, 0.0) + b * iterations
+            sync_alone = max(sync_alone, max(per_iteration.values(), default=0.0))
             self._compute(job)
+        bps = self.sim.fabric.host_bps
         stage.compute_s = iterations * task.model.compute_s
-        stage.network_floor_s = 8.0 * max(floor.values(), default=0.0) / self.sim.fabric.host_bps
+        # Lower bounds on the SCT: every job alone needs iterations x (compute + its sync
+        # alone), and the stage's busiest port must carry all of the stage's bytes.
+        stage.network_floor_s = 8.0 * max(floor.values(), default=0.0) / bps
+        stage.bound_s = max(
+            iterations * (task.model.compute_s + 8.0 * sync_alone / bps), stage.network_floor_s
+        )
         self.sim.request_reorder()
 
     def _compute(self, job: JobRun) -> None:
