@@ -206,6 +206,7 @@ class Simulator:
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
         self._b_members: list[set] = []
+        self._live_buckets: set[int] = set()
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
@@ -503,6 +504,7 @@ class Simulator:
         self._b_level.append(level)
         self._b_single.append(single)
         self._b_members.append(set())
+        self._live_buckets.add(len(self._b_level) - 1)
         return len(self._b_level) - 1
 
     def _reorder(self) -> None:
@@ -568,10 +570,12 @@ class Simulator:
             if lvl not in bucket_of_level:
                 bucket_of_level[lvl] = self._new_bucket(lvl, False)
             target[s] = bucket_of_level[lvl]
-        # buckets no coflow was given keep no level: park them below every level
-        for bucket in range(len(self._b_level)):
-            if bucket not in used and bucket not in target.values() and not self._b_members[bucket]:
+        # buckets left empty keep no level: park them below every level
+        kept = set(target.values())
+        for bucket in list(self._live_buckets - kept):
+            if not self._b_members[bucket]:
                 self._b_level[bucket] = 1 << 30
+                self._live_buckets.discard(bucket)
         return target
 
     def _allocate(self) -> None:

@@ -1,0 +1,233 @@
+"""Simulated comparison of the coflow scheduling policies (Beamer's large-scale experiments).
+
+    .venv/bin/python scripts/sim_experiments.py [--hosts 13 64 150] [--loads 0.5 1]
+                                                [--seeds 1] [--trace FILE] [--out results/sim]
+
+For every cluster size and load, one seeded HPO workload (successive halving, PS and ring
+all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3) runs under every policy on a big switch of
+1 Gbit/s ports. Load 1 is two concurrent HPO tasks per 13 hosts (the testbed's workload);
+``tasks = max(1, round(load * 2 * hosts / 13))``. Then a coflow trace runs under every policy
+(the shared resampled Facebook trace when present, else a generated one). Writes ``hpo.csv``,
+``trace.csv`` and PNG figures (average and p95 stage completion time, time to 90 % accuracy,
+trace CCT) to ``--out``, and prints a table as it goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from controller.policies import POLICIES, make_policy  # noqa: E402
+from simulator.__main__ import hpo_summary  # noqa: E402
+from simulator.engine import Fabric, Simulator  # noqa: E402
+from simulator.hpo import HpoDriver  # noqa: E402
+from simulator.metrics import coflow_rows, summarise, trace_lower_bound  # noqa: E402
+from simulator.traces import MB, load_trace, write_fb_trace  # noqa: E402
+from workloads.hpo import generate  # noqa: E402
+
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "fb-526coflows-16ports-load0.9.txt"
+CONFIGS, WORKERS = 9, 3
+
+
+def hpo_runs(args, writer) -> list[dict]:
+    rows = []
+    total = len(args.hosts) * len(args.loads) * len(args.seeds) * len(args.policy)
+    done = 0
+    for hosts in args.hosts:
+        for load in args.loads:
+            tasks = max(1, round(load * 2 * hosts / 13))
+            for seed in args.seeds:
+                for name in args.policy:
+                    started = time.perf_counter()
+                    sim = Simulator(Fabric(hosts, args.host_bps), make_policy(name))
+                    driver = HpoDriver(
+                        sim,
+                        generate(
+                            hosts, tasks, seed=seed, configs_per_task=CONFIGS, workers=WORKERS
+                        ),
+                    )
+                    sim.run()
+                    result = hpo_summary(driver)
+                    done += 1
+                    row = {
+                        "hosts": hosts,
+                        "load": load,
+                        "tasks": tasks,
+                        "seed": seed,
+                        "policy": name,
+                        "avg_sct_s": result["sct_s"]["mean"],
+                        "p95_sct_s": result["sct_s"]["p95"],
+                        "sct_over_bound": result["sct_over_bound"],
+                        "avg_jct_s": result["jct_s"]["mean"],
+                        "avg_time_to_90pct_s": result["time_to_90pct_s"].get("mean"),
+                        "avg_time_to_95pct_s": result["time_to_95pct_s"].get("mean"),
+                        "avg_hpo_completion_s": result["hpo_completion_s"]["mean"],
+                        "wall_s": time.perf_counter() - started,
+                    }
+                    rows.append(row)
+                    writer.writerow(row)
+                    print(
+                        f"[{done}/{total}] {hosts:>3} hosts load {load:<4} {name:<10} "
+                        f"avg SCT {row['avg_sct_s']:8.2f} s  p95 {row['p95_sct_s']:8.2f} s  "
+                        f"({row['wall_s']:.1f} s)",
+                        flush=True,
+                    )
+    return rows
+
+
+def synthetic_trace(path: Path, seed: int = 1) -> Path:
+    """A 16-port, 200-coflow trace in the Facebook format (when the shared one is absent)."""
+    rng = random.Random(seed)
+    coflows, clock = [], 0
+    for cid in range(200):
+        clock += int(rng.expovariate(1 / 150))
+        mappers = rng.sample(range(16), rng.randint(1, 6))
+        reducers = {p: round(rng.lognormvariate(2, 1.5), 1) for p in rng.sample(range(16), 3)}
+        coflows.append((cid, clock, mappers, reducers))
+    write_fb_trace(path, 16, coflows)
+    return path
+
+
+def trace_runs(args, trace_path: Path) -> list[dict]:
+    trace = load_trace(trace_path)
+    print(
+        f"trace {trace_path.name}: {len(trace.coflows)} coflows, {trace.n_flows} flows, "
+        f"{trace.total_bytes / MB:,.0f} MB",
+        flush=True,
+    )
+    bound = trace_lower_bound(trace, args.host_bps, offline=False)
+    rows = []
+    for name in args.policy:
+        sim = Simulator(Fabric(trace.n_ports, args.host_bps), make_policy(name))
+        trace.install(sim)
+        sim.run()
+        cct = [r["cct_s"] for r in coflow_rows(sim)]
+        stats = summarise(cct)
+        rows.append(
+            {
+                "policy": name,
+                "avg_cct_s": stats["mean"],
+                "p95_cct_s": stats["p95"],
+                "total_over_bound": sum(cct) / bound,
+            }
+        )
+        print(f"  {name:<10} avg CCT {stats['mean']:8.3f} s  p95 {stats['p95']:8.3f} s", flush=True)
+    return rows
+
+
+def plot_hpo(rows: list[dict], out: Path, args) -> list[Path]:
+    """Each metric relative to fair sharing at the same point (the workloads differ between
+    points, so absolute values do not compare across loads)."""
+    fair = {(r["hosts"], r["load"], r["seed"]): r for r in rows if r["policy"] == "fair"}
+    paths = []
+    for metric, label in (
+        ("avg_sct_s", "average SCT / fair sharing's"),
+        ("p95_sct_s", "p95 SCT / fair sharing's"),
+        ("avg_time_to_90pct_s", "time to 90% accuracy / fair's"),
+    ):
+        fig, axes = plt.subplots(
+            1, len(args.hosts), figsize=(4.5 * len(args.hosts), 3.6), squeeze=False
+        )
+        for ax, hosts in zip(axes[0], args.hosts, strict=True):
+            for name in args.policy:
+                points = []
+                for r in rows:
+                    base = fair.get((hosts, r["load"], r["seed"]), {}).get(metric)
+                    if r["hosts"] == hosts and r["policy"] == name and r[metric] and base:
+                        points.append((r["load"], r[metric] / base))
+                if points:
+                    ax.plot(*zip(*sorted(points), strict=True), marker="o", label=name)
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_title(f"{hosts} hosts")
+            ax.set_xlabel("load (1 = 2 HPO tasks per 13 hosts)")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"hpo-{metric}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def plot_trace(rows: list[dict], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    names = [r["policy"] for r in rows]
+    ax.bar(names, [r["avg_cct_s"] for r in rows], color="tab:blue", label="average")
+    ax.scatter(names, [r["p95_cct_s"] for r in rows], color="tab:red", zorder=3, label="p95")
+    ax.set_ylabel("CCT (s)")
+    ax.set_title("coflow trace")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "trace-cct.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, nargs="+", default=[13, 64, 150])
+    parser.add_argument("--loads", type=float, nargs="+", default=[0.5, 1.0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
+    parser.add_argument("--host-bps", type=float, default=1e9)
+    parser.add_argument("--trace", type=Path, help="coflow trace (default: the shared one)")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "sim")
+    args = parser.parse_args(argv)
+    if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.host_bps <= 0:
+        parser.error(f"--hosts must be >= {WORKERS}, --loads and --host-bps > 0")
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with open(args.out / "hpo.csv", "w", newline="") as f:
+        fields = [
+            "hosts",
+            "load",
+            "tasks",
+            "seed",
+            "policy",
+            "avg_sct_s",
+            "p95_sct_s",
+            "sct_over_bound",
+            "avg_jct_s",
+            "avg_time_to_90pct_s",
+            "avg_time_to_95pct_s",
+            "avg_hpo_completion_s",
+            "wall_s",
+        ]
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        rows = hpo_runs(args, writer)
+    trace_path = args.trace or (
+        SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
+    )
+    trace_rows = trace_runs(args, trace_path)
+    with open(args.out / "trace.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(trace_rows[0]))
+        writer.writeheader()
+        writer.writerows(trace_rows)
+    figures = plot_hpo(rows, args.out, args) + [plot_trace(trace_rows, args.out)]
+    print(
+        f"\nfinished in {time.perf_counter() - started:.0f} s; results and figures in {args.out}/:"
+    )
+    for path in [args.out / "hpo.csv", args.out / "trace.csv", *figures]:
+        print(f"  {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
