@@ -1,0 +1,88 @@
+"""Wall time and peak memory of the simulator on a coflow trace, one process per policy.
+
+    .venv/bin/python benchmarks/simulator_speed.py [--trace ../shared/traces/FB2010-1Hr-150-0.txt]
+                                                   [--policy fair sincronia ...]
+
+Each policy runs in its own process (so its peak RSS is its own) on a 1 Gbit/s big switch with
+coflows released at their arrival times; the time excludes loading the trace and compiling the
+kernels (a warm-up run on a tiny trace compiles them first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "FB2010-1Hr-150-0.txt"
+
+
+def run_one(trace_path: str, policy: str) -> dict:
+    import numpy as np
+
+    from controller.policies import make_policy
+    from simulator.engine import CoflowSpec, Fabric, Simulator
+    from simulator.traces import load_trace
+
+    warm = Simulator(Fabric(2, 1e9), make_policy(policy))  # compile the kernels
+    warm.release(CoflowSpec(0, np.array([0]), np.array([1]), np.array([1.0])))
+    warm.run()
+    trace = load_trace(trace_path)
+    sim = Simulator(Fabric(trace.n_ports, 1e9), make_policy(policy))
+    trace.install(sim)
+    started = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - started
+    cct = [r.cct_s for r in sim.coflows.values()]
+    return {
+        "policy": policy,
+        "wall_s": wall,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "avg_cct_s": sum(cct) / len(cct),
+        "steps": sim.steps,
+        "reorders": sim.reorders,
+        "flows": trace.n_flows,
+        "delivered_fraction": sim.bytes_delivered / sim.bytes_offered,
+    }
+
+
+def main(argv=None) -> int:
+    from controller.policies import POLICIES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace", default=str(DEFAULT_TRACE))
+    parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # run one policy in this process
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.trace, args.one)))
+        return 0
+    if not Path(args.trace).exists():
+        print(f"trace {args.trace} not found; pass --trace FILE")
+        return 1
+    print(f"{'policy':<10} {'wall s':>8} {'peak RSS MB':>12} {'avg CCT s':>10} {'steps':>8}")
+    for policy in args.policy:
+        out = subprocess.run(
+            [sys.executable, __file__, "--trace", args.trace, "--one", policy],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(
+            f"{policy:<10} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
+            f"{r['avg_cct_s']:>10.3f} {r['steps']:>8}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
