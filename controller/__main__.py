@@ -14,28 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from controller.argtypes import positive, tcp_port
 from controller.model import HostPort
 from controller.policies import POLICIES
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    return parse
-
-
-def _port(text: str) -> int:
-    value = _positive(int)(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a TCP port: {text}")
-    return value
 
 
 def _option(text: str) -> tuple[str, object]:
@@ -99,13 +80,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--ofp-host", default="127.0.0.1", help="OpenFlow listen address (default: %(default)s)"
     )
     parser.add_argument(
-        "--ofp-port", type=_port, default=6653, help="OpenFlow listen port (default: %(default)s)"
+        "--ofp-port", type=tcp_port, default=6653, help="OpenFlow port (default: %(default)s)"
     )
     parser.add_argument(
         "--rest-host", default="127.0.0.1", help="REST API listen address (default: %(default)s)"
     )
     parser.add_argument(
-        "--rest-port", type=_port, default=8080, help="REST API listen port (default: %(default)s)"
+        "--rest-port", type=tcp_port, default=8080, help="REST API port (default: %(default)s)"
     )
     parser.add_argument(
         "--db",
@@ -114,13 +95,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--tick",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="seconds between periodic reorders (default: 1)",
     )
     parser.add_argument(
         "--port-bps",
-        type=_positive(float),
+        type=positive(float),
         default=20e6,
         help="capacity of every host port in bit/s (default: 20e6)",
     )

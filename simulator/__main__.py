@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from controller.argtypes import positive
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
@@ -23,19 +24,6 @@ from simulator.metrics import coflow_rows, summarise, trace_lower_bound, write_c
 from simulator.traces import TraceError, load_trace
 from workloads.hpo import PATTERNS, generate
 from workloads.profiles import PROFILES
-
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,22 +51,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run seeded HPO tasks (successive halving; one synchronisation coflow per "
         "training iteration) under each policy and report stage, job and accuracy metrics.",
     )
-    hpo.add_argument("--hosts", type=_positive(int), default=13, help="hosts (default: 13)")
+    hpo.add_argument("--hosts", type=positive(int), default=13, help="hosts (default: 13)")
     hpo.add_argument(
-        "--tasks", type=_positive(int), default=4, help="concurrent HPO tasks (default: 4)"
+        "--tasks", type=positive(int), default=4, help="concurrent HPO tasks (default: 4)"
     )
     hpo.add_argument(
-        "--configs", type=_positive(int), default=9, help="configurations per task (default: 9)"
+        "--configs", type=positive(int), default=9, help="configurations per task (default: 9)"
     )
     hpo.add_argument("--eta", type=int, default=3, help="reduction factor (default: 3)")
     hpo.add_argument(
         "--min-iterations",
-        type=_positive(int),
+        type=positive(int),
         default=10,
         help="iterations of the first stage (default: 10)",
     )
     hpo.add_argument(
-        "--workers", type=_positive(int), default=3, help="GPUs (hosts) per job (default: 3)"
+        "--workers", type=positive(int), default=3, help="GPUs (hosts) per job (default: 3)"
     )
     hpo.add_argument(
         "--models",
@@ -103,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hpo.add_argument(
         "--scale",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="divide model bytes and compute time by this (default: 1)",
     )
@@ -129,19 +117,19 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--host-bps",
-        type=_positive(float),
+        type=positive(float),
         default=1e9,
         help="capacity of every host link in bit/s (default: 1e9)",
     )
     parser.add_argument(
         "--hosts-per-leaf",
-        type=_positive(int),
+        type=positive(int),
         default=None,
         help="two-tier leaf-spine with leaves of this many hosts",
     )
     parser.add_argument(
         "--oversubscription",
-        type=_positive(float),
+        type=positive(float),
         default=1.0,
         help="leaf uplink oversubscription (default: 1)",
     )

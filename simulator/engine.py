@@ -210,6 +210,7 @@ class Simulator:
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
+        self._slot_starts: list[int] = []  # first flow id of every slot, for bisection
         self._slot_bucket: list[int] = []
         self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
@@ -277,6 +278,7 @@ class Simulator:
         slot = len(self._slots)
         self._slots.append(record)
         self._slot_flows.append((first, last))
+        self._slot_starts.append(first)
         self._slot_bucket.append(-1)
         self._active_slots.add(slot)
         self._dirty = True
@@ -363,12 +365,7 @@ class Simulator:
 
     def _slot_of_flow(self, f: int) -> int:
         # flows of a slot are consecutive and slots are released in order: bisect the starts
-        starts = self._slot_starts
-        if len(starts) != len(self._slot_flows):
-            starts = self._slot_starts = [first for first, _ in self._slot_flows]
-        return bisect_right(starts, f) - 1
-
-    _slot_starts: list[int] = []
+        return bisect_right(self._slot_starts, f) - 1
 
     def _finished(self, record: CoflowRecord) -> None:
         self._dirty = True
@@ -473,7 +470,7 @@ class Simulator:
         n = self.fabric.n_hosts
         flows = self._active_flow_ids()
         remaining = self._remaining(flows, self._f_group[flows]) / 8.0
-        slot_starts = np.asarray([self._slot_flows[s][0] for s in range(len(self._slots))])
+        slot_starts = np.asarray(self._slot_starts)
         slot = np.searchsorted(slot_starts, flows, side="right") - 1
         slots, row = np.unique(slot, return_inverse=True)
         src = self._f_pair[flows] // n

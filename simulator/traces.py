@@ -123,16 +123,21 @@ def _read(path: str | Path) -> tuple[int, int, list[_Lines]]:
     return n_ports, n_coflows, lines[1:]
 
 
+def _coflow_head(line: _Lines, seen: set[int]) -> tuple[int, float]:
+    """The coflow id (unique in the file) and arrival time (s) that start every line."""
+    coflow_id = line.int("coflow id")
+    if coflow_id in seen:
+        raise line.fail(f"coflow id {coflow_id} appears twice")
+    seen.add(coflow_id)
+    return coflow_id, line.float("arrival time (ms)") / 1000.0
+
+
 def load_fb_trace(path: str | Path) -> Trace:
     """Load a trace in the Facebook coflow benchmark format."""
     n_ports, _, lines = _read(path)
     coflows, seen = [], set()
     for line in lines:
-        coflow_id = line.int("coflow id")
-        if coflow_id in seen:
-            raise line.fail(f"coflow id {coflow_id} appears twice")
-        seen.add(coflow_id)
-        arrival_s = line.float("arrival time (ms)") / 1000.0
+        coflow_id, arrival_s = _coflow_head(line, seen)
         n_mappers = line.int("number of mappers", low=1)
         mappers = [line.int("mapper port", high=n_ports - 1) for _ in range(n_mappers)]
         n_reducers = line.int("number of reducers", low=1)
@@ -164,11 +169,7 @@ def load_flow_trace(path: str | Path) -> Trace:
     n_ports, _, lines = _read(path)
     coflows, seen = [], set()
     for line in lines:
-        coflow_id = line.int("coflow id")
-        if coflow_id in seen:
-            raise line.fail(f"coflow id {coflow_id} appears twice")
-        seen.add(coflow_id)
-        arrival_s = line.float("arrival time (ms)") / 1000.0
+        coflow_id, arrival_s = _coflow_head(line, seen)
         n_flows = line.int("number of flows", low=1)
         line.int("number of sources", low=1)
         line.int("number of destinations", low=1)
