@@ -69,13 +69,25 @@ def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover -
     next_capped = 0
     frozen = np.zeros(n, dtype=np.bool_)
     left = n
+    # links this level uses; compacted as they empty, so the scans below stay short
+    live = np.empty(n_links, dtype=np.int64)
+    n_live = 0
+    for link in range(n_links):
+        if entries[link] > 0:
+            live[n_live] = link
+            n_live += 1
     while left > 0:
         share = np.inf
-        for link in range(n_links):
+        kept = 0
+        for j in range(n_live):
+            link = live[j]
             if count[link] > 0.5:
+                live[kept] = link
+                kept += 1
                 s = residual[link] / count[link]
                 if s < share:
                     share = s
+        n_live = kept
         if share == np.inf:
             break  # only empty entries are left
         if share < 0.0:
@@ -104,7 +116,8 @@ def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover -
                 next_capped += 1
             continue
         limit = share * (1 + _REL)
-        for link in range(n_links):
+        for j in range(n_live):
+            link = live[j]
             if count[link] < 0.5 or residual[link] / count[link] > limit:
                 continue
             for j in range(start[link], start[link + 1]):
