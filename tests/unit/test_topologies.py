@@ -1,0 +1,42 @@
+"""Topologies are plain graphs: checked without root."""
+
+from __future__ import annotations
+
+import pytest
+
+from topologies.testbed import LeafSpineTopo, OneSwitchTopo, host_ip, host_mac, host_table, topos
+
+
+def test_testbed_is_13_hosts_on_one_switch():
+    topo = OneSwitchTopo()
+    assert len(topo.hosts()) == 13 and topo.switches() == ["s1"]
+    table = host_table(topo)
+    assert table[0] == {
+        "name": "h1",
+        "ip": "10.0.0.1",
+        "mac": "00:00:00:00:00:01",
+        "port": 1,
+        "bps": 20e6,
+    }
+    assert [row["port"] for row in table] == list(range(1, 14))
+    assert len({row["mac"] for row in table}) == 13
+
+
+def test_addresses_and_options():
+    assert host_ip(300) == "10.0.1.44" and host_mac(300) == "00:00:00:00:01:2c"
+    topo = OneSwitchTopo(n=4, bw=50, switch="tb7")
+    assert topo.switches() == ["tb7"] and host_table(topo)[3]["bps"] == 50e6
+    with pytest.raises(ValueError):
+        OneSwitchTopo(n=1)
+
+
+def test_leaf_spine():
+    topo = LeafSpineTopo(leaves=3, hosts_per_leaf=2, spines=2)
+    assert len(topo.hosts()) == 6 and len(topo.switches()) == 5
+    assert len(topo.links()) == 6 + 3 * 2
+    assert "port" not in host_table(topo)[0]  # several switches: the controller learns ports
+
+
+def test_mn_custom_contract():
+    assert set(topos) == {"testbed", "leafspine"}
+    assert len(topos["testbed"](5).hosts()) == 5
