@@ -1,0 +1,175 @@
+"""The traffic-replay worker over loopback TCP: patterns, bytes, pause/resume, stop, errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_base_port(n: int) -> int:
+    """A base port with ``n`` consecutive free ports after it."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        try:
+            socks = []
+            for p in range(base, base + n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port range")
+
+
+def start(pattern, ranks, iterations, model_bytes=200_000, compute_s=0.0, extra=(), only=None):
+    base = free_base_port(ranks)
+    hosts = ",".join(["127.0.0.1"] * ranks)
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "workloads.worker",
+                "--job",
+                "9",
+                "--rank",
+                str(r),
+                "--hosts",
+                hosts,
+                "--pattern",
+                pattern,
+                "--base-port",
+                str(base),
+                "--bytes",
+                str(model_bytes),
+                "--compute-s",
+                str(compute_s),
+                "--iterations",
+                str(iterations),
+                "--connect-timeout",
+                "10",
+                *extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (range(ranks) if only is None else only)
+    ]
+
+
+def finish(procs, timeout=60):
+    outs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        outs.append(([json.loads(line) for line in out.splitlines()], proc.returncode, err))
+    return outs
+
+
+def test_ring_all_reduce_bytes_and_iterations():
+    results = finish(start("ring", 3, 4, model_bytes=300_000, extra=["--curve", "0.9", "2"]))
+    for events, code, err in results:
+        assert code == 0, err
+        kinds = [e["event"] for e in events]
+        assert kinds == ["ready"] + ["iteration"] * 4 + ["done"]
+        assert [e["iteration"] for e in events if e["event"] == "iteration"] == [1, 2, 3, 4]
+        # 2 (W - 1) / W of the model per iteration
+        assert events[-1]["bytes_sent"] == 4 * 400_000  # 2 x 2/3 x 300 kB, 4 times
+        assert events[1]["accuracy"] == pytest.approx(0.9 * (1 - 2.718281828**-0.5), rel=1e-4)
+
+
+def test_parameter_server_bytes():
+    results = finish(start("ps", 3, 2))
+    ps, workers = results[0], results[1:]
+    assert ps[1] == 0 and ps[0][-1]["bytes_sent"] == 2 * 2 * 200_000  # model to 2 workers, x2
+    for events, code, _ in workers:
+        assert code == 0 and events[-1]["event"] == "done"
+        assert events[-1]["bytes_sent"] == 2 * 200_000  # one gradient per iteration
+
+
+def read_until(proc, predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        seen.append(event)
+        if predicate(event):
+            return seen
+    raise AssertionError(f"not seen in time; got {seen[-3:]}")
+
+
+def test_pause_keeps_progress_and_stop_is_clean():
+    procs = start("ring", 2, 10_000, compute_s=0.02)
+    try:
+        read_until(procs[0], lambda e: e.get("iteration", 0) >= 3)
+        for proc in procs:
+            proc.send_signal(signal.SIGUSR1)
+        paused = read_until(procs[0], lambda e: e["event"] == "paused")[-1]["iteration"]
+        time.sleep(0.6)
+        for proc in procs:
+            proc.send_signal(signal.SIGUSR2)
+        events = read_until(procs[0], lambda e: e["event"] == "iteration")
+        resumed = [e for e in events if e["event"] == "resumed"]
+        # nothing happened while paused: it resumes at the iteration it paused at
+        assert resumed and resumed[0]["iteration"] == paused
+        assert events[-1]["iteration"] == paused + 1
+        assert events[-1]["time"] - resumed[0]["time"] < 0.5
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+    for events, code, err in finish(procs):
+        assert code == 0, err
+        assert events[-1]["event"] == "stopped"
+
+
+def test_bad_arguments_and_unreachable_peers():
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workloads.worker",
+            "--job",
+            "1",
+            "--rank",
+            "5",
+            "--hosts",
+            "127.0.0.1,127.0.0.1",
+            "--pattern",
+            "ps",
+            "--base-port",
+            "5000",
+            "--bytes",
+            "10",
+            "--iterations",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "--rank must be in 0..1" in bad.stderr
+    lonely = start("ps", 2, 1, extra=["--connect-timeout", "0.5"], only=[1])  # no PS
+    ((events, code, _),) = finish(lonely)
+    assert code == 1 and events[-1]["event"] == "error"
+    assert "cannot reach rank 0" in events[-1]["message"]

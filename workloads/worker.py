@@ -1,0 +1,324 @@
+"""Traffic-replay training worker: one rank of one data-parallel job, over real TCP.
+
+    python -m workloads.worker --job 7 --rank 1 --hosts 10.0.0.1,10.0.0.2,10.0.0.3 \\
+        --pattern ps --base-port 5300 --bytes 1e6 --compute-s 0.05 --iterations 20
+
+Every iteration computes (a sleep of ``--compute-s``) and then synchronises with the job's other
+ranks, each rank ``r`` listening on ``--base-port + r`` of its host:
+
+- ``ps``: rank 0 is the parameter server on the first host; every other rank pushes ``--bytes``
+  to it and pulls ``--bytes`` back (the PS waits for all pushes, then answers each worker);
+- ``ring``: every rank sends ``2 (W - 1) / W x --bytes`` to its successor while receiving as much
+  from its predecessor (the traffic of a ring all-reduce).
+
+It prints one JSON object per line on stdout: ``ready``, then ``iteration`` after each one
+(iteration number, wall-clock ``time``, ``elapsed_s`` since start, bytes sent, the emulated
+accuracy when ``--curve`` is given), ``paused`` /
+``resumed``, and ``done`` or ``stopped``. SIGUSR1 pauses it after the current iteration and
+SIGUSR2 resumes it, keeping its progress (so do SIGSTOP / SIGCONT); SIGTERM or SIGINT stop it
+cleanly (exit 0). A peer that cannot be reached or that fails makes it exit 1 with an ``error``
+line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+from controller.argtypes import positive, tcp_port
+
+HEADER = struct.Struct("!QQ")  # iteration, payload length
+CHUNK = 1 << 16
+_ZEROS = bytes(CHUNK)
+
+
+class Stop(Exception):
+    """Raised inside the worker when it was asked to stop."""
+
+
+class Worker:
+    """One rank; :meth:`run` does the iterations."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.hosts = args.hosts
+        self.rank = args.rank
+        self.size = len(self.hosts)
+        self.iteration = args.start_iteration
+        self.bytes_sent = 0
+        self.stopping = threading.Event()
+        self.resume = threading.Event()
+        self.resume.set()
+        self.started = time.monotonic()
+        self.listener: socket.socket | None = None
+        self.peers: list[socket.socket] = []
+
+    # ---- output ------------------------------------------------------------------------------
+
+    def emit(self, event: str, **fields) -> None:
+        record = {
+            "event": event,
+            "job": self.args.job,
+            "rank": self.rank,
+            "time": round(time.time(), 6),
+            "elapsed_s": round(time.monotonic() - self.started, 6),
+            **fields,
+        }
+        sys.stdout.write(json.dumps(record) + "\n")
+        sys.stdout.flush()
+
+    def accuracy(self, iteration: int) -> float | None:
+        if self.args.curve is None:
+            return None
+        final, tau = self.args.curve
+        return round(final * (1.0 - math.exp(-iteration / tau)), 6)
+
+    # ---- sockets -----------------------------------------------------------------------------
+
+    def port(self, rank: int) -> int:
+        return self.args.base_port + rank
+
+    def listen(self) -> None:
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((self.hosts[self.rank], self.port(self.rank)))
+        self.listener.listen(self.size)
+        self.listener.settimeout(self.args.connect_timeout)
+
+    def accept(self) -> socket.socket:
+        try:
+            conn, _ = self.listener.accept()
+        except TimeoutError:
+            raise ConnectionError("no peer connected in time") from None
+        conn.settimeout(None)
+        return conn
+
+    def connect(self, rank: int) -> socket.socket:
+        address = (self.hosts[rank], self.port(rank))
+        deadline = time.monotonic() + self.args.connect_timeout
+        while True:
+            self.check_stop()
+            try:
+                return socket.create_connection(address, timeout=2.0)
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(f"cannot reach rank {rank} at {address}: {exc}") from None
+                time.sleep(0.05)
+
+    def send(self, sock: socket.socket, length: int) -> None:
+        sock.sendall(HEADER.pack(self.iteration, length))
+        left = length
+        while left > 0:
+            self.check_stop()
+            n = min(left, CHUNK)
+            sock.sendall(_ZEROS[:n])
+            left -= n
+        self.bytes_sent += length
+
+    def recv(self, sock: socket.socket) -> int:
+        header = self.recv_exact(sock, HEADER.size)
+        iteration, length = HEADER.unpack(header)
+        if iteration != self.iteration:
+            raise ConnectionError(f"peer is at iteration {iteration}, this rank {self.iteration}")
+        left = length
+        buf = bytearray(CHUNK)
+        while left > 0:
+            self.check_stop()
+            n = sock.recv_into(buf, min(left, CHUNK))
+            if n == 0:
+                raise ConnectionError("peer closed the connection")
+            left -= n
+        return length
+
+    @staticmethod
+    def recv_exact(sock: socket.socket, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("peer closed the connection")
+            data += chunk
+        return data
+
+    def check_stop(self) -> None:
+        if self.stopping.is_set():
+            raise Stop
+
+    # ---- the job ----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        pattern = self.args.pattern
+        if pattern == "ps":
+            if self.rank == 0:
+                self.listen()
+                self.peers = [self.accept() for _ in range(self.size - 1)]
+            else:
+                self.peers = [self.connect(0)]
+        else:
+            self.listen()
+            successor = self.connect((self.rank + 1) % self.size)
+            predecessor = self.accept()
+            self.peers = [successor, predecessor]
+
+    def synchronise(self) -> None:
+        model = int(self.args.bytes)
+        if self.args.pattern == "ps":
+            if self.rank == 0:
+                for peer in self.peers:
+                    self.recv(peer)
+                for peer in self.peers:
+                    self.send(peer, model)
+            else:
+                self.send(self.peers[0], model)
+                self.recv(self.peers[0])
+            return
+        share = int(2 * (self.size - 1) / self.size * model)
+        successor, predecessor = self.peers
+        errors: list[BaseException] = []
+
+        def receive() -> None:
+            try:
+                self.recv(predecessor)
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=receive)
+        thread.start()
+        self.send(successor, share)
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    def run(self) -> int:
+        try:
+            self.setup()
+            self.emit("ready", iteration=self.iteration)
+            while self.iteration < self.args.iterations:
+                if not self.resume.is_set():
+                    self.emit("paused", iteration=self.iteration)
+                    while not self.resume.wait(0.1):
+                        self.check_stop()
+                    self.emit("resumed", iteration=self.iteration)
+                # the parameter server only aggregates; workers compute
+                if not (self.args.pattern == "ps" and self.rank == 0):
+                    if self.stopping.wait(self.args.compute_s):
+                        raise Stop
+                self.synchronise()
+                self.iteration += 1
+                self.emit(
+                    "iteration",
+                    iteration=self.iteration,
+                    bytes_sent=self.bytes_sent,
+                    accuracy=self.accuracy(self.iteration),
+                )
+            self.emit("done", iteration=self.iteration, bytes_sent=self.bytes_sent)
+            return 0
+        except Stop:
+            self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
+            return 0
+        except (ConnectionError, OSError) as exc:
+            if self.stopping.is_set():
+                self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
+                return 0
+            self.emit("error", iteration=self.iteration, message=str(exc))
+            return 1
+        finally:
+            for sock in [*self.peers, self.listener]:
+                if sock is not None:
+                    sock.close()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m workloads.worker", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--job", type=int, required=True, help="job id (for the output)")
+    parser.add_argument("--rank", type=int, required=True, help="this worker's rank, 0-based")
+    parser.add_argument(
+        "--hosts", required=True, help="comma-separated IPv4 addresses of the ranks, in rank order"
+    )
+    parser.add_argument("--pattern", choices=["ps", "ring"], required=True)
+    parser.add_argument(
+        "--base-port", type=tcp_port, required=True, help="rank r listens on base-port + r"
+    )
+    parser.add_argument(
+        "--bytes",
+        type=positive(float),
+        required=True,
+        help="model size in bytes (one synchronisation)",
+    )
+    parser.add_argument(
+        "--compute-s",
+        type=float,
+        default=0.0,
+        help="compute time of one iteration in s (default: 0)",
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        required=True,
+        help="iteration to stop at (total, counting --start-iteration)",
+    )
+    parser.add_argument(
+        "--start-iteration",
+        type=int,
+        default=0,
+        help="iterations already done (resume after a restart)",
+    )
+    parser.add_argument(
+        "--curve",
+        type=float,
+        nargs=2,
+        metavar=("FINAL", "TAU"),
+        help="learning curve: accuracy = FINAL * (1 - exp(-iteration / TAU))",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=positive(float),
+        default=30.0,
+        help="seconds to wait for peers (default: 30)",
+    )
+    args = parser.parse_args(argv)
+    args.hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    if len(args.hosts) < 2:
+        parser.error("--hosts needs at least 2 addresses")
+    if not 0 <= args.rank < len(args.hosts):
+        parser.error(f"--rank must be in 0..{len(args.hosts) - 1}")
+    if args.base_port + len(args.hosts) - 1 > 65535:
+        parser.error("--base-port + number of ranks exceeds 65535")
+    if args.compute_s < 0 or args.iterations < 0 or args.start_iteration < 0:
+        parser.error("--compute-s, --iterations and --start-iteration must be >= 0")
+    if args.curve and args.curve[1] <= 0:
+        parser.error("--curve TAU must be > 0")
+    return args
+
+
+def main(argv=None) -> int:
+    worker = Worker(parse_args(argv))
+
+    def stop(_signum, _frame) -> None:
+        worker.stopping.set()
+        for sock in worker.peers:  # unblock a pending recv
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if worker.listener is not None:  # and a pending accept
+            worker.listener.close()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGUSR1, lambda *_: worker.resume.clear())
+    signal.signal(signal.SIGUSR2, lambda *_: worker.resume.set())
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
