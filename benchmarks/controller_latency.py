@@ -27,10 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.integration.fabric import ControllerProcess, free_port, sh, wait_for  # noqa: E402
+from controller.launcher import ControllerProcess, free_port, wait_for  # noqa: E402
 
 BRIDGE = "benchlat"
 HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]
+
+
+def sh(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
 
 
 def coflow_body(rng: random.Random, coflow_id: int, n_jobs: int) -> dict:

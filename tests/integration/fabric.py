@@ -7,16 +7,11 @@ by PID (processes); nothing is cleaned by broad name.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
+from controller.launcher import ControllerProcess, free_port, stop_process, wait_for  # noqa: F401
 from topologies.qos import apply_htb
-from workloads.client import ControllerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,24 +21,6 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()}")
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout_s: float = 10.0, interval_s: float = 0.1, what: str = ""):
-    """Poll ``predicate`` until it returns something truthy; fail with ``what`` after timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
 
 
 class NetnsFabric:
@@ -160,60 +137,3 @@ class NetnsFabric:
             sh("ip", "netns", "del", self.ns(host), check=False)
             sh("ip", "link", "del", self.switch_port(host), check=False)
         sh("ovs-vsctl", "--if-exists", "del-br", self.bridge)
-
-
-def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL: only the process we started."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-class ControllerProcess:
-    """``python -m controller`` on free loopback ports with its own SQLite file."""
-
-    def __init__(self, db: Path, hosts_file: Path | None, ofp_port: int, *extra: str) -> None:
-        self.db = db
-        self.hosts_file = hosts_file
-        self.ofp_port = ofp_port
-        self.rest_port = free_port()
-        self.extra = extra
-        self.proc: subprocess.Popen | None = None
-        self.log = db.with_suffix(".log")
-        self.client = ControllerClient(f"http://127.0.0.1:{self.rest_port}")
-
-    def start(self) -> ControllerProcess:
-        argv = [
-            sys.executable,
-            "-m",
-            "controller",
-            "--db",
-            str(self.db),
-            "--ofp-port",
-            str(self.ofp_port),
-            "--rest-port",
-            str(self.rest_port),
-            "--tick",
-            "0.5",
-            *self.extra,
-        ]
-        if self.hosts_file:
-            argv += ["--hosts", str(self.hosts_file)]
-        with open(self.log, "a") as log:
-            self.proc = subprocess.Popen(
-                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
-            )
-        self.client.wait_ready(timeout_s=30)
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
-
-    def wait_switch(self, timeout_s: float = 20.0) -> None:
-        wait_for(lambda: self.client.stats()["switches"], timeout_s, what="the switch to connect")
