@@ -131,7 +131,16 @@ def test_restart_restores_rules_from_the_registry(fabric, controller, tmp_path):
     client.put_stage(1)
     client.put_job(1, stage_id=1, flows=job_flows(), tcp_ports=[JOB_PORT], iteration_budget=5)
     client.set_policy("sincronia")
-    before = wait_for(lambda: len(marks(fabric)) == 2 and marks(fabric), what="both rules")
+    # sincronia installs no meters: wait until the switch from varys has landed
+    before = wait_for(
+        lambda: (
+            (m := marks(fabric))
+            and len(m) == 2
+            and all(meter is None for _, meter in m.values())
+            and m
+        ),
+        what="both rules, without meters",
+    )
 
     controller.stop()
     # while the controller is down, wipe our rules from the switch by cookie
