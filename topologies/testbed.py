@@ -9,7 +9,9 @@ From the command line (as root)::
 
 Every host ``hI`` has IP ``10.0.0.I`` and MAC ``00:00:00:00:00:I`` (hex), so one description
 gives both the Mininet topology and the controller's ``--hosts`` file
-(:func:`host_table`). Link rates default to 20 Mbit/s, the rate this 2-core machine's userspace
+(:func:`host_table`). Links are shaped with a token bucket (``use_tbf``: Mininet's HTB
+shaping warns at these rates); on switch ports :mod:`topologies.network` replaces it with the
+priority classes. Link rates default to 20 Mbit/s, the rate this 2-core machine's userspace
 datapath sustains for 12 simultaneous TCP senders (../shared/DESIGN.md section 3).
 """
 
@@ -48,7 +50,7 @@ class OneSwitchTopo(Topo):
         for i in range(1, n + 1):
             h = self.addHost(f"h{i}", ip=f"{host_ip(i)}/16", mac=host_mac(i))
             # the switch-side port number equals the host index
-            self.addLink(h, s, port2=i, bw=bw)
+            self.addLink(h, s, port2=i, bw=bw, use_tbf=True)
 
 
 class LeafSpineTopo(Topo):
@@ -82,9 +84,9 @@ class LeafSpineTopo(Topo):
             for _ in range(hosts_per_leaf):
                 index += 1
                 h = self.addHost(f"h{index}", ip=f"{host_ip(index)}/16", mac=host_mac(index))
-                self.addLink(h, s, bw=bw)
+                self.addLink(h, s, bw=bw, use_tbf=True)
             for spine in spine_names:
-                self.addLink(s, spine, bw=uplink_bw)
+                self.addLink(s, spine, bw=uplink_bw, use_tbf=True)
 
 
 def host_table(topo: Topo, bw: float | None = None) -> list[dict]:

@@ -93,6 +93,7 @@ def generate(
     mean_interarrival_s: float = 0.0,
     scale: float = 1.0,
     good_fraction: float = 0.2,
+    link_scale: float = 1.0,
 ) -> list[HpoTask]:
     """A seeded HPO workload.
 
@@ -109,6 +110,9 @@ def generate(
         mean_interarrival_s: tasks arrive as a Poisson process of this mean gap (0: all at 0).
         scale: divide bytes and compute by this factor (see ModelProfile.scaled).
         good_fraction: share of configurations with a good learning curve.
+        link_scale: also divide the bytes (only) by this factor: the real link rate over the
+            emulated one, so that an emulated link keeps the real compute/communication ratio
+            (e.g. 10 Gbit/s emulated at 20 Mbit/s: 500).
     """
     if workers > n_hosts:
         raise ValueError(f"workers ({workers}) exceed n_hosts ({n_hosts})")
@@ -120,7 +124,7 @@ def generate(
     for t in range(n_tasks):
         if mean_interarrival_s > 0 and t:
             clock += rng.expovariate(1.0 / mean_interarrival_s)
-        model = PROFILES[rng.choice(models)].scaled(scale)
+        model = PROFILES[rng.choice(models)].scaled(scale).with_bytes_divided_by(link_scale)
         pattern = rng.choice(patterns)
         plan = stage_plan(configs_per_task, eta, min_iterations)
         # the survivor trains sum(increments) iterations; good curves reach 90 % well before

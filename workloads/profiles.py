@@ -41,6 +41,13 @@ class ModelProfile:
             self, params_millions=self.params_millions / factor, compute_s=self.compute_s / factor
         )
 
+    def with_bytes_divided_by(self, factor: float) -> ModelProfile:
+        """The profile with only its bytes divided by ``factor``: what a link ``factor`` times
+        slower than the real one carries in the real communication time."""
+        if factor <= 0:
+            raise ValueError("factor must be > 0")
+        return replace(self, params_millions=self.params_millions / factor)
+
 
 PROFILES: dict[str, ModelProfile] = {
     p.name: p

@@ -1,0 +1,206 @@
+"""The testbed experiment: one seeded HPO workload on the Mininet testbed under each policy.
+
+    sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
+        [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 10]
+        [--seed 1] [--out results/testbed]
+
+For every policy: start OVS if needed, the controller (``python -m controller``, fresh
+registry), the one-switch testbed (userspace OVS, TCLink at ``--bw`` Mbit/s, 8 HTB classes per
+switch port), and the HPO driver with its worker processes; collect stage/job completion times,
+time to 90 % / 95 % of converged accuracy, link utilisation and bytes per priority class; tear
+everything down (by handle and by name, also on Ctrl-C or an error). Bytes are divided by
+``--link-scale`` (real link rate over the emulated one, default 10 Gbit/s over ``--bw``) so that
+every link keeps the real compute/communication ratio. Writes ``results.json``, ``stages.csv``
+and PNG figures to ``--out`` and prints a comparison table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from controller.argtypes import positive  # noqa: E402
+from controller.launcher import ControllerProcess, free_port  # noqa: E402
+from controller.policies import POLICIES  # noqa: E402
+from simulator.metrics import summarise  # noqa: E402
+from topologies import network  # noqa: E402
+from topologies.qos import class_bytes  # noqa: E402
+from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
+from workloads.hpo import generate  # noqa: E402
+from workloads.testbed_driver import TestbedDriver  # noqa: E402
+
+DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
+
+
+def run_policy(policy: str, args, out: Path) -> dict:
+    """One policy end to end; everything started here is stopped before returning."""
+    out.mkdir(parents=True, exist_ok=True)
+    topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
+    hosts_file = out / "hosts.json"
+    hosts_file.write_text(json.dumps(host_table(topo)))
+    db = out / "controller.sqlite"
+    db.unlink(missing_ok=True)
+    ofp_port = free_port()
+    ctl = ControllerProcess(
+        db, hosts_file, ofp_port, "--policy", policy, "--port-bps", str(args.bw * 1e6)
+    )
+    net = None
+    try:
+        ctl.start()
+        net = network.start(topo, ofp_port, args.bw)
+        ctl.wait_switch(timeout_s=30)
+        ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
+        before = {p: class_bytes(p) for p in ports}
+        tasks = generate(
+            args.hosts,
+            args.tasks,
+            seed=args.seed,
+            configs_per_task=args.configs,
+            eta=args.eta,
+            min_iterations=args.min_iterations,
+            workers=args.workers,
+            link_scale=args.link_scale,
+        )
+        hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
+        driver = TestbedDriver(hosts, ctl.client, tasks, progress=lambda m: print(f"  {m}"))
+        started = time.time()
+        driver.run(timeout_s=args.timeout)
+        duration = time.time() - started
+        after = {p: class_bytes(p) for p in ports}
+        stats = ctl.client.stats()
+    finally:
+        if net is not None:
+            network.stop(net)
+        ctl.stop()
+    per_class: dict[str, int] = {}
+    total = 0
+    for port in ports:
+        for cls, count in after[port].items():
+            if cls == "1:1":
+                total += count - before[port].get(cls, 0)
+            else:
+                per_class[cls] = per_class.get(cls, 0) + count - before[port].get(cls, 0)
+    stages = driver.stage_rows()
+    configs = driver.config_rows()
+    result = {
+        "policy": policy,
+        "duration_s": duration,
+        "sct_s": summarise([s["sct_s"] for s in stages]),
+        "jct_s": summarise([j["jct_s"] for j in driver.job_rows()]),
+        "time_to_90pct_s": summarise([c["time_to_90pct_s"] for c in configs]),
+        "time_to_95pct_s": summarise([c["time_to_95pct_s"] for c in configs]),
+        "hpo_completion_s": summarise(list(driver.task_finish_s.values())),
+        "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
+        "bytes_per_class": per_class,
+        "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
+        "stages": stages,
+    }
+    (out / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def plot(results: list[dict], out: Path) -> Path:
+    names = [r["policy"] for r in results]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = (
+        ("sct_s", "stage completion time (s)"),
+        ("time_to_90pct_s", "time to 90% (s)"),
+        ("hpo_completion_s", "HPO completion (s)"),
+    )
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        ax.bar(names, [r[key].get("mean") or 0 for r in results], color="tab:blue", label="mean")
+        ax.scatter(
+            names, [r[key].get("p95") or 0 for r in results], color="tab:red", zorder=3, label="p95"
+        )
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", rotation=30)
+    axes[0].legend()
+    fig.tight_layout()
+    path = out / "testbed.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", nargs="+", default=DEFAULT_POLICIES, choices=sorted(POLICIES))
+    parser.add_argument("--hosts", type=positive(int), default=13)
+    parser.add_argument("--bw", type=positive(float), default=20, help="link Mbit/s (default 20)")
+    parser.add_argument("--tasks", type=positive(int), default=2)
+    parser.add_argument("--configs", type=positive(int), default=9)
+    parser.add_argument("--eta", type=int, default=3)
+    parser.add_argument("--min-iterations", type=positive(int), default=10)
+    parser.add_argument("--workers", type=positive(int), default=3)
+    parser.add_argument(
+        "--link-scale",
+        type=positive(float),
+        default=None,
+        help="real link rate / emulated one (default: 10 Gbit/s / --bw)",
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=900,
+        help="seconds per policy before giving up (default 900)",
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "testbed")
+    args = parser.parse_args(argv)
+    if args.workers > args.hosts or args.eta < 2:
+        parser.error("--workers must be <= --hosts and --eta >= 2")
+    if args.link_scale is None:
+        args.link_scale = 10e9 / (args.bw * 1e6)
+    import os
+
+    if os.geteuid() != 0:
+        parser.error("run as root (Mininet and Open vSwitch need it)")
+    import subprocess
+
+    subprocess.run(["bash", str(ROOT / "scripts" / "ovs.sh"), "start"], check=True)
+    results = []
+    for policy in args.policy:
+        print(f"== {policy}", flush=True)
+        results.append(run_policy(policy, args, args.out / policy))
+    with open(args.out / "stages.csv", "w", newline="") as f:
+        rows = [{"policy": r["policy"], **s} for r in results for s in r["stages"]]
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = [{k: v for k, v in r.items() if k != "stages"} for r in results]
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
+    figure = plot(results, args.out)
+    print(
+        f"\n{'policy':<10} {'avg SCT':>8} {'p95 SCT':>8} {'to 90%':>7} {'to 95%':>7} "
+        f"{'HPO end':>8} {'util':>6}"
+    )
+    for r in results:
+        print(
+            f"{r['policy']:<10} {fmt(r['sct_s'].get('mean')):>8} {fmt(r['sct_s'].get('p95')):>8} "
+            f"{fmt(r['time_to_90pct_s'].get('mean')):>7} "
+            f"{fmt(r['time_to_95pct_s'].get('mean')):>7} "
+            f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['link_utilisation']:>6.1%}"
+        )
+    print(f"results: {args.out}/results.json, stages.csv, {figure.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
