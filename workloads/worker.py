@@ -106,7 +106,9 @@ class Worker:
         while True:
             self.check_stop()
             try:
-                return socket.create_connection(address, timeout=2.0)
+                sock = socket.create_connection(address, timeout=2.0)
+                sock.settimeout(None)  # the 2 s were for connecting; a peer may compute longer
+                return sock
             except OSError as exc:
                 if time.monotonic() > deadline:
                     raise ConnectionError(f"cannot reach rank {rank} at {address}: {exc}") from None

@@ -1,0 +1,74 @@
+"""A short end-to-end testbed run (root, OVS, Mininet): scripts/run_testbed.py as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_root_and
+from topologies.qos import level_classid
+
+pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "mnexec", "tc", "ethtool")]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_short_testbed_run(tmp_path):
+    out = tmp_path / "testbed"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "scripts/run_testbed.py",
+            "--hosts",
+            "6",
+            "--tasks",
+            "1",
+            "--configs",
+            "4",
+            "--eta",
+            "2",
+            "--min-iterations",
+            "3",
+            "--policy",
+            "fair",
+            "sincronia",
+            "--out",
+            str(out),
+            "--timeout",
+            "300",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    results = {r["policy"]: r for r in json.loads((out / "results.json").read_text())}
+    assert set(results) == {"fair", "sincronia"}
+    for name, result in results.items():
+        per_class = result["bytes_per_class"]
+        job_bytes = sum(per_class.get(level_classid(level), 0) for level in range(7))
+        total = sum(per_class.values())
+        assert job_bytes >= 0.9 * total, (name, per_class)  # the workers' traffic was marked
+        assert result["controller"]["switch_errors"] == 0
+        assert result["sct_s"]["count"] == 3  # stages of 4, 2 and 1 configurations
+        for stage in json.loads((out / name / "result.json").read_text())["stages"]:
+            assert stage["sct_s"] >= stage["compute_s"]
+        assert 0 < result["link_utilisation"] < 1
+    # fair sharing puts every job at the top level; sincronia spreads them over levels
+    fair = results["fair"]["bytes_per_class"]
+    assert fair[level_classid(0)] >= 0.9 * sum(fair.values())
+    spread = results["sincronia"]["bytes_per_class"]
+    assert sum(1 for level in range(7) if spread.get(level_classid(level), 0) > 10_000) >= 2
+    assert (out / "testbed.png").stat().st_size > 0
+    # nothing left behind: bridge, switch ports, worker processes
+    assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode == 2
+    assert (
+        "s1-eth" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    )
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in procs and "workloads.worker --job" not in procs
