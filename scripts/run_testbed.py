@@ -99,6 +99,7 @@ def run_policy(policy: str, args, out: Path) -> dict:
         "duration_s": duration,
         "sct_s": summarise([s["sct_s"] for s in stages]),
         "jct_s": summarise([j["jct_s"] for j in driver.job_rows()]),
+        "cct_s": summarise(driver.cct_s),
         "time_to_90pct_s": summarise([c["time_to_90pct_s"] for c in configs]),
         "time_to_95pct_s": summarise([c["time_to_95pct_s"] for c in configs]),
         "hpo_completion_s": summarise(list(driver.task_finish_s.values())),

@@ -82,6 +82,7 @@ class TestbedDriver:
         self.trained: dict[tuple[int, int], int] = {}
         self.reached: dict[tuple[int, int, float], float] = {}
         self.task_finish_s: dict[int, float] = {}
+        self.cct_s: list[float] = []  # one synchronisation (coflow) per job iteration
         self.t0 = time.time()
         self._next_id = 1
         self._buffers: dict[int, bytes] = {}
@@ -214,6 +215,8 @@ class TestbedDriver:
         if kind == "error":
             raise RuntimeError(f"job {job.job_id} rank {rank}: {event.get('message')}")
         if kind == "iteration" and rank == 0:
+            # rank 0 (the PS, or the ring's first worker) sees the whole synchronisation
+            self.cct_s.append(event["sync_s"])
             job.iteration = event["iteration"]
             key = (job.task_id, job.config)
             self.trained[key] = job.iteration

@@ -12,8 +12,8 @@ ranks, each rank ``r`` listening on ``--base-port + r`` of its host:
   from its predecessor (the traffic of a ring all-reduce).
 
 It prints one JSON object per line on stdout: ``ready``, then ``iteration`` after each one
-(iteration number, wall-clock ``time``, ``elapsed_s`` since start, bytes sent, the emulated
-accuracy when ``--curve`` is given), ``paused`` /
+(iteration number, wall-clock ``time``, ``elapsed_s`` since start, bytes sent, ``sync_s``: how
+long its synchronisation took, the emulated accuracy when ``--curve`` is given), ``paused`` /
 ``resumed``, and ``done`` or ``stopped``. SIGUSR1 pauses it after the current iteration and
 SIGUSR2 resumes it, keeping its progress (so do SIGSTOP / SIGCONT); SIGTERM or SIGINT stop it
 cleanly (exit 0). A peer that cannot be reached or that fails makes it exit 1 with an ``error``
@@ -212,12 +212,15 @@ class Worker:
                 if not (self.args.pattern == "ps" and self.rank == 0):
                     if self.stopping.wait(self.args.compute_s):
                         raise Stop
+                sync_started = time.monotonic()
                 self.synchronise()
+                sync_s = time.monotonic() - sync_started
                 self.iteration += 1
                 self.emit(
                     "iteration",
                     iteration=self.iteration,
                     bytes_sent=self.bytes_sent,
+                    sync_s=round(sync_s, 6),
                     accuracy=self.accuracy(self.iteration),
                 )
             self.emit("done", iteration=self.iteration, bytes_sent=self.bytes_sent)

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run the main experiment: one seeded HPO workload on the
+# 13-server Mininet testbed under fair, fifo-lm, sincronia, jpas and beamer. Run as root.
+# Extra arguments go to scripts/run_testbed.py (see --help); results in results/testbed/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/setup.sh
+exec .venv/bin/python scripts/run_testbed.py "$@"
