@@ -165,7 +165,8 @@ def desired_table(
     """The rules and meters that enforce ``schedule``.
 
     Every (owner, source, destination) pair gets the most urgent level among the owner's coflows
-    that use it, and a meter when the schedule caps those flows (the sum of their caps).
+    that use it, and a meter when the schedule caps those flows (the sum of their caps); the
+    reverse direction of a pair (its ACKs) gets the same level and no meter.
     """
     levels = coflow_levels(schedule)
     pair_level: dict[tuple, int] = {}
@@ -188,6 +189,14 @@ def desired_table(
             rate = schedule.flow_rates_bps.get((coflow_id, flow.flow_id))
             if rate is not None:
                 pair_rate[pair] = pair_rate.get(pair, 0.0) + rate
+
+    # The reverse direction carries the transfers' ACKs: same level (so they are not starved
+    # behind lower-priority bulk traffic), never metered.
+    for (cookie, src, dst), level in list(pair_level.items()):
+        reverse = (cookie, dst, src)
+        if reverse not in pair_ports:
+            pair_level[reverse] = min(level, pair_level.get(reverse, level))
+            pair_ports.setdefault(reverse, pair_ports[(cookie, src, dst)])
 
     meter_ids.keep_only(pair_rate)
     table = SwitchTable.empty()

@@ -226,11 +226,15 @@ class TestbedDriver:
                     fraction
                 ):
                     self.reached[(*key, fraction)] = self.now()
-            self.client.job_progress(job.job_id, job.iteration - job.start_iteration)
+            # The last iteration is reported once every rank is done: rank 0 may finish it
+            # while other ranks' bytes are still in flight, and a finished job loses its rules.
+            if job.iteration < job.target_iteration:
+                self.client.job_progress(job.job_id, job.iteration - job.start_iteration)
         elif kind == "done":
             job.ranks_done += 1
             if job.ranks_done == len(job.procs):
                 job.finish_s = self.now()
+                self.client.job_progress(job.job_id, job.target_iteration - job.start_iteration)
                 self.maybe_end_stage(self.stages[job.stage_id])
 
     def maybe_end_stage(self, stage: TestbedStage) -> None:

@@ -44,9 +44,12 @@ def fabric():
 @pytest.fixture
 def controller(fabric, tmp_path):
     ctl = ControllerProcess(
-        tmp_path / "ctl.sqlite", fabric.hosts_file(tmp_path / "hosts.json"), fabric.ofp_port,
-        "--policy", "varys",
-    )  # fmt: skip
+        tmp_path / "ctl.sqlite",
+        fabric.hosts_file(tmp_path / "hosts.json"),
+        fabric.ofp_port,
+        "--policy",
+        "varys",
+    )
     ctl.start()
     fabric.set_controller(fabric.ofp_port)
     try:
@@ -97,11 +100,17 @@ def test_registration_reorder_and_delete(fabric, controller):
     client.put_job(1, stage_id=1, flows=job_flows(), tcp_ports=[JOB_PORT], iteration_budget=5)
 
     # Varys alone on the fabric: top level (DSCP 56), MADD rate = the whole 20 Mbit/s port.
+    # Data h1 -> h2 (the job's port as destination or source) is metered; the reverse
+    # direction (its ACKs) has the same mark and no meter.
     want = {("10.0.0.1", "10.0.0.2", "dst", JOB_PORT), ("10.0.0.1", "10.0.0.2", "src", JOB_PORT)}
-    installed = wait_for(lambda: marks(fabric) if set(marks(fabric)) == want else None,
-                         what="the job's marking rules")  # fmt: skip
+    acks = {("10.0.0.2", "10.0.0.1", "dst", JOB_PORT), ("10.0.0.2", "10.0.0.1", "src", JOB_PORT)}
+    installed = wait_for(
+        lambda: marks(fabric) if set(marks(fabric)) == want | acks else None,
+        what="the job's marking rules",
+    )
     assert {dscp for dscp, _ in installed.values()} == {56}
-    (meter_id,) = {m for _, m in installed.values()}
+    (meter_id,) = {installed[k][1] for k in want}
+    assert {installed[k][1] for k in acks} == {None}
     assert meters(fabric) == {meter_id: 20000}
 
     # A smaller coflow sharing h2's downlink goes first: the job drops to level 1 (DSCP 48) and
@@ -110,8 +119,8 @@ def test_registration_reorder_and_delete(fabric, controller):
     small = ("10.0.0.3", "10.0.0.2", None, None)
     wait_for(lambda: small in marks(fabric), what="the coflow's rule")
     after = wait_for(lambda: (m := marks(fabric)) and m[small][0] == 56 and m, what="reorder")
-    assert {after[k][0] for k in want} == {48}
-    assert {after[k][1] for k in want} == {None}
+    assert {after[k][0] for k in want | acks} == {48}
+    assert {after[k][1] for k in want | acks} == {None}
     assert list(meters(fabric).values()) == [20000]  # only the small coflow's meter is left
 
     # Deleting the coflow and then the stage (and with it the job) removes every rule and meter.
@@ -135,17 +144,23 @@ def test_restart_restores_rules_from_the_registry(fabric, controller, tmp_path):
     before = wait_for(
         lambda: (
             (m := marks(fabric))
-            and len(m) == 2
+            and len(m) == 4
             and all(meter is None for _, meter in m.values())
             and m
         ),
-        what="both rules, without meters",
+        what="the job's rules (both directions), without meters",
     )
 
     controller.stop()
     # while the controller is down, wipe our rules from the switch by cookie
-    sh("ovs-ofctl", "-O", "OpenFlow13", "del-flows", fabric.bridge,
-       "cookie=0x48504f0000000000/0xffffff0000000000")  # fmt: skip
+    sh(
+        "ovs-ofctl",
+        "-O",
+        "OpenFlow13",
+        "del-flows",
+        fabric.bridge,
+        "cookie=0x48504f0000000000/0xffffff0000000000",
+    )
     assert marks(fabric) == {}
 
     controller.start()
@@ -170,8 +185,7 @@ def test_tcp_traffic_is_counted_in_the_class_of_its_priority(fabric, controller)
             what="iperf3 server",
         )
         before = class_bytes(fabric.switch_port("h2"))
-        result = fabric.run("h1", "iperf3", "-c", "10.0.0.2", "-p", str(JOB_PORT), "-t", "2",
-                            "-J")  # fmt: skip
+        result = fabric.run("h1", "iperf3", "-c", "10.0.0.2", "-p", str(JOB_PORT), "-t", "2", "-J")
         assert result.returncode == 0, result.stderr
         server.wait(timeout=10)
         after = class_bytes(fabric.switch_port("h2"))
@@ -186,8 +200,9 @@ def test_tcp_traffic_is_counted_in_the_class_of_its_priority(fabric, controller)
     assert delta[level_classid(0)] < 0.05 * sent, delta
 
     # Give the job a weight that puts it first: its traffic moves to level 0, class 1:10.
-    client.put_job(1, flows=job_flows(size=4e6), tcp_ports=[JOB_PORT], iteration_budget=5,
-                   weight=100)  # fmt: skip
+    client.put_job(
+        1, flows=job_flows(size=4e6), tcp_ports=[JOB_PORT], iteration_budget=5, weight=100
+    )
     wait_for(lambda: marks(fabric)[job_rules[0]][0] == 56, what="level 0")
     delta, sent = iperf_bytes_by_class()
     assert delta[level_classid(0)] >= 0.9 * sent, delta
@@ -200,11 +215,13 @@ def test_htb_classes_really_prioritise(fabric, controller):
     client = controller.client
     client.set_policy("sincronia")
     client.put_job(1, flows=job_flows("h1", "h2", 1e6), tcp_ports=[JOB_PORT], iteration_budget=5)
-    client.put_job(2, flows=job_flows("h3", "h2", 8e6), tcp_ports=[JOB_PORT + 1],
-                   iteration_budget=5)  # fmt: skip
-    wait_for(lambda: len(marks(fabric)) == 4, what="both jobs' rules")
-    servers = [fabric.popen("h2", "iperf3", "-s", "-1", "-p", str(p))
-               for p in (JOB_PORT, JOB_PORT + 1)]  # fmt: skip
+    client.put_job(
+        2, flows=job_flows("h3", "h2", 8e6), tcp_ports=[JOB_PORT + 1], iteration_budget=5
+    )
+    wait_for(lambda: len(marks(fabric)) == 8, what="both jobs' rules, both directions")
+    servers = [
+        fabric.popen("h2", "iperf3", "-s", "-1", "-p", str(p)) for p in (JOB_PORT, JOB_PORT + 1)
+    ]
     wait_for(lambda: fabric.run("h2", "ss", "-ltn").stdout.count(":53") >= 2, what="servers")
     clients = [
         fabric.popen(h, "iperf3", "-c", "10.0.0.2", "-p", str(p), "-t", "3", "-J")
@@ -214,8 +231,13 @@ def test_htb_classes_really_prioritise(fabric, controller):
     for proc in clients:
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
-        rates.append(float(re.search(r'"bits_per_second":\s*([\d.e+]+)',
-                                     out.split('"sum_received"')[1]).group(1)))  # fmt: skip
+        rates.append(
+            float(
+                re.search(r'"bits_per_second":\s*([\d.e+]+)', out.split('"sum_received"')[1]).group(
+                    1
+                )
+            )
+        )
     for server in servers:
         server.wait(timeout=10)
     print(f"level 0: {rates[0] / 1e6:.1f} Mbit/s, level 1: {rates[1] / 1e6:.1f} Mbit/s")

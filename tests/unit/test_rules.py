@@ -55,6 +55,7 @@ def test_cookies_tag_our_rules_with_their_owner():
 def test_job_rules_match_its_tcp_ports_both_ways_and_carry_its_level():
     state, ports = example()
     table = desired_table(state, Schedule.from_order([2, 1]), ports, MeterIds())
+    assert len(table.rules) == 6  # and as many for the reverse direction (ACKs)
     assert by_owner(table) == {
         # job 7, rank 1 -> level 1 -> DSCP 48, data to and from port 5001
         (OWNER_JOB, 7): {(PRIORITY_TCP, 5001, None, 48, None),
@@ -71,7 +72,10 @@ def test_rates_become_meters_shared_by_the_pair():
     table = desired_table(state, schedule, ports, MeterIds())
     assert table.meters == {1: 5000}
     job_rules = [r for r in table.rules.values() if cookie_owner(r.cookie) == (OWNER_JOB, 7)]
-    assert {r.meter_id for r in job_rules} == {1}
+    data = [r for r in job_rules if dict(r.match)["ipv4_src"] == "10.0.0.1"]
+    acks = [r for r in job_rules if dict(r.match)["ipv4_src"] == "10.0.0.2"]
+    assert {r.meter_id for r in data} == {1}
+    assert len(acks) == 2 and {r.meter_id for r in acks} == {None}  # ACKs are never metered
     assert rate_kbps(10) == 1
 
 
@@ -80,14 +84,15 @@ def test_reorder_only_modifies_dscp():
     ids = MeterIds()
     first = desired_table(state, Schedule.from_order([1, 2]), ports, ids)
     ops = diff(SwitchTable.empty(), first)
-    assert [op.kind for op in ops] == ["flow_add"] * 3 + ["barrier"]
+    # job 7: 2 rules each way (its port as destination and as source); coflow 2: 1 each way
+    assert [op.kind for op in ops] == ["flow_add"] * 6 + ["barrier"]
     installed = apply_ops(SwitchTable.empty(), ops)
     assert installed == first
 
     second = desired_table(state, Schedule.from_order([2, 1]), ports, ids)
     ops = diff(installed, second)
-    # job 7's two rules move together: one MODIFY by cookie; coflow 2's rule: a strict modify
-    assert sorted(op.kind for op in ops) == ["barrier", "flow_modify", "owner_modify"]
+    # each owner's rules move together: one MODIFY by cookie each
+    assert sorted(op.kind for op in ops) == ["barrier", "owner_modify", "owner_modify"]
     assert apply_ops(installed, ops) == second
     assert diff(second, second) == []  # nothing changed, nothing sent
 
@@ -98,9 +103,11 @@ def test_meters_come_before_their_rules_and_go_after_them():
     plain = desired_table(state, Schedule.from_order([1, 2]), ports, ids)
     metered = desired_table(state, Schedule.from_order([1, 2], {(1, 0): 5e6}), ports, ids)
     up = diff(plain, metered)
-    assert [op.kind for op in up] == ["meter_add", "owner_modify", "barrier"]
+    # only the data rules take the meter (not the ACK rules): one strict modify each
+    assert [op.kind for op in up] == ["meter_add", "flow_modify", "flow_modify", "barrier"]
     assert apply_ops(plain, up) == metered
     down = diff(metered, plain)
+    # back to one mark for all of the job's rules: one MODIFY by cookie, then the meter goes
     assert [op.kind for op in down] == ["owner_modify", "meter_delete", "barrier"]
     # apply-revert-apply gives the same tables
     assert apply_ops(apply_ops(plain, up), down) == plain
@@ -123,7 +130,8 @@ def test_owner_rules_with_different_marks_are_modified_one_by_one():
     first = desired_table(state, Schedule.from_order([1, 3, 2]), {}, ids)
     second = desired_table(state, Schedule.from_order([3, 2, 1]), {}, ids)
     ops = diff(first, second)
-    assert sorted(op.kind for op in ops) == ["barrier"] + ["flow_modify"] * 3
+    # job 7's four rules end at two levels: strict modifies; coflow 2 moves as one owner
+    assert sorted(op.kind for op in ops) == ["barrier"] + ["flow_modify"] * 4 + ["owner_modify"]
     assert apply_ops(first, ops) == second
 
 
@@ -134,8 +142,8 @@ def test_finished_owners_lose_rules_and_meters():
     del state.coflows[1]
     rest = desired_table(state, Schedule.from_order([2]), ports, ids)
     ops = diff(full, rest)
-    # job 7's two rules go, then coflow 2 moves up to level 0, then job 7's meter goes
-    kinds = ["flow_delete", "flow_delete", "flow_modify", "meter_delete", "barrier"]
+    # job 7's four rules go, then coflow 2 moves up to level 0, then job 7's meter goes
+    kinds = ["flow_delete"] * 4 + ["owner_modify", "meter_delete", "barrier"]
     assert [op.kind for op in ops] == kinds
     assert apply_ops(full, ops) == rest
     assert rest.meters == {}
