@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from controller.model import Flow as ModelFlow
 from controller.model import Job, Stage, port_bytes
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
-from workloads.hpo import HpoTask, sync_flows
+from workloads.hpo import HpoTask, survivors, sync_flows
 
 
 @dataclass
@@ -178,12 +178,9 @@ class HpoDriver:
             self.task_finish_s[task.task_id] = self.sim.now_s
             self.sim.request_reorder()
             return
-        keep = task.plan[stage.index + 1][0]
         configs = [self.jobs[j].config for j in stage.job_ids]
         trained = {c: self.configs[(task.task_id, c)].trained for c in configs}
-        # the best by accuracy now (ties: lower index), as successive halving does
-        ranked = sorted(configs, key=lambda c: (-task.curves[c].accuracy(trained[c]), c))
-        self._start_stage(task, stage.index + 1, ranked[:keep])
+        self._start_stage(task, stage.index + 1, survivors(task, stage.index, trained))
 
     # ---- results -------------------------------------------------------------------------------
 

@@ -62,6 +62,23 @@ def stage_plan(n_configs: int, eta: int, min_iterations: int) -> list[tuple[int,
         s += 1
 
 
+def survivors(task: HpoTask, stage_index: int, trained: dict[int, int]) -> list[int]:
+    """The configurations that go on after stage ``stage_index`` of ``task``.
+
+    Args:
+        trained: iterations each configuration of the finished stage has done.
+
+    Returns:
+        The best ``ceil(n / eta)`` by accuracy now (ties: lower index), as successive halving
+        keeps them; empty after the last stage.
+    """
+    if stage_index + 1 >= len(task.plan):
+        return []
+    keep = task.plan[stage_index + 1][0]
+    ranked = sorted(trained, key=lambda c: (-task.curves[c].accuracy(trained[c]), c))
+    return ranked[:keep]
+
+
 @dataclass
 class HpoTask:
     """One HPO task: a model, its configurations and where their jobs run."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workloads.client import ControllerClient
-from workloads.hpo import HpoTask, sync_flows
+from workloads.hpo import HpoTask, survivors, sync_flows
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_PORT = 20000
@@ -250,12 +250,9 @@ class TestbedDriver:
         if stage.index + 1 >= len(task.plan):
             self.task_finish_s[task.task_id] = self.now()
             return
-        keep = task.plan[stage.index + 1][0]
         configs = [self.jobs[j].config for j in stage.job_ids]
-        ranked = sorted(
-            configs, key=lambda c: (-task.curves[c].accuracy(self.trained[(task.task_id, c)]), c)
-        )
-        self.start_stage(task, stage.index + 1, ranked[:keep])
+        trained = {c: self.trained[(task.task_id, c)] for c in configs}
+        self.start_stage(task, stage.index + 1, survivors(task, stage.index, trained))
 
     def stop_all(self) -> None:
         """Stop every worker still running (SIGTERM, then SIGKILL), by handle."""

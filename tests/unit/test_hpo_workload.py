@@ -11,7 +11,7 @@ from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.curves import LearningCurve, sample_curves
-from workloads.hpo import generate, stage_plan, sync_flows
+from workloads.hpo import generate, stage_plan, survivors, sync_flows
 from workloads.profiles import PROFILES
 
 
@@ -114,3 +114,11 @@ def test_policy_sees_jobs_and_stages():
     sim.run()
     assert max(jobs for jobs, _ in seen) == 8  # both tasks' first stages: 2 x 4 jobs
     assert max(stages for _, stages in seen) == 2
+
+
+def test_survivors_are_the_most_accurate():
+    (task,) = generate(8, 1, seed=2, configs_per_task=4, eta=2, min_iterations=3)
+    trained = {c: 3 for c in range(4)}
+    by_accuracy = sorted(range(4), key=lambda c: -task.curves[c].accuracy(3))
+    assert survivors(task, 0, trained) == by_accuracy[:2]
+    assert survivors(task, len(task.plan) - 1, {0: 12}) == []  # the last stage keeps nobody
