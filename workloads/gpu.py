@@ -221,3 +221,63 @@ def run_time_sharing(
     makespan = max((j.finish_s for j in jobs), default=0.0)
     utilisation = busy_gpu_s / (n_gpus * makespan) if makespan else 0.0
     return TimeSharingResult(jobs, makespan, utilisation, sum(j.preemptions for j in jobs), cost_s)
+
+
+# ---- placement ---------------------------------------------------------------------------------
+
+Gpu = tuple[int, int]  # (server, gpu index on that server)
+
+
+def place(
+    demands: dict[int, int], servers: int, gpus_per_server: int, assignment=None
+) -> dict[int, list[Gpu]]:
+    """Put each job's workers on the least-loaded GPUs (load = jobs time-sharing the GPU).
+
+    Args:
+        demands: job id -> GPUs it needs (one per worker, on distinct GPUs).
+        servers: servers in the cluster; ``gpus_per_server`` GPUs each.
+        assignment: jobs already placed (kept as they are).
+
+    Returns:
+        job id -> its GPUs, for every job of ``demands`` and ``assignment``.
+    """
+    out = {job: list(gpus) for job, gpus in (assignment or {}).items()}
+    load = {(s, g): 0 for s in range(servers) for g in range(gpus_per_server)}
+    for gpus in out.values():
+        for gpu in gpus:
+            load[gpu] += 1
+    for job in sorted(demands):
+        if job in out:
+            continue
+        if demands[job] > len(load):
+            raise ValueError(f"job {job} needs {demands[job]} GPUs, the cluster has {len(load)}")
+        chosen = sorted(load, key=lambda gpu: (load[gpu], gpu))[: demands[job]]
+        for gpu in chosen:
+            load[gpu] += 1
+        out[job] = chosen
+    return out
+
+
+def rebalance(assignment: dict[int, list[Gpu]], servers: int, gpus_per_server: int):
+    """Migrate workers from the most to the least loaded GPUs until loads differ by at most 1
+    (Hermes' global scheduler). Returns the new assignment and the number of migrations."""
+    out = {job: list(gpus) for job, gpus in assignment.items()}
+    gpus_all = [(s, g) for s in range(servers) for g in range(gpus_per_server)]
+    migrations = 0
+    while True:
+        load = {gpu: 0 for gpu in gpus_all}
+        for gpus in out.values():
+            for gpu in gpus:
+                load[gpu] += 1
+        busiest = max(gpus_all, key=lambda gpu: (load[gpu], gpu))
+        idlest = min(gpus_all, key=lambda gpu: (load[gpu], gpu))
+        if load[busiest] - load[idlest] <= 1:
+            return out, migrations
+        # move one worker of a job on the busiest GPU that is not already on the idlest one
+        for job in sorted(out):
+            if busiest in out[job] and idlest not in out[job]:
+                out[job][out[job].index(busiest)] = idlest
+                migrations += 1
+                break
+        else:
+            return out, migrations

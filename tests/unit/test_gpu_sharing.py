@@ -130,3 +130,20 @@ def test_bad_input():
         run_time_sharing([job(1, gpus=5)], 4, RoundRobin())
     with pytest.raises(ValueError, match="quantum_s"):
         run_time_sharing([job(1)], 4, RoundRobin(), quantum_s=1.0, resume_cost_s=2.0)
+
+
+def test_placement_uses_the_least_loaded_gpus_and_rebalancing_evens_them():
+    from workloads.gpu import place, rebalance
+
+    # 2 servers x 2 GPUs; jobs of 2, 1 and 2 GPUs: 1 -> (0,0),(0,1); 2 -> (1,0); 3 -> (1,1),(0,0)
+    placed = place({1: 2, 2: 1, 3: 2}, servers=2, gpus_per_server=2)
+    assert placed == {1: [(0, 0), (0, 1)], 2: [(1, 0)], 3: [(1, 1), (0, 0)]}
+    assert all(len(set(gpus)) == len(gpus) for gpus in placed.values())
+    # an uneven assignment: three jobs on (0, 0), nothing elsewhere
+    uneven = {1: [(0, 0)], 2: [(0, 0)], 3: [(0, 0)]}
+    even, moves = rebalance(uneven, servers=2, gpus_per_server=2)
+    loads = [sum(gpu in gpus for gpus in even.values()) for gpu in [(0, 0), (0, 1), (1, 0), (1, 1)]]
+    assert max(loads) - min(loads) <= 1 and moves == 2
+    assert rebalance(even, 2, 2)[1] == 0  # already balanced: nothing moves
+    with pytest.raises(ValueError, match="needs 5 GPUs"):
+        place({1: 5}, servers=2, gpus_per_server=2)
