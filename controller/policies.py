@@ -91,11 +91,6 @@ def madd(state: ClusterState, order: Sequence[Coflow]) -> tuple[dict[FlowKey, fl
     return rates, gammas
 
 
-def madd_rates(state: ClusterState, order: Sequence[Coflow]) -> dict[FlowKey, float]:
-    """The per-flow MADD rates of :func:`madd` (coflows given as flows)."""
-    return madd(state, order)[0]
-
-
 class Fair(Policy):
     """Per-flow fair sharing: one rank, no meters; TCP shares every port."""
 
@@ -233,10 +228,7 @@ def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port
     The bytes left of its in-flight coflows plus ``bytes_per_iteration`` for every iteration of
     the budget that has not started its synchronisation yet.
     """
-    load: dict[Port, float] = {}
-    for coflow in active_coflows:
-        for port, size in coflow.port_bytes().items():
-            load[port] = load.get(port, 0.0) + size
+    load = _sum_loads(coflow.port_bytes() for coflow in active_coflows)
     future = max(0, job.iteration_budget - job.iterations_done - len(active_coflows))
     if future:
         for port, size in job.bytes_per_iteration.items():
@@ -365,6 +357,5 @@ __all__ = [
     "Varys",
     "job_remaining_bytes",
     "madd",
-    "madd_rates",
     "make_policy",
 ]

@@ -25,6 +25,16 @@ _REL = 1e-9
 
 
 @njit(cache=True)
+def _freeze(f, rate, links, weights, residual, count, rates):  # pragma: no cover - compiled
+    """Give entry ``f`` its final ``rate`` and take its flows off their links."""
+    rates[f] = rate
+    for c in range(links.shape[1]):
+        link = links[f, c]
+        residual[link] = max(residual[link] - rate * weights[f], 0.0)
+        count[link] -= weights[f]
+
+
+@njit(cache=True)
 def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover - compiled
     """Max-min fair per-flow rates of ``members`` (entry indices) on ``residual``; updates both.
 
@@ -104,15 +114,9 @@ def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover -
                 cap = caps[members[i]]
                 if cap > share * (1 + _REL):
                     break
-                take = max(cap, 0.0)
-                f = members[i]
-                rates[f] = take
+                _freeze(members[i], max(cap, 0.0), links, weights, residual, count, rates)
                 frozen[i] = True
                 left -= 1
-                for c in range(k):
-                    link = links[f, c]
-                    residual[link] = max(residual[link] - take * weights[f], 0.0)
-                    count[link] -= weights[f]
                 next_capped += 1
             continue
         limit = share * (1 + _REL)
@@ -120,18 +124,13 @@ def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover -
             link = live[j]
             if count[link] < 0.5 or residual[link] / count[link] > limit:
                 continue
-            for j in range(start[link], start[link + 1]):
-                i = on_link[j]
+            for e in range(start[link], start[link + 1]):
+                i = on_link[e]
                 if frozen[i]:
                     continue
-                f = members[i]
-                rates[f] = share
+                _freeze(members[i], share, links, weights, residual, count, rates)
                 frozen[i] = True
                 left -= 1
-                for c in range(k):
-                    other = links[f, c]
-                    residual[other] = max(residual[other] - share * weights[f], 0.0)
-                    count[other] -= weights[f]
 
 
 @njit(cache=True)
