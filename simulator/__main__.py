@@ -22,7 +22,8 @@ from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, summarise, trace_lower_bound, write_csv, write_json
 from simulator.traces import TraceError, load_trace
-from workloads.hpo import PATTERNS, generate
+from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy
+from workloads.hpo import PATTERNS, SEARCHES, generate
 from workloads.profiles import PROFILES
 
 
@@ -96,6 +97,45 @@ def build_parser() -> argparse.ArgumentParser:
         help="divide model bytes and compute time by this (default: 1)",
     )
     hpo.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
+    hpo.add_argument(
+        "--search",
+        choices=SEARCHES,
+        default="halving",
+        help="halving: successive halving (default); full: every configuration trains the "
+        "survivor's budget in one stage",
+    )
+    hpo.add_argument(
+        "--good-fraction",
+        type=float,
+        default=0.2,
+        help="share of configurations with a good learning curve (default: 0.2)",
+    )
+    hpo.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        default=["none"],
+        choices=["none", *sorted(GPU_POLICIES)],
+        help="GPU time-sharing policies of the job manager; every network policy runs with "
+        "each (default: none, every job computes as soon as it can)",
+    )
+    hpo.add_argument(
+        "--gpus-per-host",
+        type=positive(int),
+        default=1,
+        help="GPUs of every host when a GPU policy is given (default: 1)",
+    )
+    hpo.add_argument(
+        "--quantum",
+        type=positive(float),
+        default=5.0,
+        help="time-sharing quantum in s (default: 5)",
+    )
+    hpo.add_argument(
+        "--resume-cost",
+        type=float,
+        default=0.2,
+        help="s a suspended job needs to resume (default: 0.2)",
+    )
     _common_options(hpo)
     return parser
 
@@ -202,39 +242,63 @@ def run_hpo(args) -> int:
             patterns=tuple(args.patterns),
             mean_interarrival_s=args.interarrival,
             scale=args.scale,
+            search=args.search,
+            good_fraction=args.good_fraction,
         )
+        if not 0 <= args.good_fraction <= 1:
+            raise ValueError("--good-fraction must be in [0, 1]")
         generate(**kwargs)
     except ValueError as exc:
         print(f"python -m simulator: error: {exc}", file=sys.stderr)
         return 2
+    if not 0 <= args.resume_cost < args.quantum:
+        print("python -m simulator: error: need 0 <= --resume-cost < --quantum", file=sys.stderr)
+        return 2
     fabric = Fabric(args.hosts, args.host_bps, args.hosts_per_leaf, args.oversubscription)
     summary = {"workload": kwargs, "mode": args.mode, "host_bps": args.host_bps, "policies": {}}
     print(
-        f"{'policy':<10} {'avg SCT s':>10} {'p95 SCT s':>10} {'SCT/bound':>10} "
-        f"{'avg JCT s':>10} {'to 90% s':>9} {'to 95% s':>9} {'HPO end s':>10} {'wall s':>7}"
+        f"{'policy':<17} {'avg SCT s':>10} {'p95 SCT s':>10} {'SCT/bound':>10} "
+        f"{'avg JCT s':>10} {'to 90% s':>9} {'best id s':>9} {'HPO end s':>10} {'GPU use':>7} "
+        f"{'preempt':>7} {'wall s':>7}"
     )
     for name in args.policy:
-        sim = Simulator(fabric, make_policy(name), mode=args.mode)
-        driver = HpoDriver(sim, generate(**kwargs))
-        started = time.perf_counter()
-        sim.run()
-        wall = time.perf_counter() - started
-        result = hpo_summary(driver)
-        result["wall_s"] = wall
-        summary["policies"][name] = result
-        print(
-            f"{name:<10} {result['sct_s']['mean']:>10.3f} {result['sct_s']['p95']:>10.3f} "
-            f"{result['sct_over_bound']:>10.3f} {result['jct_s']['mean']:>10.3f} "
-            f"{_fmt(result['time_to_90pct_s'].get('mean')):>9} "
-            f"{_fmt(result['time_to_95pct_s'].get('mean')):>9} "
-            f"{result['hpo_completion_s']['mean']:>10.2f} {wall:>7.1f}",
-            flush=True,
-        )
-        if args.out:
-            write_csv(args.out / f"stages-{name}.csv", driver.stage_rows())
-            write_csv(args.out / f"jobs-{name}.csv", driver.job_rows())
-            write_csv(args.out / f"configs-{name}.csv", driver.config_rows())
-            write_csv(args.out / f"coflows-{name}.csv", coflow_rows(sim))
+        for gpu_policy in args.gpu_policy:
+            label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
+            sim = Simulator(fabric, make_policy(name), mode=args.mode)
+            gpus = None
+            if gpu_policy != "none":
+                gpus = GpuManager(
+                    make_gpu_policy(gpu_policy),
+                    args.hosts,
+                    args.gpus_per_host,
+                    args.quantum,
+                    args.resume_cost,
+                )
+            driver = HpoDriver(sim, generate(**kwargs), gpus=gpus)
+            started = time.perf_counter()
+            sim.run()
+            wall = time.perf_counter() - started
+            result = hpo_summary(driver)
+            result["wall_s"] = wall
+            result["network_policy"], result["gpu_policy"] = name, gpu_policy
+            summary["policies"][label] = result
+            gpu = result.get("gpu") or {}
+            print(
+                f"{label:<17} {result['sct_s']['mean']:>10.3f} {result['sct_s']['p95']:>10.3f} "
+                f"{result['sct_over_bound']:>10.3f} {result['jct_s']['mean']:>10.3f} "
+                f"{_fmt(result['time_to_90pct_s'].get('mean')):>9} "
+                f"{_fmt(result['best_identified_s'].get('mean')):>9} "
+                f"{result['hpo_completion_s']['mean']:>10.2f} "
+                f"{_pct(gpu.get('gpu_utilisation')):>7} {gpu.get('preemptions', '-'):>7} "
+                f"{wall:>7.1f}",
+                flush=True,
+            )
+            if args.out:
+                write_csv(args.out / f"stages-{label}.csv", driver.stage_rows())
+                write_csv(args.out / f"jobs-{label}.csv", driver.job_rows())
+                write_csv(args.out / f"configs-{label}.csv", driver.config_rows())
+                write_csv(args.out / f"tasks-{label}.csv", driver.task_rows())
+                write_csv(args.out / f"coflows-{label}.csv", coflow_rows(sim))
     if args.out:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
@@ -243,6 +307,10 @@ def run_hpo(args) -> int:
 
 def _fmt(value) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:.0%}"
 
 
 def hpo_summary(driver: HpoDriver) -> dict:
@@ -260,7 +328,9 @@ def hpo_summary(driver: HpoDriver) -> dict:
         "hpo_completion_s": summarise(
             [end - driver.tasks[t].arrival_s for t, end in driver.task_finish_s.items()]
         ),
+        "best_identified_s": summarise([r["best_identified_s"] for r in driver.task_rows()]),
         "stages": len(stages),
+        "gpu": driver.gpu_stats(),
     }
 
 

@@ -4,8 +4,14 @@ Every job alternates compute (the model's per-iteration time) and its synchronis
 when the last job of a stage finishes its iterations, the stage ends, the task keeps the best
 ``ceil(n / eta)`` configurations by accuracy and starts the next stage with them. The policy sees
 the jobs (progress, bytes per iteration per port) and stages, like the controller's registry
-gives them. GPUs are not modelled here: every job computes as soon as it can (the job manager
-adds GPU time-sharing).
+gives them.
+
+GPUs: without a job manager every job computes as soon as it can. With one
+(:class:`workloads.gpu.GpuManager`, the one the testbed uses too) a job holds one GPU on each of
+its hosts and only computes while it holds them: the manager decides at every quantum and when
+a job arrives or finishes; a job that loses its GPUs finishes its current iteration (compute and
+synchronisation) and then waits, like a worker paused with SIGUSR1; a resumed job first spends
+the manager's ``resume_cost_s``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 from controller.model import Flow as ModelFlow
 from controller.model import Job, Stage, port_bytes
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
+from workloads.gpu import GpuJob, GpuManager, best_identified_s
 from workloads.hpo import HpoTask, survivors, sync_flows
 
 
@@ -31,6 +38,9 @@ class JobRun:
     done: int = 0
     finish_s: float | None = None
     compute_s: float = 0.0
+    holding: bool = True  # holds its GPUs (always, without a job manager)
+    in_iteration: bool = False  # computing or synchronising
+    resume_delay_s: float = 0.0  # restoring its state before its next compute
 
     @property
     def jct_s(self) -> float | None:
@@ -69,10 +79,26 @@ class HpoDriver:
         sim: the simulator (its ``jobs_and_stages`` is set to this driver's view).
         tasks: the workload.
         fractions: accuracy fractions whose time-to-reach is recorded (of converged accuracy).
+        gpus: the job manager sharing the GPUs (servers = the fabric's hosts), or ``None``.
     """
 
-    def __init__(self, sim: Simulator, tasks: list[HpoTask], fractions=(0.9, 0.95)) -> None:
+    def __init__(
+        self,
+        sim: Simulator,
+        tasks: list[HpoTask],
+        fractions=(0.9, 0.95),
+        gpus: GpuManager | None = None,
+    ) -> None:
+        if gpus is not None and gpus.servers != sim.fabric.n_hosts:
+            raise ValueError(
+                f"the job manager has {gpus.servers} servers, the fabric {sim.fabric.n_hosts} hosts"
+            )
         self.sim = sim
+        self.gpus = gpus
+        self.observations: dict[int, list[tuple[float, int, float]]] = {
+            t.task_id: [] for t in tasks
+        }
+        self._ticking = False
         self.tasks = {t.task_id: t for t in tasks}
         self.fractions = tuple(fractions)
         self.jobs: dict[int, JobRun] = {}
@@ -127,7 +153,27 @@ class HpoDriver:
             for port, b in per_iteration.items():
                 floor[port] = floor.get(port, 0.0) + b * iterations
             sync_alone = max(sync_alone, max(per_iteration.values(), default=0.0))
-            self._compute(job)
+            if self.gpus is None:
+                self._compute(job)
+            else:
+                job.holding = False
+                curve = task.curves[config]
+                trained = self.configs[(task.task_id, config)].trained
+                self.gpus.submit(
+                    GpuJob(
+                        job.job_id,
+                        len(task.hosts[config]),
+                        self.sim.now_s,
+                        servers=list(task.hosts[config]),
+                    ),
+                    self.sim.now_s,
+                    accuracy=curve.accuracy(trained),
+                )
+        if self.gpus is not None:
+            self._apply(self.gpus.schedule(self.sim.now_s, preempt=False))
+            if not self._ticking:
+                self._ticking = True
+                self.sim.at(self.sim.now_s + self.gpus.quantum_s, self._tick)
         bps = self.sim.fabric.host_bps
         stage.compute_s = iterations * task.model.compute_s
         # Lower bounds on the SCT: every job alone needs iterations x (compute + its sync
@@ -139,7 +185,30 @@ class HpoDriver:
         self.sim.request_reorder()
 
     def _compute(self, job: JobRun) -> None:
-        self.sim.at(self.sim.now_s + job.compute_s, lambda: self._sync(job))
+        job.in_iteration = True
+        delay, job.resume_delay_s = job.resume_delay_s, 0.0
+        self.sim.at(self.sim.now_s + delay + job.compute_s, lambda: self._sync(job))
+
+    # ---- GPUs ----------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """A quantum boundary: the job manager may preempt."""
+        if len(self.task_finish_s) == len(self.tasks):
+            self._ticking = False
+            return
+        self._apply(self.gpus.schedule(self.sim.now_s, preempt=True))
+        self.sim.at(self.sim.now_s + self.gpus.quantum_s, self._tick)
+
+    def _apply(self, decision) -> None:
+        for gpu_job in decision.stop:
+            self.jobs[gpu_job.job_id].holding = False  # it stops after its current iteration
+        for gpu_job in decision.start:
+            job = self.jobs[gpu_job.job_id]
+            job.holding = True
+            if gpu_job.job_id in decision.delayed:
+                job.resume_delay_s = self.gpus.resume_cost_s
+            if not job.in_iteration:
+                self._compute(job)
 
     def _sync(self, job: JobRun) -> None:
         task = self.tasks[job.task_id]
@@ -154,18 +223,27 @@ class HpoDriver:
             return
         job = self.jobs[job_id]
         job.done += 1
+        job.in_iteration = False
         self._model_jobs[job_id].iterations_done = job.done
         config = self.configs[(job.task_id, job.config)]
         config.trained += 1
         curve = self.tasks[job.task_id].curves[job.config]
+        accuracy = curve.accuracy(config.trained)
+        self.observations[job.task_id].append((self.sim.now_s, job.config, accuracy))
         for fraction in self.fractions:
             if fraction not in config.reached_s and config.trained >= curve.iterations_to(fraction):
                 config.reached_s[fraction] = self.sim.now_s
+        if self.gpus is not None:
+            self.gpus.report(job_id, job.done, accuracy)
         if job.done < job.iterations:
-            self._compute(job)
+            if job.holding:
+                self._compute(job)
             return
         job.finish_s = self.sim.now_s
         del self._model_jobs[job_id]
+        if self.gpus is not None:
+            self.gpus.finish(job_id, self.sim.now_s)
+            self._apply(self.gpus.schedule(self.sim.now_s, preempt=False))
         stage = self.stages[job.stage_id]
         if all(self.jobs[j].finish_s is not None for j in stage.job_ids):
             self._end_stage(stage)
@@ -183,6 +261,46 @@ class HpoDriver:
         self._start_stage(task, stage.index + 1, survivors(task, stage.index, trained))
 
     # ---- results -------------------------------------------------------------------------------
+
+    def gpu_stats(self) -> dict | None:
+        """The job manager's statistics up to the end of the last task (``None`` without)."""
+        if self.gpus is None:
+            return None
+        return self.gpus.stats(max(self.task_finish_s.values(), default=self.sim.now_s))
+
+    def task_rows(self) -> list[dict]:
+        """Per HPO task: completion time, the configuration it ends with and when that one was
+        identified (led the task's observed accuracies from then on), both from its arrival."""
+        rows = []
+        for task_id, task in self.tasks.items():
+            finish = self.task_finish_s.get(task_id)
+            last = max(
+                (s for s in self.stages.values() if s.task_id == task_id),
+                key=lambda s: s.index,
+                default=None,
+            )
+            winner = None
+            if finish is not None and last is not None:
+                curves = task.curves
+                winner = max(  # the most accurate configuration of its last stage
+                    (self.jobs[j].config for j in last.job_ids),
+                    key=lambda c: (curves[c].accuracy(self.configs[(task_id, c)].trained), -c),
+                )
+            identified = (
+                None if winner is None else best_identified_s(self.observations[task_id], winner)
+            )
+            rows.append(
+                {
+                    "task_id": task_id,
+                    "arrival_s": task.arrival_s,
+                    "hpo_completion_s": None if finish is None else finish - task.arrival_s,
+                    "best_config": winner,
+                    "best_identified_s": None
+                    if identified is None
+                    else identified - task.arrival_s,
+                }
+            )
+        return rows
 
     def stage_rows(self) -> list[dict]:
         rows = []

@@ -24,6 +24,7 @@ from workloads.curves import LearningCurve, sample_curves
 from workloads.profiles import PROFILES, ModelProfile
 
 PATTERNS = ("ps", "ring")
+SEARCHES = ("halving", "full")
 
 
 def sync_flows(pattern: str, hosts: list[int], model_bytes: float) -> tuple[np.ndarray, ...]:
@@ -111,6 +112,7 @@ def generate(
     scale: float = 1.0,
     good_fraction: float = 0.2,
     link_scale: float = 1.0,
+    search: str = "halving",
 ) -> list[HpoTask]:
     """A seeded HPO workload.
 
@@ -130,7 +132,13 @@ def generate(
         link_scale: also divide the bytes (only) by this factor: the real link rate over the
             emulated one, so that an emulated link keeps the real compute/communication ratio
             (e.g. 10 Gbit/s emulated at 20 Mbit/s: 500).
+        search: ``halving`` (successive halving) or ``full``: one stage in which every
+            configuration trains as long as the halving survivor would (a grid/random search
+            without early stopping, the setting where GPU time-sharing decides what is learnt
+            first).
     """
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
     if workers > n_hosts:
         raise ValueError(f"workers ({workers}) exceed n_hosts ({n_hosts})")
     unknown = [m for m in models if m not in PROFILES]
@@ -144,6 +152,8 @@ def generate(
         model = PROFILES[rng.choice(models)].scaled(scale).with_bytes_divided_by(link_scale)
         pattern = rng.choice(patterns)
         plan = stage_plan(configs_per_task, eta, min_iterations)
+        if search == "full":
+            plan = [(configs_per_task, sum(iterations for _, iterations in plan))]
         # the survivor trains sum(increments) iterations; good curves reach 90 % well before
         longest = sum(iterations for _, iterations in plan)
         curves = sample_curves(rng, configs_per_task, good_fraction, base_tau=longest / 3)
