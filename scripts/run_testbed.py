@@ -1,6 +1,7 @@
 """The testbed experiment: one seeded HPO workload on the Mininet testbed under each policy.
 
     sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
+        [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 10]
         [--seed 1] [--out results/testbed]
 
@@ -10,8 +11,10 @@ switch port), and the HPO driver with its worker processes; collect stage/job co
 time to 90 % / 95 % of converged accuracy, link utilisation and bytes per priority class; tear
 everything down (by handle and by name, also on Ctrl-C or an error). Bytes are divided by
 ``--link-scale`` (real link rate over the emulated one, default 10 Gbit/s over ``--bw``) so that
-every link keeps the real compute/communication ratio. Writes ``results.json``, ``stages.csv``
-and PNG figures to ``--out`` and prints a comparison table.
+every link keeps the real compute/communication ratio. With ``--gpu-policy`` every network
+policy also runs under each GPU time-sharing policy (the job manager of ``workloads/gpu.py``
+pauses and resumes the workers; ``none``: every job computes at once). Writes ``results.json``,
+``stages.csv`` and PNG figures to ``--out`` and prints a comparison table.
 """
 
 from __future__ import annotations
@@ -38,14 +41,15 @@ from simulator.metrics import summarise  # noqa: E402
 from topologies import network  # noqa: E402
 from topologies.qos import class_bytes  # noqa: E402
 from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
+from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 from workloads.testbed_driver import TestbedDriver  # noqa: E402
 
 DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
 
 
-def run_policy(policy: str, args, out: Path) -> dict:
-    """One policy end to end; everything started here is stopped before returning."""
+def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
+    """One policy (pair) end to end; everything started here is stopped before returning."""
     out.mkdir(parents=True, exist_ok=True)
     topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
     hosts_file = out / "hosts.json"
@@ -74,7 +78,19 @@ def run_policy(policy: str, args, out: Path) -> dict:
             link_scale=args.link_scale,
         )
         hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
-        driver = TestbedDriver(hosts, ctl.client, tasks, progress=lambda m: print(f"  {m}"))
+        gpus = None
+        if gpu_policy != "none":
+            gpus = GpuManager(
+                make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
+            )
+        driver = TestbedDriver(
+            hosts,
+            ctl.client,
+            tasks,
+            progress=lambda m: print(f"  {m}"),
+            gpus=gpus,
+            log_dir=out / "logs",
+        )
         started = time.time()
         driver.run(timeout_s=args.timeout)
         duration = time.time() - started
@@ -94,8 +110,11 @@ def run_policy(policy: str, args, out: Path) -> dict:
                 per_class[cls] = per_class.get(cls, 0) + count - before[port].get(cls, 0)
     stages = driver.stage_rows()
     configs = driver.config_rows()
+    label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
     result = {
-        "policy": policy,
+        "policy": label,
+        "network_policy": policy,
+        "gpu_policy": gpu_policy,
         "duration_s": duration,
         "sct_s": summarise([s["sct_s"] for s in stages]),
         "jct_s": summarise([j["jct_s"] for j in driver.job_rows()]),
@@ -103,6 +122,11 @@ def run_policy(policy: str, args, out: Path) -> dict:
         "time_to_90pct_s": summarise([c["time_to_90pct_s"] for c in configs]),
         "time_to_95pct_s": summarise([c["time_to_95pct_s"] for c in configs]),
         "hpo_completion_s": summarise(list(driver.task_finish_s.values())),
+        "best_identified_s": summarise([t["best_identified_s"] for t in driver.task_rows()]),
+        "gpu": driver.gpu_stats(),
+        "worker_signals": driver.signals_sent,
+        "worker_pauses": driver.pauses,
+        "bytes_sent_while_paused": driver.bytes_while_paused,
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
         "bytes_per_class": per_class,
         "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
@@ -114,10 +138,11 @@ def run_policy(policy: str, args, out: Path) -> dict:
 
 def plot(results: list[dict], out: Path) -> Path:
     names = [r["policy"] for r in results]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     panels = (
         ("sct_s", "stage completion time (s)"),
         ("time_to_90pct_s", "time to 90% (s)"),
+        ("best_identified_s", "best config identified (s)"),
         ("hpo_completion_s", "HPO completion (s)"),
     )
     for ax, (key, label) in zip(axes, panels, strict=True):
@@ -140,9 +165,26 @@ def fmt(value) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def fmt_pct(value) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--policy", nargs="+", default=DEFAULT_POLICIES, choices=sorted(POLICIES))
+    parser.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        default=["none"],
+        choices=["none", *sorted(GPU_POLICIES)],
+        help="GPU time-sharing policies, each run with every --policy (default: none)",
+    )
+    parser.add_argument(
+        "--gpus-per-host", type=positive(int), default=1, help="emulated GPUs per host (default 1)"
+    )
+    parser.add_argument(
+        "--quantum", type=positive(float), default=5.0, help="time-sharing quantum s (default 5)"
+    )
     parser.add_argument("--hosts", type=positive(int), default=13)
     parser.add_argument("--bw", type=positive(float), default=20, help="link Mbit/s (default 20)")
     parser.add_argument("--tasks", type=positive(int), default=2)
@@ -178,8 +220,10 @@ def main(argv=None) -> int:
     subprocess.run(["bash", str(ROOT / "scripts" / "ovs.sh"), "start"], check=True)
     results = []
     for policy in args.policy:
-        print(f"== {policy}", flush=True)
-        results.append(run_policy(policy, args, args.out / policy))
+        for gpu_policy in args.gpu_policy:
+            label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+            print(f"== {label}", flush=True)
+            results.append(run_policy(policy, args, args.out / label, gpu_policy))
     with open(args.out / "stages.csv", "w", newline="") as f:
         rows = [{"policy": r["policy"], **s} for r in results for s in r["stages"]]
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -189,15 +233,17 @@ def main(argv=None) -> int:
     (args.out / "results.json").write_text(json.dumps(summary, indent=2))
     figure = plot(results, args.out)
     print(
-        f"\n{'policy':<10} {'avg SCT':>8} {'p95 SCT':>8} {'to 90%':>7} {'to 95%':>7} "
-        f"{'HPO end':>8} {'util':>6}"
+        f"\n{'policy':<17} {'avg SCT':>8} {'p95 SCT':>8} {'to 90%':>7} {'best id':>8} "
+        f"{'HPO end':>8} {'link':>6} {'GPU':>5} {'preempt':>7}"
     )
     for r in results:
+        gpu = r["gpu"] or {}
         print(
-            f"{r['policy']:<10} {fmt(r['sct_s'].get('mean')):>8} {fmt(r['sct_s'].get('p95')):>8} "
+            f"{r['policy']:<17} {fmt(r['sct_s'].get('mean')):>8} {fmt(r['sct_s'].get('p95')):>8} "
             f"{fmt(r['time_to_90pct_s'].get('mean')):>7} "
-            f"{fmt(r['time_to_95pct_s'].get('mean')):>7} "
-            f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['link_utilisation']:>6.1%}"
+            f"{fmt(r['best_identified_s'].get('mean')):>8} "
+            f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['link_utilisation']:>6.1%} "
+            f"{fmt_pct(gpu.get('gpu_utilisation')):>5} {gpu.get('preemptions', '-'):>7}"
         )
     print(f"results: {args.out}/results.json, stages.csv, {figure.name}")
     return 0

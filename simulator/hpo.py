@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from controller.model import Flow as ModelFlow
 from controller.model import Job, Stage, port_bytes
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
-from workloads.gpu import GpuJob, GpuManager, best_identified_s
-from workloads.hpo import HpoTask, survivors, sync_flows
+from workloads.gpu import GpuJob, GpuManager
+from workloads.hpo import HpoTask, survivors, sync_flows, task_row
 
 
 @dataclass
@@ -269,36 +269,21 @@ class HpoDriver:
         return self.gpus.stats(max(self.task_finish_s.values(), default=self.sim.now_s))
 
     def task_rows(self) -> list[dict]:
-        """Per HPO task: completion time, the configuration it ends with and when that one was
-        identified (led the task's observed accuracies from then on), both from its arrival."""
+        """Per HPO task: see :func:`workloads.hpo.task_row`."""
         rows = []
         for task_id, task in self.tasks.items():
-            finish = self.task_finish_s.get(task_id)
-            last = max(
-                (s for s in self.stages.values() if s.task_id == task_id),
-                key=lambda s: s.index,
-                default=None,
-            )
-            winner = None
-            if finish is not None and last is not None:
-                curves = task.curves
-                winner = max(  # the most accurate configuration of its last stage
-                    (self.jobs[j].config for j in last.job_ids),
-                    key=lambda c: (curves[c].accuracy(self.configs[(task_id, c)].trained), -c),
-                )
-            identified = (
-                None if winner is None else best_identified_s(self.observations[task_id], winner)
-            )
+            stages = [s for s in self.stages.values() if s.task_id == task_id]
+            last = max(stages, key=lambda s: s.index, default=None)
+            finals = [] if last is None else [self.jobs[j].config for j in last.job_ids]
+            trained = {c: self.configs[(task_id, c)].trained for c in finals}
             rows.append(
-                {
-                    "task_id": task_id,
-                    "arrival_s": task.arrival_s,
-                    "hpo_completion_s": None if finish is None else finish - task.arrival_s,
-                    "best_config": winner,
-                    "best_identified_s": None
-                    if identified is None
-                    else identified - task.arrival_s,
-                }
+                task_row(
+                    task,
+                    self.task_finish_s.get(task_id),
+                    finals,
+                    trained,
+                    self.observations[task_id],
+                )
             )
         return rows
 

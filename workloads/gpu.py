@@ -30,10 +30,11 @@ network simulated, and ``workloads.testbed_driver.TestbedDriver`` with real work
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workloads.curves import LearningCurve
+from workloads.hpo import best_identified_s
 
 Gpu = tuple[int, int]  # (server, GPU index on that server)
 _EPS = 1e-9
@@ -451,31 +452,6 @@ class GpuManager:
             "preemption_cost_s": sum(j.resumes for j in jobs) * self.resume_cost_s,
             "preemption_cost_gpu_s": sum(j.resumes * j.gpus for j in jobs) * self.resume_cost_s,
         }
-
-
-# ---- HPO metrics -------------------------------------------------------------------------------
-
-
-def best_identified_s(
-    observations: Iterable[tuple[float, Hashable, float]], best: Hashable
-) -> float | None:
-    """When the HPO's best configuration was identified: the time from which on it leads (its
-    last observed accuracy is at least every other configuration's), or ``None`` if it does not
-    lead at the end.
-
-    Args:
-        observations: ``(time, configuration, accuracy)``, in any order.
-        best: the configuration with the highest converged accuracy.
-    """
-    latest: dict[Hashable, float] = {}
-    since = None
-    for time_s, config, accuracy in sorted(observations, key=lambda o: o[0]):
-        latest[config] = accuracy
-        if latest.get(best, -math.inf) >= max(latest.values()):
-            since = time_s if since is None else since
-        else:
-            since = None
-    return since
 
 
 # ---- simulated time, compute only --------------------------------------------------------------

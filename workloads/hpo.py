@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -160,3 +161,54 @@ def generate(
         hosts = [rng.sample(range(n_hosts), workers) for _ in range(configs_per_task)]
         tasks.append(HpoTask(t, clock, model, pattern, curves, hosts, plan, eta))
     return tasks
+
+
+def best_identified_s(
+    observations: Iterable[tuple[float, Hashable, float]], best: Hashable
+) -> float | None:
+    """When the HPO's best configuration was identified: the time from which on it leads (its
+    last observed accuracy is at least every other configuration's), or ``None`` if it does not
+    lead at the end.
+
+    Args:
+        observations: ``(time, configuration, accuracy)``, in any order.
+        best: the configuration with the highest converged accuracy.
+    """
+    latest: dict[Hashable, float] = {}
+    since = None
+    for time_s, config, accuracy in sorted(observations, key=lambda o: o[0]):
+        latest[config] = accuracy
+        if latest.get(best, -math.inf) >= max(latest.values()):
+            since = time_s if since is None else since
+        else:
+            since = None
+    return since
+
+
+def task_row(
+    task: HpoTask,
+    finish_s: float | None,
+    final_configs: list[int],
+    trained: dict[int, int],
+    observations: Iterable[tuple[float, int, float]],
+) -> dict:
+    """Outcome of one HPO task: completion time, the configuration it ends with (the most
+    accurate of its last stage) and when that one was identified, both from its arrival.
+
+    Args:
+        finish_s: when its last stage ended (``None``: not finished).
+        final_configs: the configurations of its last stage.
+        trained: iterations each of those configurations has done.
+        observations: ``(time, configuration, accuracy)`` as its jobs reported them.
+    """
+    winner = None
+    if finish_s is not None and final_configs:
+        winner = max(final_configs, key=lambda c: (task.curves[c].accuracy(trained[c]), -c))
+    identified = None if winner is None else best_identified_s(observations, winner)
+    return {
+        "task_id": task.task_id,
+        "arrival_s": task.arrival_s,
+        "hpo_completion_s": None if finish_s is None else finish_s - task.arrival_s,
+        "best_config": winner,
+        "best_identified_s": None if identified is None else identified - task.arrival_s,
+    }

@@ -15,7 +15,8 @@ It prints one JSON object per line on stdout: ``ready``, then ``iteration`` afte
 (iteration number, wall-clock ``time``, ``elapsed_s`` since start, bytes sent, ``sync_s``: how
 long its synchronisation took, the emulated accuracy when ``--curve`` is given), ``paused`` /
 ``resumed``, and ``done`` or ``stopped``. SIGUSR1 pauses it after the current iteration and
-SIGUSR2 resumes it, keeping its progress (so do SIGSTOP / SIGCONT); SIGTERM or SIGINT stop it
+SIGUSR2 resumes it, keeping its progress (with ``--start-paused`` it waits for SIGUSR2 once
+connected; SIGSTOP / SIGCONT also pause and resume it); SIGTERM or SIGINT stop it
 cleanly (exit 0). A peer that cannot be reached or that fails makes it exit 1 with an ``error``
 line.
 """
@@ -53,9 +54,10 @@ class Worker:
         self.size = len(self.hosts)
         self.iteration = args.start_iteration
         self.bytes_sent = 0
-        self.stopping = threading.Event()
-        self.resume = threading.Event()
-        self.resume.set()
+        # Plain flags, set by the signal handlers: a handler that called Event.set() could run
+        # while this very thread holds the Event's lock inside Event.wait() and deadlock.
+        self.stop_requested = False
+        self.paused = args.start_paused
         self.started = time.monotonic()
         self.listener: socket.socket | None = None
         self.peers: list[socket.socket] = []
@@ -150,8 +152,18 @@ class Worker:
         return data
 
     def check_stop(self) -> None:
-        if self.stopping.is_set():
+        if self.stop_requested:
             raise Stop
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking up often enough to stop promptly."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.check_stop()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.02))
 
     # ---- the job ----------------------------------------------------------------------------
 
@@ -203,15 +215,14 @@ class Worker:
             self.setup()
             self.emit("ready", iteration=self.iteration)
             while self.iteration < self.args.iterations:
-                if not self.resume.is_set():
-                    self.emit("paused", iteration=self.iteration)
-                    while not self.resume.wait(0.1):
-                        self.check_stop()
-                    self.emit("resumed", iteration=self.iteration)
+                if self.paused:
+                    self.emit("paused", iteration=self.iteration, bytes_sent=self.bytes_sent)
+                    while self.paused:
+                        self.sleep(0.05)
+                    self.emit("resumed", iteration=self.iteration, bytes_sent=self.bytes_sent)
                 # the parameter server only aggregates; workers compute
                 if not (self.args.pattern == "ps" and self.rank == 0):
-                    if self.stopping.wait(self.args.compute_s):
-                        raise Stop
+                    self.sleep(self.args.compute_s)
                 sync_started = time.monotonic()
                 self.synchronise()
                 sync_s = time.monotonic() - sync_started
@@ -229,7 +240,7 @@ class Worker:
             self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
             return 0
         except (ConnectionError, OSError) as exc:
-            if self.stopping.is_set():
+            if self.stop_requested:
                 self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
                 return 0
             self.emit("error", iteration=self.iteration, message=str(exc))
@@ -285,6 +296,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="learning curve: accuracy = FINAL * (1 - exp(-iteration / TAU))",
     )
     parser.add_argument(
+        "--start-paused",
+        action="store_true",
+        help="connect to the peers, then wait for SIGUSR2 before the first iteration "
+        "(a job manager starts it without its GPUs)",
+    )
+    parser.add_argument(
         "--connect-timeout",
         type=positive(float),
         default=30.0,
@@ -309,7 +326,7 @@ def main(argv=None) -> int:
     worker = Worker(parse_args(argv))
 
     def stop(_signum, _frame) -> None:
-        worker.stopping.set()
+        worker.stop_requested = True
         for sock in worker.peers:  # unblock a pending recv
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -320,9 +337,13 @@ def main(argv=None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGUSR1, lambda *_: worker.resume.clear())
-    signal.signal(signal.SIGUSR2, lambda *_: worker.resume.set())
-    return worker.run()
+    signal.signal(signal.SIGUSR1, lambda *_: setattr(worker, "paused", True))
+    signal.signal(signal.SIGUSR2, lambda *_: setattr(worker, "paused", False))
+    code = worker.run()
+    # A pause or resume that arrives while the interpreter exits must not kill it
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    return code
 
 
 if __name__ == "__main__":

@@ -72,3 +72,55 @@ def test_short_testbed_run(tmp_path):
     )
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(out) not in procs and "workloads.worker --job" not in procs
+
+
+def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
+    """Hermes' job manager pauses and resumes real workers: 2 tasks of 4 two-worker jobs share
+    one GPU per host on 6 hosts, so jobs wait for GPUs and get preempted."""
+    out = tmp_path / "testbed-gpu"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "scripts/run_testbed.py",
+            "--hosts",
+            "6",
+            "--tasks",
+            "2",
+            "--configs",
+            "4",
+            "--eta",
+            "2",
+            "--min-iterations",
+            "3",
+            "--workers",
+            "2",
+            "--policy",
+            "fair",
+            "--gpu-policy",
+            "hermes",
+            "--quantum",
+            "2",
+            "--out",
+            str(out),
+            "--timeout",
+            "240",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    [result] = json.loads((out / "results.json").read_text())
+    assert result["policy"] == "fair+hermes" and result["sct_s"]["count"] == 6
+    gpu = result["gpu"]
+    assert gpu["preemptions"] >= 1 and result["worker_signals"] >= gpu["preemptions"]
+    assert 0 < gpu["gpu_utilisation"] <= 1
+    # suspended workers kept their iteration (checked by the driver) and sent nothing
+    assert result["worker_pauses"] >= 1 and result["bytes_sent_while_paused"] == 0
+    assert result["best_identified_s"]["count"] == 2  # both tasks ended with a winner
+    # no stage ended before its compute time
+    for stage in json.loads((out / "fair+hermes" / "result.json").read_text())["stages"]:
+        assert stage["sct_s"] >= stage["compute_s"]
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "workloads.worker --job" not in procs

@@ -15,7 +15,6 @@ from workloads.gpu import (
     Hermes,
     RoundRobin,
     Slaq,
-    best_identified_s,
     convergence_speed,
     make_gpu_policy,
     normalised_loss_reduction,
@@ -23,6 +22,7 @@ from workloads.gpu import (
     rebalance,
     run_time_sharing,
 )
+from workloads.hpo import best_identified_s
 
 FLAT = LearningCurve(0.5, 1e9)  # converges so slowly it looks flat
 

@@ -125,15 +125,17 @@ def test_pause_keeps_progress_and_stop_is_clean():
         read_until(procs[0], lambda e: e.get("iteration", 0) >= 3)
         for proc in procs:
             proc.send_signal(signal.SIGUSR1)
-        paused = read_until(procs[0], lambda e: e["event"] == "paused")[-1]["iteration"]
+        paused = read_until(procs[0], lambda e: e["event"] == "paused")[-1]
         time.sleep(0.6)
         for proc in procs:
             proc.send_signal(signal.SIGUSR2)
         events = read_until(procs[0], lambda e: e["event"] == "iteration")
         resumed = [e for e in events if e["event"] == "resumed"]
-        # nothing happened while paused: it resumes at the iteration it paused at
-        assert resumed and resumed[0]["iteration"] == paused
-        assert events[-1]["iteration"] == paused + 1
+        # nothing happened while paused: it resumes at the iteration it paused at, having sent
+        # nothing in between
+        assert resumed and resumed[0]["iteration"] == paused["iteration"]
+        assert resumed[0]["bytes_sent"] == paused["bytes_sent"]
+        assert events[-1]["iteration"] == paused["iteration"] + 1
         assert events[-1]["time"] - resumed[0]["time"] < 0.5
     finally:
         for proc in procs:
@@ -141,6 +143,26 @@ def test_pause_keeps_progress_and_stop_is_clean():
     for events, code, err in finish(procs):
         assert code == 0, err
         assert events[-1]["event"] == "stopped"
+
+
+def test_a_worker_started_paused_connects_and_waits_for_its_gpus():
+    procs = start("ps", 2, 3, compute_s=0.01, extra=("--start-paused",))
+    try:
+        for proc in procs:
+            events = read_until(proc, lambda e: e["event"] == "paused")
+            assert [e["event"] for e in events] == ["ready", "paused"]
+            assert events[-1]["iteration"] == 0 and events[-1]["bytes_sent"] == 0
+        time.sleep(0.5)
+        for proc in procs:
+            proc.send_signal(signal.SIGUSR2)
+    except BaseException:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        raise
+    for events, code, err in finish(procs):
+        assert code == 0, err
+        assert events[0]["event"] == "resumed" and events[0]["bytes_sent"] == 0
+        assert events[-1]["event"] == "done" and events[-1]["iteration"] == 3
 
 
 def test_bad_arguments_and_unreachable_peers():

@@ -1,0 +1,374 @@
+"""GPU time-sharing experiments: Hermes vs FIFO, round-robin and SLAQ, and network and GPU
+scheduling together.
+
+    .venv/bin/python scripts/gpu_experiments.py [--seeds 1 2] [--hosts 64] [--out results/gpu]
+
+Three parts, every one on seeded workloads where few configurations are good (the case Hermes
+targets), printing a table as it goes:
+
+1. ``compute``: jobs that only compute (no network), ``--configs-alone`` configurations of one
+   HPO sharing ``--gpus-alone`` GPUs, every configuration trained to the end (a search without
+   early stopping): the setting of Hermes' paper.
+2. ``cluster``: the flow-level simulator, ``--hosts`` hosts with ``--gpus-per-host`` GPUs
+   each and 1 Gbit/s ports, fair network sharing, HPO tasks of ResNet-50 jobs (3 workers
+   each) under the four GPU policies, once as a full search and once with successive halving.
+3. ``pairs``: network and GPU policies together, (fair, fifo), (fair, hermes), (beamer, fifo)
+   and (beamer, hermes), with successive halving and the default models, at 13 and ``--hosts``
+   hosts.
+
+Metrics: time until the HPO's final configuration is identified (it leads the observed
+accuracies from then on), time to 90 % of its converged accuracy, HPO completion time, average
+stage completion time, GPU utilisation and preemptions. Writes ``gpu.csv``, ``summary.json`` and
+PNG figures to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from controller.argtypes import positive  # noqa: E402
+from controller.policies import make_policy  # noqa: E402
+from simulator.__main__ import hpo_summary  # noqa: E402
+from simulator.engine import Fabric, Simulator  # noqa: E402
+from simulator.hpo import HpoDriver  # noqa: E402
+from workloads.curves import sample_curves  # noqa: E402
+from workloads.gpu import GPU_POLICIES, GpuJob, GpuManager, make_gpu_policy, run_time_sharing  # noqa: E402
+from workloads.hpo import generate  # noqa: E402
+
+GPU_ORDER = ["fifo", "rr", "slaq", "hermes"]
+PAIRS = [("fair", "fifo"), ("fair", "hermes"), ("beamer", "fifo"), ("beamer", "hermes")]
+FIELDS = [
+    "part",
+    "search",
+    "hosts",
+    "seed",
+    "network",
+    "gpu",
+    "best_identified_s",
+    "best_to_90pct_s",
+    "hpo_completion_s",
+    "avg_sct_s",
+    "gpu_utilisation",
+    "preemptions",
+    "preemption_cost_s",
+    "wall_s",
+]
+
+
+def compute_only(args, seed: int, gpu: str) -> dict:
+    rng = random.Random(seed)
+    curves = sample_curves(rng, args.configs_alone, good_fraction=args.good_fraction, base_tau=40)
+    jobs = [GpuJob(i, 1, 0.0, 200, 0.5, curve) for i, curve in enumerate(curves)]
+    result = run_time_sharing(
+        jobs, args.gpus_alone, make_gpu_policy(gpu), quantum_s=5.0, resume_cost_s=0.5
+    )
+    best = max(jobs, key=lambda j: j.curve.accuracy(j.iterations))
+    return {
+        "best_identified_s": result.best_identified_s,
+        "best_to_90pct_s": best.reached_s.get(0.9),
+        "hpo_completion_s": result.makespan_s,
+        "avg_sct_s": None,
+        "gpu_utilisation": result.gpu_utilisation,
+        "preemptions": result.preemptions,
+        "preemption_cost_s": result.preemption_cost_s,
+    }
+
+
+def simulated(args, seed: int, hosts: int, network: str, gpu: str, search: str, **workload):
+    tasks = generate(hosts, seed=seed, search=search, good_fraction=args.good_fraction, **workload)
+    sim = Simulator(Fabric(hosts, 1e9), make_policy(network))
+    manager = GpuManager(
+        make_gpu_policy(gpu), hosts, args.gpus_per_host, args.quantum, args.resume_cost
+    )
+    driver = HpoDriver(sim, tasks, gpus=manager)
+    sim.run()
+    summary = hpo_summary(driver)
+    winners = {
+        row["task_id"]: row["best_config"] for row in driver.task_rows() if row["best_config"]
+    }
+    to_90 = [
+        row["time_to_90pct_s"]
+        for row in driver.config_rows()
+        if winners.get(row["task_id"]) == row["config"]
+    ]
+    stats = summary["gpu"]
+    return {
+        "best_identified_s": summary["best_identified_s"].get("mean"),
+        "best_to_90pct_s": statistics.mean([t for t in to_90 if t is not None] or [float("nan")]),
+        "hpo_completion_s": summary["hpo_completion_s"].get("mean"),
+        "avg_sct_s": summary["sct_s"].get("mean"),
+        "gpu_utilisation": stats["gpu_utilisation"],
+        "preemptions": stats["preemptions"],
+        "preemption_cost_s": stats["preemption_cost_s"],
+    }
+
+
+def experiments(args):
+    """Yield (part, search, hosts, seed, network, gpu, thunk) for every run."""
+    for seed in args.compute_seeds:
+        for gpu in GPU_ORDER:
+            yield (
+                "compute",
+                "full",
+                0,
+                seed,
+                "-",
+                gpu,
+                lambda s=seed, g=gpu: compute_only(args, s, g),
+            )
+    cluster = dict(
+        n_tasks=args.tasks, configs_per_task=16, eta=4, min_iterations=10, models=("resnet50",)
+    )
+    for search in ("full", "halving"):
+        for seed in args.seeds:
+            for gpu in GPU_ORDER:
+                yield (
+                    "cluster",
+                    search,
+                    args.hosts,
+                    seed,
+                    "fair",
+                    gpu,
+                    lambda s=seed, g=gpu, q=search: simulated(
+                        args, s, args.hosts, "fair", g, q, **cluster
+                    ),
+                )
+    for hosts in sorted({13, args.hosts}):
+        for seed in args.seeds:
+            for network, gpu in PAIRS:
+                yield (
+                    "pairs",
+                    "halving",
+                    hosts,
+                    seed,
+                    network,
+                    gpu,
+                    lambda s=seed, h=hosts, n=network, g=gpu: simulated(
+                        args, s, h, n, g, "halving", n_tasks=max(2, round(2 * h / 13))
+                    ),
+                )
+
+
+def fmt(value, spec=".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def mean_of(rows, key):
+    values = [r[key] for r in rows if r[key] is not None]
+    return statistics.mean(values) if values else None
+
+
+def grouped(rows, part, search=None, hosts=None):
+    """(label, rows) per policy (pair) of one part, in the experiment's order."""
+    selected = [
+        r
+        for r in rows
+        if r["part"] == part
+        and (search is None or r["search"] == search)
+        and (hosts is None or r["hosts"] == hosts)
+    ]
+    labels = []
+    for r in selected:
+        label = r["gpu"] if part != "pairs" else f"{r['network']}+{r['gpu']}"
+        if label not in labels:
+            labels.append(label)
+    return [
+        (
+            label,
+            [
+                r
+                for r in selected
+                if (r["gpu"] if part != "pairs" else f"{r['network']}+{r['gpu']}") == label
+            ],
+        )
+        for label in labels
+    ]
+
+
+def plot(rows, out: Path, args) -> list[Path]:
+    paths = []
+    panels = [
+        ("compute", "full", None, "compute only, full search"),
+        ("cluster", "full", args.hosts, f"{args.hosts} hosts, full search"),
+        ("cluster", "halving", args.hosts, f"{args.hosts} hosts, successive halving"),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for ax, (part, search, hosts, title) in zip(axes, panels, strict=True):
+        groups = grouped(rows, part, search, hosts)
+        labels = [label for label, _ in groups]
+        x = range(len(labels))
+        for offset, (key, name, colour) in enumerate(
+            [
+                ("best_identified_s", "best identified", "tab:green"),
+                ("best_to_90pct_s", "best reaches 90%", "tab:blue"),
+                ("hpo_completion_s", "HPO completion", "tab:gray"),
+            ]
+        ):
+            ax.bar(
+                [i + (offset - 1) * 0.27 for i in x],
+                [mean_of(g, key) or 0 for _, g in groups],
+                width=0.27,
+                color=colour,
+                label=name,
+            )
+        ax.set_xticks(list(x), labels)
+        ax.set_title(title)
+        ax.set_ylabel("seconds (mean over seeds)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "gpu_policies.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    hosts_list = sorted({13, args.hosts})
+    fig, axes = plt.subplots(1, len(hosts_list), figsize=(6.5 * len(hosts_list), 3.8))
+    axes = list(axes) if len(hosts_list) > 1 else [axes]
+    for ax, hosts in zip(axes, hosts_list, strict=True):
+        groups = grouped(rows, "pairs", hosts=hosts)
+        base = {key: mean_of(groups[0][1], key) for key in FIELDS[6:10]}
+        labels = [label for label, _ in groups]
+        for offset, (key, name, colour) in enumerate(
+            [
+                ("avg_sct_s", "avg SCT", "tab:orange"),
+                ("best_identified_s", "best identified", "tab:green"),
+                ("hpo_completion_s", "HPO completion", "tab:gray"),
+            ]
+        ):
+            ax.bar(
+                [i + (offset - 1) * 0.27 for i in range(len(labels))],
+                [(mean_of(g, key) or 0) / (base[key] or 1) for _, g in groups],
+                width=0.27,
+                color=colour,
+                label=name,
+            )
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(range(len(labels)), labels)
+        ax.set_title(f"network + GPU policies, {hosts} hosts")
+        ax.set_ylabel(f"relative to {labels[0]}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "gpu_network_pairs.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2], help="default: 1 2")
+    parser.add_argument(
+        "--hosts", type=positive(int), default=64, help="simulated cluster (default 64)"
+    )
+    parser.add_argument(
+        "--tasks", type=positive(int), default=8, help="HPO tasks of part 2 (default 8)"
+    )
+    parser.add_argument(
+        "--configs-alone", type=positive(int), default=64, help="part 1 configurations (64)"
+    )
+    parser.add_argument("--gpus-alone", type=positive(int), default=8, help="part 1 GPUs (8)")
+    parser.add_argument(
+        "--compute-seeds",
+        type=int,
+        nargs="+",
+        default=list(range(1, 11)),
+        help="seeds of part 1 (default 1..10; it takes well under a second each)",
+    )
+    parser.add_argument(
+        "--gpus-per-host",
+        type=positive(int),
+        default=2,
+        help="GPUs per simulated host (default 2; with 1, jobs running at once never share a "
+        "host, so the network policy hardly matters)",
+    )
+    parser.add_argument(
+        "--good-fraction",
+        type=float,
+        default=0.1,
+        help="share of good configurations (default 0.1)",
+    )
+    parser.add_argument("--quantum", type=positive(float), default=5.0, help="s (default 5)")
+    parser.add_argument("--resume-cost", type=float, default=0.2, help="s (default 0.2)")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu")
+    args = parser.parse_args(argv)
+    if not 0 <= args.good_fraction <= 1:
+        parser.error("--good-fraction must be in [0, 1]")
+    if not 0 <= args.resume_cost < args.quantum:
+        parser.error("need 0 <= --resume-cost < --quantum")
+    if args.hosts < 3:
+        parser.error("--hosts must be at least 3 (jobs have 3 workers)")
+    assert sorted(GPU_ORDER) == sorted(GPU_POLICIES)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = list(experiments(args))
+    rows = []
+    started = time.perf_counter()
+    print(
+        f"{len(runs)} runs\n{'part':<8} {'search':<8} {'hosts':>5} {'seed':>4} {'policy':<14} "
+        f"{'best id':>8} {'to 90%':>8} {'HPO end':>8} {'avg SCT':>8} {'GPU':>5} {'preempt':>7}"
+    )
+    for i, (part, search, hosts, seed, network, gpu, run) in enumerate(runs, 1):
+        t0 = time.perf_counter()
+        row = {
+            "part": part,
+            "search": search,
+            "hosts": hosts,
+            "seed": seed,
+            "network": network,
+            "gpu": gpu,
+            **run(),
+        }
+        row["wall_s"] = time.perf_counter() - t0
+        rows.append(row)
+        label = gpu if part != "pairs" else f"{network}+{gpu}"
+        print(
+            f"{part:<8} {search:<8} {hosts or '-':>5} {seed:>4} {label:<14} "
+            f"{fmt(row['best_identified_s']):>8} {fmt(row['best_to_90pct_s']):>8} "
+            f"{fmt(row['hpo_completion_s']):>8} {fmt(row['avg_sct_s']):>8} "
+            f"{fmt(row['gpu_utilisation'], '.0%'):>5} {row['preemptions']:>7}  "
+            f"[{i}/{len(runs)}, {time.perf_counter() - started:.0f} s]",
+            flush=True,
+        )
+    with open(args.out / "gpu.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = {}
+    for part, search, hosts in sorted({(r["part"], r["search"], r["hosts"]) for r in rows}):
+        key = f"{part}/{search}/{hosts or 'no-network'}"
+        summary[key] = {
+            label: {k: mean_of(group, k) for k in FIELDS[6:13]}
+            for label, group in grouped(rows, part, search, hosts)
+        }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print("\nmeans over seeds (s): best identified / best at 90% / HPO completion")
+    for key, by_label in summary.items():
+        cells = ", ".join(
+            f"{label} {fmt(m['best_identified_s'])} / {fmt(m['best_to_90pct_s'])} / "
+            f"{fmt(m['hpo_completion_s'])}"
+            for label, m in by_label.items()
+        )
+        print(f"  {key}: {cells}")
+    figures = plot(rows, args.out, args)
+    print(f"\nwrote {args.out}/gpu.csv, summary.json, " + ", ".join(p.name for p in figures))
+    print(f"total {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
