@@ -12,6 +12,8 @@ targets), printing a table as it goes:
 2. ``cluster``: the flow-level simulator, ``--hosts`` hosts with ``--gpus-per-host`` GPUs
    each and 1 Gbit/s ports, fair network sharing, HPO tasks of ResNet-50 jobs (3 workers
    each) under the four GPU policies, once as a full search and once with successive halving.
+   With ``--yahpo DIR`` the full search runs once more with YAHPO Gym LCBench learning curves
+   (``yahpo-full``).
 3. ``pairs``: network and GPU policies together, (fair, fifo), (fair, hermes), (beamer, fifo)
    and (beamer, hermes), with successive halving and the default models, at 13 and ``--hosts``
    hosts.
@@ -49,6 +51,7 @@ from simulator.hpo import HpoDriver  # noqa: E402
 from workloads.curves import sample_curves  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuJob, GpuManager, make_gpu_policy, run_time_sharing  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
+from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
 GPU_ORDER = ["fifo", "rr", "slaq", "hermes"]
 PAIRS = [("fair", "fifo"), ("fair", "hermes"), ("beamer", "fifo"), ("beamer", "hermes")]
@@ -90,7 +93,15 @@ def compute_only(args, seed: int, gpu: str) -> dict:
 
 
 def simulated(args, seed: int, hosts: int, network: str, gpu: str, search: str, **workload):
-    tasks = generate(hosts, seed=seed, search=search, good_fraction=args.good_fraction, **workload)
+    surrogate = args.surrogate if search == "yahpo-full" else None
+    tasks = generate(
+        hosts,
+        seed=seed,
+        search="full" if search == "yahpo-full" else search,
+        good_fraction=args.good_fraction,
+        surrogate=surrogate,
+        **workload,
+    )
     sim = Simulator(Fabric(hosts, 1e9), make_policy(network))
     manager = GpuManager(
         make_gpu_policy(gpu), hosts, args.gpus_per_host, args.quantum, args.resume_cost
@@ -134,7 +145,8 @@ def experiments(args):
     cluster = dict(
         n_tasks=args.tasks, configs_per_task=16, eta=4, min_iterations=10, models=("resnet50",)
     )
-    for search in ("full", "halving"):
+    searches = ("full", "halving") + (("yahpo-full",) if args.surrogate else ())
+    for search in searches:
         for seed in args.seeds:
             for gpu in GPU_ORDER:
                 yield (
@@ -305,6 +317,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--quantum", type=positive(float), default=5.0, help="s (default 5)")
     parser.add_argument("--resume-cost", type=float, default=0.2, help="s (default 0.2)")
+    parser.add_argument(
+        "--yahpo",
+        type=Path,
+        metavar="DIR",
+        help="also run part 2's full search with YAHPO Gym LCBench curves (DIR holds lcbench/)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "gpu")
     args = parser.parse_args(argv)
     if not 0 <= args.good_fraction <= 1:
@@ -314,6 +332,12 @@ def main(argv=None) -> int:
     if args.hosts < 3:
         parser.error("--hosts must be at least 3 (jobs have 3 workers)")
     assert sorted(GPU_ORDER) == sorted(GPU_POLICIES)
+    args.surrogate = None
+    if args.yahpo is not None:
+        try:
+            args.surrogate = LcBench(args.yahpo)
+        except YahpoError as exc:
+            parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     runs = list(experiments(args))
     rows = []

@@ -44,6 +44,7 @@ from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 from workloads.testbed_driver import TestbedDriver  # noqa: E402
+from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
 DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
 
@@ -76,6 +77,7 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
             min_iterations=args.min_iterations,
             workers=args.workers,
             link_scale=args.link_scale,
+            surrogate=args.surrogate,
         )
         hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
         gpus = None
@@ -200,6 +202,13 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--yahpo",
+        type=Path,
+        metavar="DIR",
+        help="learning curves from the YAHPO Gym LCBench surrogate in DIR (holding lcbench/)",
+    )
+    parser.add_argument("--yahpo-task", default="3945", help="its OpenML task (default 3945)")
+    parser.add_argument(
         "--timeout",
         type=positive(float),
         default=900,
@@ -211,6 +220,12 @@ def main(argv=None) -> int:
         parser.error("--workers must be <= --hosts and --eta >= 2")
     if args.link_scale is None:
         args.link_scale = 10e9 / (args.bw * 1e6)
+    args.surrogate = None
+    if args.yahpo is not None:
+        try:
+            args.surrogate = LcBench(args.yahpo, args.yahpo_task)
+        except YahpoError as exc:
+            parser.error(str(exc))
     import os
 
     if os.geteuid() != 0:

@@ -25,6 +25,7 @@ from simulator.traces import TraceError, load_trace
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy
 from workloads.hpo import PATTERNS, SEARCHES, generate
 from workloads.profiles import PROFILES
+from workloads.yahpo import LcBench, YahpoError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="halving",
         help="halving: successive halving (default); full: every configuration trains the "
         "survivor's budget in one stage",
+    )
+    hpo.add_argument(
+        "--yahpo",
+        type=Path,
+        metavar="DIR",
+        help="take learning curves from the YAHPO Gym LCBench surrogate in DIR (the folder "
+        "holding lcbench/, e.g. ../shared/yahpo) instead of the parametric ones",
+    )
+    hpo.add_argument(
+        "--yahpo-task",
+        default="3945",
+        help="OpenML task of the LCBench surrogate (default: 3945)",
     )
     hpo.add_argument(
         "--good-fraction",
@@ -247,15 +260,23 @@ def run_hpo(args) -> int:
         )
         if not 0 <= args.good_fraction <= 1:
             raise ValueError("--good-fraction must be in [0, 1]")
-        generate(**kwargs)
-    except ValueError as exc:
+        surrogate = None if args.yahpo is None else LcBench(args.yahpo, args.yahpo_task)
+        generate(**kwargs, surrogate=surrogate)
+    except (ValueError, YahpoError) as exc:
         print(f"python -m simulator: error: {exc}", file=sys.stderr)
         return 2
     if not 0 <= args.resume_cost < args.quantum:
         print("python -m simulator: error: need 0 <= --resume-cost < --quantum", file=sys.stderr)
         return 2
     fabric = Fabric(args.hosts, args.host_bps, args.hosts_per_leaf, args.oversubscription)
-    summary = {"workload": kwargs, "mode": args.mode, "host_bps": args.host_bps, "policies": {}}
+    summary = {
+        "workload": dict(kwargs),
+        "mode": args.mode,
+        "host_bps": args.host_bps,
+        "policies": {},
+    }
+    if surrogate is not None:
+        summary["workload"]["curves"] = f"YAHPO LCBench task {args.yahpo_task} ({args.yahpo})"
     print(
         f"{'policy':<17} {'avg SCT s':>10} {'p95 SCT s':>10} {'SCT/bound':>10} "
         f"{'avg JCT s':>10} {'to 90% s':>9} {'best id s':>9} {'HPO end s':>10} {'GPU use':>7} "
@@ -274,7 +295,7 @@ def run_hpo(args) -> int:
                     args.quantum,
                     args.resume_cost,
                 )
-            driver = HpoDriver(sim, generate(**kwargs), gpus=gpus)
+            driver = HpoDriver(sim, generate(**kwargs, surrogate=surrogate), gpus=gpus)
             started = time.perf_counter()
             sim.run()
             wall = time.perf_counter() - started

@@ -114,6 +114,7 @@ def generate(
     good_fraction: float = 0.2,
     link_scale: float = 1.0,
     search: str = "halving",
+    surrogate=None,
 ) -> list[HpoTask]:
     """A seeded HPO workload.
 
@@ -137,6 +138,9 @@ def generate(
             configuration trains as long as the halving survivor would (a grid/random search
             without early stopping, the setting where GPU time-sharing decides what is learnt
             first).
+        surrogate: a :class:`workloads.yahpo.LcBench` to take the learning curves from (its 52
+            epochs spread over the survivor's budget; ``good_fraction`` is then unused), or
+            ``None`` for the parametric curves of :mod:`workloads.curves`.
     """
     if search not in SEARCHES:
         raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
@@ -157,7 +161,10 @@ def generate(
             plan = [(configs_per_task, sum(iterations for _, iterations in plan))]
         # the survivor trains sum(increments) iterations; good curves reach 90 % well before
         longest = sum(iterations for _, iterations in plan)
-        curves = sample_curves(rng, configs_per_task, good_fraction, base_tau=longest / 3)
+        if surrogate is None:
+            curves = sample_curves(rng, configs_per_task, good_fraction, base_tau=longest / 3)
+        else:
+            curves = surrogate.curves(rng, configs_per_task, iterations_per_epoch=longest / 52)
         hosts = [rng.sample(range(n_hosts), workers) for _ in range(configs_per_task)]
         tasks.append(HpoTask(t, clock, model, pattern, curves, hosts, plan, eta))
     return tasks
