@@ -2,13 +2,13 @@
 
 Every server has G GPUs. A job holds one GPU per worker: on submission its workers are placed on
 the least-loaded GPUs (of their own servers when the workload fixes them), and when jobs finish
-workers migrate so that the number of jobs time-sharing each GPU stays balanced (Hermes' global
-scheduler). Time is shared in quanta: at every quantum boundary the policy ranks the unfinished
-jobs and, in that order, a job runs if all its GPUs are still free (gang scheduling,
-work-conserving); between boundaries, GPUs freed by a finished job go to waiting jobs without
-preempting anyone. A job that loses its GPUs is suspended, keeping its progress; resuming it
-continues where it stopped and costs ``resume_cost_s`` (restoring its state). Policies
-(../shared/DESIGN.md section 6):
+workers of waiting jobs migrate so that the number of jobs time-sharing each GPU stays
+balanced (Hermes' global scheduler). Time is shared in quanta: at every quantum boundary the
+policy ranks the unfinished jobs and, in that order, a job runs if all its GPUs are still free
+(gang scheduling, work-conserving); between boundaries, GPUs freed by a finished job go to
+waiting jobs without preempting anyone. A job that loses its GPUs is suspended, keeping its
+progress; resuming it continues where it stopped and costs ``resume_cost_s`` (restoring its
+state). Policies (../shared/DESIGN.md section 6):
 
 - ``fifo``: run to completion in submission order (no preemption);
 - ``rr``: equal slices in rotation (least recently run first);
@@ -254,10 +254,12 @@ def rebalance(
     servers: int,
     gpus_per_server: int,
     fixed_servers: set[int] | frozenset[int] = frozenset(),
+    pinned: set[int] | frozenset[int] = frozenset(),
 ) -> tuple[dict[int, list[Gpu]], int]:
     """Migrate workers from busier to less busy GPUs until no move evens the loads further
     (Hermes' global scheduler): loads end within 1 of each other when every job may move
-    anywhere; jobs in ``fixed_servers`` only move between GPUs of the same server.
+    anywhere; jobs in ``fixed_servers`` only move between GPUs of the same server, jobs in
+    ``pinned`` (running ones) do not move.
 
     Returns the new assignment and the number of worker migrations.
     """
@@ -267,7 +269,7 @@ def rebalance(
     migrations = 0
     while True:
         best = None  # (load difference, job, worker index, destination)
-        for job in sorted(out):
+        for job in sorted(set(out) - set(pinned)):
             for index, gpu in enumerate(out[job]):
                 allowed = [
                     other
@@ -295,7 +297,7 @@ def rebalance(
 @dataclass
 class Decision:
     """What changes now: jobs that get their GPUs, jobs that lose them, and the started jobs
-    that first pay ``resume_cost_s`` (resumed after a suspension, or migrated)."""
+    that first pay ``resume_cost_s`` (resumed after a suspension, or migrated while waiting)."""
 
     start: list[GpuJob] = field(default_factory=list)
     stop: list[GpuJob] = field(default_factory=list)
@@ -381,7 +383,8 @@ class GpuManager:
         active = {j.job_id: j for j in self.active()}
         fixed = {j.job_id for j in active.values() if j.servers is not None}
         current = {i: j.placement for i, j in active.items()}
-        new, _ = rebalance(current, self.servers, self.gpus_per_server, fixed)
+        running = {i for i, j in active.items() if j.running}
+        new, _ = rebalance(current, self.servers, self.gpus_per_server, fixed, running)
         moved = set()
         for job_id, gpus in new.items():
             job = active[job_id]
@@ -419,17 +422,16 @@ class GpuManager:
         chosen_ids = {j.job_id for j in chosen}
         decision = Decision()
         for job in active:
-            if job.running and (job.job_id not in chosen_ids or job.job_id in moved):
+            if job.running and job.job_id not in chosen_ids:
                 job.running = False
                 job.run_since_s = None
                 job.last_run_s = now
-                if job.job_id not in chosen_ids:
-                    job.preemptions += 1
+                job.preemptions += 1
                 decision.stop.append(job)
         for job in chosen:
             if job.running:
                 continue
-            if job.last_run_s is not None:  # resumed or migrated: restore its state first
+            if job.last_run_s is not None or job.job_id in moved:  # restore its state first
                 decision.delayed.add(job.job_id)
                 job.resumes += 1
             job.running = True

@@ -241,3 +241,33 @@ def test_bad_input():
     manager.submit(job(1), 0.0)
     with pytest.raises(ValueError, match="already submitted"):
         manager.submit(job(1), 0.0)
+
+
+@pytest.mark.parametrize("name", sorted(GPU_POLICIES))
+def test_running_jobs_never_share_a_gpu(name):
+    """Random arrivals and finishes on 3 servers x 2 GPUs, with migrations: at every decision
+    the running jobs hold disjoint GPUs, of their own servers when those are fixed."""
+    rng = random.Random(7)
+    manager = GpuManager(make_gpu_policy(name), 3, 2, quantum_s=1.0, resume_cost_s=0.1)
+    next_id, now = 1, 0.0
+    for step in range(200):
+        now += 0.5
+        if rng.random() < 0.4:
+            servers = rng.sample(range(3), rng.choice([1, 2])) if rng.random() < 0.5 else None
+            j = job(next_id, gpus=len(servers) if servers else rng.choice([1, 2, 3]))
+            j.servers = servers
+            manager.submit(j, now, accuracy=rng.random())
+            next_id += 1
+        running = [j for j in manager.active() if j.running]
+        if running and rng.random() < 0.3:
+            manager.finish(rng.choice(running).job_id, now)
+        for j in manager.active():
+            manager.report(j.job_id, j.done + 1, min(1.0, j.accuracy + rng.random() / 10))
+        manager.schedule(now, preempt=step % 2 == 0)
+        held = [gpu for j in manager.active() if j.running for gpu in j.placement]
+        assert len(held) == len(set(held))
+        for j in manager.active():
+            assert len(set(j.placement)) == j.gpus
+            if j.servers is not None:
+                assert [gpu[0] for gpu in j.placement] == j.servers
+    assert manager.stats(now)["preemptions"] >= (0 if name == "fifo" else 1)
