@@ -35,13 +35,32 @@ def _freeze(f, rate, links, weights, residual, count, rates):  # pragma: no cove
 
 
 @njit(cache=True)
-def _fill(members, links, caps, weights, residual, rates):  # pragma: no cover - compiled
+def _fill(members, links, caps, weights, residual, capacity, rates):  # pragma: no cover
     """Max-min fair per-flow rates of ``members`` (entry indices) on ``residual``; updates both.
 
-    Entry i stands for ``weights[i]`` identical flows that all get ``rates[i]``."""
-    n = members.shape[0]
+    Entry i stands for ``weights[i]`` identical flows that all get ``rates[i]``. Entries on a
+    link that the levels above left full get 0 (their ``rates`` are left as they are, 0) and
+    take no further part: exactly what max-min gives them, without their bookkeeping."""
     k = links.shape[1]
     n_links = residual.shape[0]
+    kept_members = np.empty(members.shape[0], dtype=np.int64)
+    n = 0
+    for i in range(members.shape[0]):
+        starved = weights[members[i]] < 0.5  # an empty group
+        if starved:
+            rates[members[i]] = 0.0
+            continue
+        for c in range(k):
+            link = links[members[i], c]
+            if residual[link] <= 1e-12 * capacity[link] and capacity[link] < np.inf:
+                starved = True
+                break
+        if starved:
+            rates[members[i]] = 0.0
+        else:
+            kept_members[n] = members[i]
+            n += 1
+    members = kept_members[:n]
     if n == 0:
         return
     count = np.zeros(n_links)  # flows (weights) on each link
@@ -154,7 +173,15 @@ def _priority_max_min(links, levels, caps, weights, capacity):  # pragma: no cov
         fill[levels[f]] += 1
     for level in range(top + 1):
         if count[level + 1] > count[level]:
-            _fill(order[count[level] : count[level + 1]], links, caps, weights, residual, rates)
+            _fill(
+                order[count[level] : count[level + 1]],
+                links,
+                caps,
+                weights,
+                residual,
+                capacity,
+                rates,
+            )
     return rates
 
 
@@ -268,7 +295,7 @@ def _group_rates(links, count, caps, level, capacity, rates):  # pragma: no cove
     residual = capacity.copy()
     for lvl in range(top + 1):
         if start[lvl + 1] > start[lvl]:
-            _fill(order[start[lvl] : start[lvl + 1]], links, caps, count, residual, rates)
+            _fill(order[start[lvl] : start[lvl + 1]], links, caps, count, residual, capacity, rates)
 
 
 @njit(cache=True)
@@ -295,6 +322,65 @@ def _advance_groups(count, rates, served, next_thr, limit, simultaneous):  # pra
     for i in range(len(ending)):
         out[i] = ending[i]
     return step, out
+
+
+@njit(cache=True)
+def _ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive):
+    # pragma: no cover - compiled
+    residual = capacity.copy()
+    for lvl in range(level_start.shape[0] - 1):
+        if level_start[lvl + 1] > level_start[lvl]:
+            _fill(
+                order[level_start[lvl] : level_start[lvl + 1]],
+                links,
+                caps,
+                count,
+                residual,
+                capacity,
+                rates,
+            )
+    n_positive = 0
+    for e in range(level_start[-1]):
+        g = order[e]
+        if rates[g] > 0.0:
+            positive[n_positive] = g
+            n_positive += 1
+    return n_positive
+
+
+@njit(cache=True)
+def _advance_listed(groups, rates, served, next_thr, limit, simultaneous):  # pragma: no cover
+    step = limit
+    for g in groups:
+        t = (next_thr[g] - served[g]) / rates[g]
+        if t < step:
+            step = t
+    if step < 0:
+        step = 0.0
+    if step == np.inf:
+        return step, np.zeros(0, dtype=np.int64)
+    ending = []
+    for g in groups:
+        t = (next_thr[g] - served[g]) / rates[g]
+        served[g] += rates[g] * step
+        if t <= step * (1 + simultaneous):
+            ending.append(g)
+    out = np.empty(len(ending), dtype=np.int64)
+    for i in range(len(ending)):
+        out[i] = ending[i]
+    return step, out
+
+
+def ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive) -> int:
+    """Like :func:`group_rates` for the groups of ``order`` (group ids sorted by level; level
+    ``l``'s are ``order[level_start[l]:level_start[l + 1]]``; empty groups are skipped): fills
+    ``rates`` of those groups and ``positive[:n]`` with the groups that got a rate, returns n."""
+    return _ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive)
+
+
+def advance_listed(groups, rates, served, next_thr, limit_s, simultaneous=1e-9):
+    """:func:`advance_groups` over ``groups`` only (groups with a positive rate)."""
+    return _advance_listed(groups, rates, served, next_thr, float(limit_s), float(simultaneous))
 
 
 def group_rates(links, count, caps, level, capacity, rates) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy
 from controller.schedule import N_LEVELS, coflow_levels
-from simulator.allocation import advance_groups, greedy_in_order, group_rates
+from simulator.allocation import advance_listed, greedy_in_order, ordered_group_rates
 
 # Flows whose completion time is within this fraction of the step finish with it.
 _SIMULTANEOUS = 1e-9
@@ -201,7 +201,14 @@ class Simulator:
         self._g_heap: list[list] = []
         self._g_key: list = []
         self._group_of: dict = {}
-        self._free_groups: list[int] = []
+        self._free_groups: list[int] = []  # a min-heap: new groups take the lowest free id
+        self._g_used = np.zeros(0, dtype=np.bool_)
+        self._n_used = 0  # every group id in use is below this: the kernels scan [:_n_used]
+        self._g_level = np.zeros(0, dtype=np.int64)  # level of its bucket (set at reorders)
+        # groups in use sorted by level (set at reorders; groups only appear at reorders)
+        self._level_order = np.zeros(0, dtype=np.int64)
+        self._level_start = np.zeros(1, dtype=np.int64)
+        self._served = np.zeros(0, dtype=np.int64)  # groups with a positive rate
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
@@ -303,14 +310,8 @@ class Simulator:
             if self._realloc:
                 self._allocate()
             limit = min(next_event, next_tick, until_s) - self.now_s
-            n = len(self._g_heap)
-            step, ending = advance_groups(
-                self._g_count[:n],
-                self._g_rate[:n],
-                self._g_served[:n],
-                self._g_next[:n],
-                limit,
-                _SIMULTANEOUS,
+            step, ending = advance_listed(
+                self._served, self._g_rate, self._g_served, self._g_next, limit, _SIMULTANEOUS
             )
             if not math.isfinite(step):
                 raise RuntimeError(
@@ -376,7 +377,7 @@ class Simulator:
 
     def _new_group(self, key, links: np.ndarray, bucket: int) -> int:
         if self._free_groups:
-            g = self._free_groups.pop()
+            g = heapq.heappop(self._free_groups)
         else:
             g = len(self._g_heap)
             self._g_heap.append([])
@@ -389,6 +390,11 @@ class Simulator:
             self._g_cap = _grow(self._g_cap, size, np.inf)
             self._g_bucket = _grow(self._g_bucket, size, -1)
             self._g_next = _grow(self._g_next, size, np.inf)
+            self._g_used = _grow(self._g_used, size, False)
+            self._g_level = _grow(self._g_level, size, 0)
+        self._g_used[g] = True
+        if g >= self._n_used:
+            self._n_used = g + 1
         self._g_links[g] = links
         self._g_count[g] = 0.0
         self._g_served[g] = 0.0
@@ -413,7 +419,10 @@ class Simulator:
             self._g_next[g] = np.inf
             del self._group_of[self._g_key[g]]
             self._g_key[g] = None
-            self._free_groups.append(g)
+            self._g_used[g] = False
+            heapq.heappush(self._free_groups, g)
+            while self._n_used and not self._g_used[self._n_used - 1]:
+                self._n_used -= 1
 
     def _place(self, slot: int, bucket: int) -> None:
         """Move the unfinished flows of a coflow into the groups of ``bucket``."""
@@ -533,6 +542,14 @@ class Simulator:
                 first, last = self._slot_flows[s]
                 groups = self._f_group[first:last]
                 self._g_cap[groups[groups >= 0]] = np.inf
+        n = self._n_used
+        self._g_level[:n] = np.asarray(self._b_level, dtype=np.int64)[self._g_bucket[:n]]
+        used = np.flatnonzero(self._g_used[:n])
+        by_level = np.argsort(self._g_level[used], kind="stable")
+        self._level_order = used[by_level]
+        levels = self._g_level[self._level_order]
+        _, starts = np.unique(levels, return_index=True)
+        self._level_start = np.append(starts, len(levels)).astype(np.int64)
         self._realloc = True
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
@@ -577,17 +594,21 @@ class Simulator:
 
     def _allocate(self) -> None:
         self._realloc = False
-        n = len(self._g_heap)
-        levels = np.asarray(self._b_level, dtype=np.int64)[self._g_bucket[:n]]
+        n = self._n_used
+        levels = self._g_level[:n]
         if self.mode == "levels":
-            group_rates(
-                self._g_links[:n],
-                self._g_count[:n],
-                self._g_cap[:n],
-                levels,
+            positive = np.empty(len(self._level_order), dtype=np.int64)
+            count = ordered_group_rates(
+                self._g_links,
+                self._g_count,
+                self._g_cap,
+                self._level_order,
+                self._level_start,
                 self._capacity,
-                self._g_rate[:n],
+                self._g_rate,
+                positive,
             )
+            self._served = positive[:count]
             return
         # ideal: one group per flow, greedy by level, then release order inside a coflow
         active = np.flatnonzero(self._g_count[:n] > 0.5)
@@ -599,6 +620,7 @@ class Simulator:
         )
         self._g_rate[:n] = 0.0
         self._g_rate[active] = rates
+        self._served = active[rates > 0]
 
     # ---- results -----------------------------------------------------------------------------
 
