@@ -186,6 +186,8 @@ class TestbedDriver:
                 accuracy=curve.accuracy(job.start_iteration),
             )
         addresses = ",".join(h.IP() for h in hosts)
+        if self.gpus is not None:
+            job.holding = False  # until the manager gives it its GPUs
         for rank, host in enumerate(hosts):
             argv = [
                 sys.executable,
@@ -214,7 +216,6 @@ class TestbedDriver:
                 str(curve.tau_iterations),
             ]
             if self.gpus is not None:
-                job.holding = False
                 argv.append("--start-paused")
             log = self._log(job, rank)
             try:
