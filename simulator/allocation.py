@@ -11,6 +11,9 @@ unused columns point at a padding link of infinite capacity).
   Each link is a bottleneck once, so one level costs O(flows x k + links^2).
 - :func:`greedy_in_order`: the "ideal" mode: each flow in turn takes the minimum of what is
   left on its links (and its cap), like :func:`controller.fluid.greedy_completion_times`.
+- :func:`ordered_group_rates` and :func:`advance_listed`: the engine's hot path, the first for
+  flow groups (a group stands for identical flows) already sorted by level, skipping groups
+  that higher levels starve, the second stepping only the groups that have a rate.
 
 The first call compiles the kernels (a few seconds; cached on disk afterwards).
 """
@@ -266,65 +269,6 @@ def greedy_in_order(
 
 
 @njit(cache=True)
-def _group_rates(links, count, caps, level, capacity, rates):  # pragma: no cover - compiled
-    """Max-min rates of the non-empty groups (count > 0), strict priority by level."""
-    n = count.shape[0]
-    active = 0
-    top = 0
-    for g in range(n):
-        rates[g] = 0.0
-        if count[g] > 0.5:
-            active += 1
-            if level[g] > top:
-                top = level[g]
-    if active == 0:
-        return
-    # counting sort of the non-empty groups by level
-    start = np.zeros(top + 2, dtype=np.int64)
-    for g in range(n):
-        if count[g] > 0.5:
-            start[level[g] + 1] += 1
-    for lvl in range(top + 1):
-        start[lvl + 1] += start[lvl]
-    order = np.empty(active, dtype=np.int64)
-    fill = start[:-1].copy()
-    for g in range(n):
-        if count[g] > 0.5:
-            order[fill[level[g]]] = g
-            fill[level[g]] += 1
-    residual = capacity.copy()
-    for lvl in range(top + 1):
-        if start[lvl + 1] > start[lvl]:
-            _fill(order[start[lvl] : start[lvl + 1]], links, caps, count, residual, capacity, rates)
-
-
-@njit(cache=True)
-def _advance_groups(count, rates, served, next_thr, limit, simultaneous):  # pragma: no cover
-    n = count.shape[0]
-    step = limit
-    for g in range(n):
-        if count[g] > 0.5 and rates[g] > 0:
-            t = (next_thr[g] - served[g]) / rates[g]
-            if t < step:
-                step = t
-    if step < 0:
-        step = 0.0
-    ending = []
-    if step == np.inf:
-        return step, np.zeros(0, dtype=np.int64)
-    for g in range(n):
-        if count[g] > 0.5 and rates[g] > 0:
-            t = (next_thr[g] - served[g]) / rates[g]
-            served[g] += rates[g] * step
-            if t <= step * (1 + simultaneous):
-                ending.append(g)
-    out = np.empty(len(ending), dtype=np.int64)
-    for i in range(len(ending)):
-        out[i] = ending[i]
-    return step, out
-
-
-@njit(cache=True)
 def _ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive):
     # pragma: no cover - compiled
     residual = capacity.copy()
@@ -372,23 +316,27 @@ def _advance_listed(groups, rates, served, next_thr, limit, simultaneous):  # pr
 
 
 def ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive) -> int:
-    """Like :func:`group_rates` for the groups of ``order`` (group ids sorted by level; level
-    ``l``'s are ``order[level_start[l]:level_start[l + 1]]``; empty groups are skipped): fills
-    ``rates`` of those groups and ``positive[:n]`` with the groups that got a rate, returns n."""
+    """Per-flow max-min rates of flow groups under strict priority between levels, in place.
+
+    Args:
+        links: ``(groups, k)`` links of every group.
+        count: flows in every group (a group stands for that many identical flows; empty
+            groups are skipped and get rate 0).
+        caps: per-flow rate cap of every group (``inf`` for none).
+        order: the groups to allocate, sorted by level: level segment ``l`` is
+            ``order[level_start[l]:level_start[l + 1]]``, served before segment ``l + 1``.
+        capacity: capacity of every link.
+        rates: filled with each group's per-flow rate (for the groups of ``order``).
+        positive: filled with the groups that got a rate.
+
+    Returns:
+        How many groups ``positive`` holds.
+    """
     return _ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive)
 
 
 def advance_listed(groups, rates, served, next_thr, limit_s, simultaneous=1e-9):
-    """:func:`advance_groups` over ``groups`` only (groups with a positive rate)."""
+    """Advance the groups with a positive rate (``groups``) to the first threshold among them
+    (or ``limit_s``): add each group's service in place and return the step and the groups
+    whose next flow ends with it (within a relative ``simultaneous``)."""
     return _advance_listed(groups, rates, served, next_thr, float(limit_s), float(simultaneous))
-
-
-def group_rates(links, count, caps, level, capacity, rates) -> None:
-    """Fill ``rates`` (per flow of each group) for the groups with ``count`` > 0, in place."""
-    _group_rates(links, count, caps, level, capacity, rates)
-
-
-def advance_groups(count, rates, served, next_thr, limit_s, simultaneous=1e-9):
-    """Advance to the first group threshold (or ``limit_s``): add each group's service in place
-    and return the step and the groups whose next flow ends with it."""
-    return _advance_groups(count, rates, served, next_thr, float(limit_s), float(simultaneous))

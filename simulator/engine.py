@@ -209,6 +209,7 @@ class Simulator:
         self._level_order = np.zeros(0, dtype=np.int64)
         self._level_start = np.zeros(1, dtype=np.int64)
         self._served = np.zeros(0, dtype=np.int64)  # groups with a positive rate
+        self._positive = np.zeros(0, dtype=np.int64)  # the buffer _served is a view of
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
@@ -550,6 +551,7 @@ class Simulator:
         levels = self._g_level[self._level_order]
         _, starts = np.unique(levels, return_index=True)
         self._level_start = np.append(starts, len(levels)).astype(np.int64)
+        self._positive = np.empty(len(self._level_order), dtype=np.int64)
         self._realloc = True
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
@@ -597,7 +599,6 @@ class Simulator:
         n = self._n_used
         levels = self._g_level[:n]
         if self.mode == "levels":
-            positive = np.empty(len(self._level_order), dtype=np.int64)
             count = ordered_group_rates(
                 self._g_links,
                 self._g_count,
@@ -606,9 +607,9 @@ class Simulator:
                 self._level_start,
                 self._capacity,
                 self._g_rate,
-                positive,
+                self._positive,
             )
-            self._served = positive[:count]
+            self._served = self._positive[:count]
             return
         # ideal: one group per flow, greedy by level, then release order inside a coflow
         active = np.flatnonzero(self._g_count[:n] > 0.5)

@@ -24,7 +24,7 @@ from controller.model import Flow as ModelFlow
 from controller.model import Job, Stage, port_bytes
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
 from workloads.gpu import GpuJob, GpuManager
-from workloads.hpo import HpoTask, survivors, sync_flows, task_row
+from workloads.hpo import HpoTask, survivors, sync_flows, task_rows
 
 
 @dataclass
@@ -270,22 +270,14 @@ class HpoDriver:
 
     def task_rows(self) -> list[dict]:
         """Per HPO task: see :func:`workloads.hpo.task_row`."""
-        rows = []
-        for task_id, task in self.tasks.items():
-            stages = [s for s in self.stages.values() if s.task_id == task_id]
-            last = max(stages, key=lambda s: s.index, default=None)
-            finals = [] if last is None else [self.jobs[j].config for j in last.job_ids]
-            trained = {c: self.configs[(task_id, c)].trained for c in finals}
-            rows.append(
-                task_row(
-                    task,
-                    self.task_finish_s.get(task_id),
-                    finals,
-                    trained,
-                    self.observations[task_id],
-                )
-            )
-        return rows
+        return task_rows(
+            self.tasks,
+            self.stages.values(),
+            self.jobs,
+            lambda t, c: self.configs[(t, c)].trained,
+            self.task_finish_s,
+            self.observations,
+        )
 
     def stage_rows(self) -> list[dict]:
         rows = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -219,3 +219,40 @@ def task_row(
         "best_config": winner,
         "best_identified_s": None if identified is None else identified - task.arrival_s,
     }
+
+
+def task_rows(
+    tasks: dict[int, HpoTask],
+    stages: Iterable,
+    jobs: dict,
+    trained: Callable[[int, int], int],
+    finish_s: dict[int, float],
+    observations: dict[int, list[tuple[float, int, float]]],
+) -> list[dict]:
+    """:func:`task_row` of every task, from a driver's records.
+
+    Args:
+        stages: the stages run so far (``task_id``, ``index``, ``job_ids``).
+        jobs: job id -> job (with its ``config``).
+        trained: ``(task_id, config)`` -> iterations that configuration has done.
+        finish_s: task id -> when its last stage ended.
+        observations: task id -> ``(time, configuration, accuracy)`` as its jobs reported.
+    """
+    last: dict[int, object] = {}
+    for stage in stages:
+        if stage.task_id not in last or stage.index > last[stage.task_id].index:
+            last[stage.task_id] = stage
+    rows = []
+    for task_id, task in tasks.items():
+        stage = last.get(task_id)
+        finals = [] if stage is None else [jobs[j].config for j in stage.job_ids]
+        rows.append(
+            task_row(
+                task,
+                finish_s.get(task_id),
+                finals,
+                {c: trained(task_id, c) for c in finals},
+                observations[task_id],
+            )
+        )
+    return rows

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from workloads.client import ControllerClient
 from workloads.gpu import Decision, GpuJob, GpuManager
-from workloads.hpo import HpoTask, survivors, sync_flows, task_row
+from workloads.hpo import HpoTask, survivors, sync_flows, task_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE_PORT = 20000
@@ -431,22 +431,14 @@ class TestbedDriver:
 
     def task_rows(self) -> list[dict]:
         """Per HPO task: see :func:`workloads.hpo.task_row`."""
-        rows = []
-        for task_id, task in self.tasks.items():
-            stages = [s for s in self.stages.values() if s.task_id == task_id]
-            last = max(stages, key=lambda s: s.index, default=None)
-            finals = [] if last is None else [self.jobs[j].config for j in last.job_ids]
-            trained = {c: self.trained[(task_id, c)] for c in finals}
-            rows.append(
-                task_row(
-                    task,
-                    self.task_finish_s.get(task_id),
-                    finals,
-                    trained,
-                    self.observations[task_id],
-                )
-            )
-        return rows
+        return task_rows(
+            self.tasks,
+            self.stages.values(),
+            self.jobs,
+            lambda t, c: self.trained[(t, c)],
+            self.task_finish_s,
+            self.observations,
+        )
 
     def gpu_stats(self) -> dict | None:
         """The job manager's statistics up to the end of the last task (``None`` without)."""
