@@ -116,9 +116,9 @@ def _fill(members, links, caps, weights, residual, capacity, rates):  # pragma: 
             if count[link] > 0.5:
                 live[kept] = link
                 kept += 1
-                s = residual[link] / count[link]
-                if s < share:
-                    share = s
+                # compare before dividing: a division per link and round was the kernel's cost
+                if residual[link] < share * count[link]:
+                    share = residual[link] / count[link]
         n_live = kept
         if share == np.inf:
             break  # only empty entries are left
@@ -144,7 +144,7 @@ def _fill(members, links, caps, weights, residual, capacity, rates):  # pragma: 
         limit = share * (1 + _REL)
         for j in range(n_live):
             link = live[j]
-            if count[link] < 0.5 or residual[link] / count[link] > limit:
+            if count[link] < 0.5 or residual[link] > limit * count[link]:
                 continue
             for e in range(start[link], start[link + 1]):
                 i = on_link[e]
@@ -295,19 +295,21 @@ def _ordered_group_rates(links, count, caps, order, level_start, capacity, rates
 @njit(cache=True)
 def _advance_listed(groups, rates, served, next_thr, limit, simultaneous):  # pragma: no cover
     step = limit
-    for g in groups:
-        t = (next_thr[g] - served[g]) / rates[g]
-        if t < step:
-            step = t
+    until = np.empty(groups.shape[0])  # time until each group's next flow ends
+    for i in range(groups.shape[0]):
+        g = groups[i]
+        until[i] = (next_thr[g] - served[g]) / rates[g]
+        if until[i] < step:
+            step = until[i]
     if step < 0:
         step = 0.0
     if step == np.inf:
         return step, np.zeros(0, dtype=np.int64)
     ending = []
-    for g in groups:
-        t = (next_thr[g] - served[g]) / rates[g]
+    for i in range(groups.shape[0]):
+        g = groups[i]
         served[g] += rates[g] * step
-        if t <= step * (1 + simultaneous):
+        if until[i] <= step * (1 + simultaneous):
             ending.append(g)
     out = np.empty(len(ending), dtype=np.int64)
     for i in range(len(ending)):
