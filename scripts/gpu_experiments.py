@@ -185,31 +185,22 @@ def mean_of(rows, key):
     return statistics.mean(values) if values else None
 
 
+def label_of(part: str, network: str, gpu: str) -> str:
+    """A run's policy label: the GPU policy, or the (network, GPU) pair in part 3."""
+    return f"{network}+{gpu}" if part == "pairs" else gpu
+
+
 def grouped(rows, part, search=None, hosts=None):
     """(label, rows) per policy (pair) of one part, in the experiment's order."""
-    selected = [
-        r
-        for r in rows
-        if r["part"] == part
-        and (search is None or r["search"] == search)
-        and (hosts is None or r["hosts"] == hosts)
-    ]
-    labels = []
-    for r in selected:
-        label = r["gpu"] if part != "pairs" else f"{r['network']}+{r['gpu']}"
-        if label not in labels:
-            labels.append(label)
-    return [
-        (
-            label,
-            [
-                r
-                for r in selected
-                if (r["gpu"] if part != "pairs" else f"{r['network']}+{r['gpu']}") == label
-            ],
-        )
-        for label in labels
-    ]
+    groups: dict[str, list] = {}
+    for r in rows:
+        if (
+            r["part"] == part
+            and (search is None or r["search"] == search)
+            and (hosts is None or r["hosts"] == hosts)
+        ):
+            groups.setdefault(label_of(part, r["network"], r["gpu"]), []).append(r)
+    return list(groups.items())
 
 
 def plot(rows, out: Path, args) -> list[Path]:
@@ -359,7 +350,7 @@ def main(argv=None) -> int:
         }
         row["wall_s"] = time.perf_counter() - t0
         rows.append(row)
-        label = gpu if part != "pairs" else f"{network}+{gpu}"
+        label = label_of(part, network, gpu)
         print(
             f"{part:<8} {search:<8} {hosts or '-':>5} {seed:>4} {label:<14} "
             f"{fmt(row['best_identified_s']):>8} {fmt(row['best_to_90pct_s']):>8} "

@@ -17,36 +17,38 @@ pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "mnexec", "tc
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_short_testbed_run(tmp_path):
-    out = tmp_path / "testbed"
+def run_testbed(out: Path, *args: str) -> None:
+    """Run scripts/run_testbed.py as a user does, writing to ``out``; it must succeed."""
     run = subprocess.run(
-        [
-            sys.executable,
-            "scripts/run_testbed.py",
-            "--hosts",
-            "6",
-            "--tasks",
-            "1",
-            "--configs",
-            "4",
-            "--eta",
-            "2",
-            "--min-iterations",
-            "3",
-            "--policy",
-            "fair",
-            "sincronia",
-            "--out",
-            str(out),
-            "--timeout",
-            "300",
-        ],
+        [sys.executable, "scripts/run_testbed.py", *args, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+
+
+def test_short_testbed_run(tmp_path):
+    out = tmp_path / "testbed"
+    run_testbed(
+        out,
+        "--hosts",
+        "6",
+        "--tasks",
+        "1",
+        "--configs",
+        "4",
+        "--eta",
+        "2",
+        "--min-iterations",
+        "3",
+        "--policy",
+        "fair",
+        "sincronia",
+        "--timeout",
+        "300",
+    )
     results = {r["policy"]: r for r in json.loads((out / "results.json").read_text())}
     assert set(results) == {"fair", "sincronia"}
     for name, result in results.items():
@@ -78,39 +80,29 @@ def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
     """Hermes' job manager pauses and resumes real workers: 2 tasks of 4 two-worker jobs share
     one GPU per host on 6 hosts, so jobs wait for GPUs and get preempted."""
     out = tmp_path / "testbed-gpu"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "scripts/run_testbed.py",
-            "--hosts",
-            "6",
-            "--tasks",
-            "2",
-            "--configs",
-            "4",
-            "--eta",
-            "2",
-            "--min-iterations",
-            "3",
-            "--workers",
-            "2",
-            "--policy",
-            "fair",
-            "--gpu-policy",
-            "hermes",
-            "--quantum",
-            "2",
-            "--out",
-            str(out),
-            "--timeout",
-            "240",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    run_testbed(
+        out,
+        "--hosts",
+        "6",
+        "--tasks",
+        "2",
+        "--configs",
+        "4",
+        "--eta",
+        "2",
+        "--min-iterations",
+        "3",
+        "--workers",
+        "2",
+        "--policy",
+        "fair",
+        "--gpu-policy",
+        "hermes",
+        "--quantum",
+        "2",
+        "--timeout",
+        "240",
     )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     [result] = json.loads((out / "results.json").read_text())
     assert result["policy"] == "fair+hermes" and result["sct_s"]["count"] == 6
     gpu = result["gpu"]
