@@ -187,6 +187,9 @@ def _jobs_coflows(active: Sequence[Coflow]) -> dict[int, list[Coflow]]:
     return by_job
 
 
+_PROGRESS_DIGITS = 9
+
+
 class Jpas(Policy):
     """Job-progress-aware priorities: least attained progress first.
 
@@ -217,6 +220,9 @@ class Jpas(Policy):
         for coflow in state.active_coflows():
             if coflow.job_id is None:
                 sent = coflow.sent_bytes / coflow.size_bytes if coflow.size_bytes else 1.0
+                # equal progress must tie (and go by arrival) whatever the float noise in the
+                # bytes counted, else the order flips between equals at every re-ranking
+                sent = round(sent, _PROGRESS_DIGITS)
                 entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
         entries.sort(key=lambda e: e[:4])
         return Schedule.from_groups(e[4] for e in entries)

@@ -11,9 +11,9 @@ unused columns point at a padding link of infinite capacity).
   Each link is a bottleneck once, so one level costs O(flows x k + links^2).
 - :func:`greedy_in_order`: the "ideal" mode: each flow in turn takes the minimum of what is
   left on its links (and its cap), like :func:`controller.fluid.greedy_completion_times`.
-- :func:`ordered_group_rates` and :func:`advance_listed`: the engine's hot path, the first for
-  flow groups (a group stands for identical flows) already sorted by level, skipping groups
-  that higher levels starve, the second stepping only the groups that have a rate.
+- :func:`pair_shares`: the engine's hot path on a big switch: max-min over the matrix of flows
+  per host pair, O(n) per bottleneck link however many pairs are active
+  (:func:`pair_max_min` is its plain-array form).
 
 The first call compiles the kernels (a few seconds; cached on disk afterwards).
 """
@@ -269,76 +269,161 @@ def greedy_in_order(
 
 
 @njit(cache=True)
-def _ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive):
+def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, col_share):
     # pragma: no cover - compiled
-    residual = capacity.copy()
-    for lvl in range(level_start.shape[0] - 1):
-        if level_start[lvl + 1] > level_start[lvl]:
-            _fill(
-                order[level_start[lvl] : level_start[lvl + 1]],
-                links,
-                caps,
-                count,
-                residual,
-                capacity,
-                rates,
-            )
-    n_positive = 0
-    for e in range(level_start[-1]):
-        g = order[e]
-        if rates[g] > 0.0:
-            positive[n_positive] = g
-            n_positive += 1
-    return n_positive
+    """Max-min fair shares of one level of a big switch without caps, by host pair.
+
+    ``w[s, d]`` flows go from host ``s`` (egress link ``s``) to host ``d`` (ingress link
+    ``n + d``); ``wt`` is its transpose, ``row_count`` / ``col_count`` its row and column sums.
+    Progressive filling over links: a pair's flows freeze with the first of their two links to
+    fill, at that link's share, so every flow of pair ``(s, d)`` gets
+    ``min(row_share[s], col_share[d])`` (both filled here; ``inf`` for links without flows).
+    A round costs O(n) per link it freezes whatever the number of pairs, so a dense level of a
+    150-port switch (20k pairs) takes tens of microseconds. ``residual`` is updated in place."""
+    row_cnt = row_count.copy()
+    col_cnt = col_count.copy()
+    row_res = residual[:n]
+    col_res = residual[n : 2 * n]
+    row_live = np.zeros(n)  # 1.0 while the link is not frozen: masks the updates below
+    col_live = np.zeros(n)
+    rows = np.empty(n, dtype=np.int64)
+    cols = np.empty(n, dtype=np.int64)
+    n_rows = 0
+    n_cols = 0
+    for s in range(n):
+        row_share[s] = np.inf
+        if row_cnt[s] > 0.5:
+            rows[n_rows] = s
+            n_rows += 1
+            row_live[s] = 1.0
+    for d in range(n):
+        col_share[d] = np.inf
+        if col_cnt[d] > 0.5:
+            cols[n_cols] = d
+            n_cols += 1
+            col_live[d] = 1.0
+    first = True  # the first round freezes, at 0, the links the levels above left full
+    while n_rows > 0 or n_cols > 0:
+        share = 0.0
+        limit = 0.0
+        if not first:
+            # drop links whose every pair froze through the other end; find the fair share
+            share = np.inf
+            kept = 0
+            for j in range(n_rows):
+                s = rows[j]
+                if row_cnt[s] > 0.5:
+                    rows[kept] = s
+                    kept += 1
+                    if row_res[s] < share * row_cnt[s]:
+                        share = row_res[s] / row_cnt[s]
+                else:
+                    row_live[s] = 0.0
+            n_rows = kept
+            kept = 0
+            for j in range(n_cols):
+                d = cols[j]
+                if col_cnt[d] > 0.5:
+                    cols[kept] = d
+                    kept += 1
+                    if col_res[d] < share * col_cnt[d]:
+                        share = col_res[d] / col_cnt[d]
+                else:
+                    col_live[d] = 0.0
+            n_cols = kept
+            if share == np.inf:
+                break
+            if share < 0.0:
+                share = 0.0
+            limit = share * (1 + _REL)
+        kept = 0
+        for j in range(n_rows):
+            s = rows[j]
+            if first:
+                hit = row_res[s] <= 1e-12 * capacity[s]
+            else:
+                hit = row_res[s] <= limit * row_cnt[s]
+            if not hit:
+                rows[kept] = s
+                kept += 1
+                continue
+            row_share[s] = share
+            row_res[s] = max(row_res[s] - share * row_cnt[s], 0.0)
+            row_cnt[s] = 0.0
+            row_live[s] = 0.0
+            ws = w[s]
+            for d in range(n):
+                x = ws[d] * col_live[d]
+                col_cnt[d] -= x
+                col_res[d] = max(col_res[d] - share * x, 0.0)
+        n_rows = kept
+        kept = 0
+        for j in range(n_cols):
+            d = cols[j]
+            if first:
+                hit = col_res[d] <= 1e-12 * capacity[n + d]
+            else:
+                hit = col_res[d] <= limit * col_cnt[d]
+            if not hit:
+                cols[kept] = d
+                kept += 1
+                continue
+            col_share[d] = share
+            col_res[d] = max(col_res[d] - share * col_cnt[d], 0.0)
+            col_cnt[d] = 0.0
+            col_live[d] = 0.0
+            wd = wt[d]
+            for s in range(n):
+                x = wd[s] * row_live[s]
+                row_cnt[s] -= x
+                row_res[s] = max(row_res[s] - share * x, 0.0)
+        n_cols = kept
+        first = False
+
+
+def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per-flow max-min rates of a big switch's host pairs (one level, no caps).
+
+    Args:
+        w: ``(n, n)`` number of flows from host ``s`` to host ``d``.
+        capacity: ``2n`` link capacities (egress of host i, then ingress of host i).
+
+    Returns:
+        ``(n, n)`` rate of each flow of every pair (``inf`` where there is none).
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    n = w.shape[0]
+    row_share, col_share = np.zeros(n), np.zeros(n)
+    residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
+    pair_shares(
+        w,
+        np.ascontiguousarray(w.T),
+        w.sum(axis=1),
+        w.sum(axis=0),
+        residual,
+        residual.copy(),
+        n,
+        row_share,
+        col_share,
+    )
+    return np.minimum(row_share[:, None], col_share[None, :])
 
 
 @njit(cache=True)
-def _advance_listed(groups, rates, served, next_thr, limit, simultaneous):  # pragma: no cover
-    step = limit
-    until = np.empty(groups.shape[0])  # time until each group's next flow ends
-    for i in range(groups.shape[0]):
-        g = groups[i]
-        until[i] = (next_thr[g] - served[g]) / rates[g]
-        if until[i] < step:
-            step = until[i]
-    if step < 0:
-        step = 0.0
-    if step == np.inf:
-        return step, np.zeros(0, dtype=np.int64)
-    ending = []
-    for i in range(groups.shape[0]):
-        g = groups[i]
-        served[g] += rates[g] * step
-        if until[i] <= step * (1 + simultaneous):
-            ending.append(g)
-    out = np.empty(len(ending), dtype=np.int64)
-    for i in range(len(ending)):
-        out[i] = ending[i]
-    return step, out
-
-
-def ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive) -> int:
-    """Per-flow max-min rates of flow groups under strict priority between levels, in place.
-
-    Args:
-        links: ``(groups, k)`` links of every group.
-        count: flows in every group (a group stands for that many identical flows; empty
-            groups are skipped and get rate 0).
-        caps: per-flow rate cap of every group (``inf`` for none).
-        order: the groups to allocate, sorted by level: level segment ``l`` is
-            ``order[level_start[l]:level_start[l + 1]]``, served before segment ``l + 1``.
-        capacity: capacity of every link.
-        rates: filled with each group's per-flow rate (for the groups of ``order``).
-        positive: filled with the groups that got a rate.
-
-    Returns:
-        How many groups ``positive`` holds.
-    """
-    return _ordered_group_rates(links, count, caps, order, level_start, capacity, rates, positive)
-
-
-def advance_listed(groups, rates, served, next_thr, limit_s, simultaneous=1e-9):
-    """Advance the groups with a positive rate (``groups``) to the first threshold among them
-    (or ``limit_s``): add each group's service in place and return the step and the groups
-    whose next flow ends with it (within a relative ``simultaneous``)."""
-    return _advance_listed(groups, rates, served, next_thr, float(limit_s), float(simultaneous))
+def greedy_groups(links, count, caps, order, capacity, rates):  # pragma: no cover - compiled
+    """:func:`greedy_in_order` for the engine's one-flow groups (empty ones get 0), in place."""
+    residual = capacity.copy()
+    k = links.shape[1]
+    for e in range(order.shape[0]):
+        g = order[e]
+        rates[g] = 0.0
+        if count[g] < 0.5:
+            continue
+        rate = caps[g]
+        for c in range(k):
+            if residual[links[g, c]] < rate:
+                rate = residual[links[g, c]]
+        if rate > 0:
+            rates[g] = rate
+            for c in range(k):
+                residual[links[g, c]] -= rate

@@ -28,8 +28,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,10 +36,20 @@ import numpy as np
 from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy
 from controller.schedule import N_LEVELS, coflow_levels
-from simulator.allocation import advance_listed, greedy_in_order, ordered_group_rates
+from simulator.core import (
+    STUCK,
+    Tables,
+    flow_remaining,
+    place_flows,
+    run_steps,
+    set_group_levels,
+    slot_loads,
+)
 
 # Flows whose completion time is within this fraction of the step finish with it.
 _SIMULTANEOUS = 1e-9
+# Beyond this many hosts the per-level pair matrices (8 x 2 x n^2 floats) cost too much memory.
+_MAX_PAIR_HOSTS = 512
 
 
 @dataclass(frozen=True)
@@ -132,25 +141,10 @@ class CoflowRecord:
     stage_id: int | None
     weight: float
     finish_s: float | None = None
-    flows_left: int = 0
 
     @property
     def cct_s(self) -> float | None:
         return None if self.finish_s is None else self.finish_s - self.arrival_s
-
-
-def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
-    """``array`` with room for ``needed`` rows (capacity doubles; new rows are ``fill``)."""
-    if needed <= len(array):
-        return array
-    size = max(needed, 2 * len(array), 64)
-    out = np.full((size, *array.shape[1:]), fill, dtype=array.dtype)
-    out[: len(array)] = array
-    return out
-
-
-DONE = -1  # flow group of a finished flow
-PENDING = -2  # flow released but not yet placed in a group (placed at the next reorder)
 
 
 class Simulator:
@@ -183,42 +177,29 @@ class Simulator:
         self._heap: list = []
         self._seq = itertools.count()
         self._capacity = fabric.capacity()
+        n = fabric.n_hosts
         k = fabric.links(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)).shape[1]
-        # flows, by flow id (a coflow's flows have consecutive ids)
-        self._n_flows = 0
-        self._f_links = np.zeros((0, k), dtype=np.int64)
-        self._f_pair = np.zeros(0, dtype=np.int64)  # src * n_hosts + dst
-        self._f_thr = np.zeros(0)  # group service (bits) at which it ends; size while PENDING
-        self._f_group = np.zeros(0, dtype=np.int64)
-        # groups, by group id (ids of emptied groups are reused)
-        self._g_links = np.zeros((0, k), dtype=np.int64)
-        self._g_count = np.zeros(0)
-        self._g_served = np.zeros(0)  # bits served to each of its flows so far
-        self._g_rate = np.zeros(0)
-        self._g_cap = np.zeros(0)
-        self._g_bucket = np.zeros(0, dtype=np.int64)
-        self._g_next = np.zeros(0)  # smallest threshold among its flows
-        self._g_heap: list[list] = []
-        self._g_key: list = []
-        self._group_of: dict = {}
-        self._free_groups: list[int] = []  # a min-heap: new groups take the lowest free id
-        self._g_used = np.zeros(0, dtype=np.bool_)
-        self._n_used = 0  # every group id in use is below this: the kernels scan [:_n_used]
-        self._g_level = np.zeros(0, dtype=np.int64)  # level of its bucket (set at reorders)
+        self._tables = Tables(k, n * n)
+        # a big switch's uncapped levels keep flows per host pair (see simulator.allocation)
+        self._pair_hosts = n if k == 2 and mode == "levels" and n <= _MAX_PAIR_HOSTS else 0
+        if self._pair_hosts:
+            self._tables.enable_pairs(n_levels, n)
         # groups in use sorted by level (set at reorders; groups only appear at reorders)
-        self._level_order = np.zeros(0, dtype=np.int64)
-        self._level_start = np.zeros(1, dtype=np.int64)
-        self._served = np.zeros(0, dtype=np.int64)  # groups with a positive rate
-        self._positive = np.zeros(0, dtype=np.int64)  # the buffer _served is a view of
+        self._order = np.zeros(0, dtype=np.int64)
+        self._level_start = np.zeros(2, dtype=np.int64)
+        self._general = np.ones(1, dtype=np.bool_)  # levels that take the general max-min
+        self._positive = np.zeros(0, dtype=np.int64)  # groups with a rate: the first ...
+        self._n_positive = 0  # ... this many
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
+        self._b_row: list[int] = []  # pair -> group row of a shared bucket, -1 if single
         self._b_members: list[set] = []
         self._live_buckets: set[int] = set()
+        self._free_rows: list[int] = []
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
-        self._slot_starts: list[int] = []  # first flow id of every slot, for bisection
         self._slot_bucket: list[int] = []
         self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
@@ -253,7 +234,9 @@ class Simulator:
         if sizes.size and sizes.min() < 0:
             raise ValueError(f"coflow {spec.coflow_id}: negative flow size")
         keep = sizes > 0
-        links = self.fabric.links(np.asarray(spec.src)[keep], np.asarray(spec.dst)[keep])
+        src = np.asarray(spec.src, dtype=np.int64)[keep]
+        dst = np.asarray(spec.dst, dtype=np.int64)[keep]
+        links = self.fabric.links(src, dst)
         n = int(keep.sum())
         record = CoflowRecord(
             spec.coflow_id,
@@ -263,7 +246,6 @@ class Simulator:
             spec.job_id,
             spec.stage_id,
             spec.weight,
-            flows_left=n,
         )
         self.coflows[spec.coflow_id] = record
         self.bytes_offered += record.size_bytes
@@ -271,22 +253,10 @@ class Simulator:
             record.finish_s = self.now_s
             self._finished(record)
             return record
-        first, last = self._n_flows, self._n_flows + n
-        self._f_links = _grow(self._f_links, last, 0)
-        self._f_pair = _grow(self._f_pair, last, 0)
-        self._f_thr = _grow(self._f_thr, last, 0.0)
-        self._f_group = _grow(self._f_group, last, DONE)
-        self._f_links[first:last] = links
-        hosts = self.fabric.n_hosts
-        src = np.asarray(spec.src, dtype=np.int64)[keep]
-        self._f_pair[first:last] = src * hosts + np.asarray(spec.dst, dtype=np.int64)[keep]
-        self._f_thr[first:last] = 8.0 * sizes[keep]
-        self._f_group[first:last] = PENDING
-        self._n_flows = last
         slot = len(self._slots)
+        pair = src * self.fabric.n_hosts + dst
+        self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
         self._slots.append(record)
-        self._slot_flows.append((first, last))
-        self._slot_starts.append(first)
         self._slot_bucket.append(-1)
         self._active_slots.add(slot)
         self._dirty = True
@@ -298,6 +268,7 @@ class Simulator:
         """Process events until none is left (or the clock reaches ``until_s``)."""
         period = self.policy.reorder_period_s
         next_tick = self.now_s + period if period else math.inf
+        tables = self._tables
         while True:
             self._fire_due_events()
             if self._dirty:
@@ -308,21 +279,34 @@ class Simulator:
                     break
                 self.now_s = next_event
                 continue
-            if self._realloc:
-                self._allocate()
-            limit = min(next_event, next_tick, until_s) - self.now_s
-            step, ending = advance_listed(
-                self._served, self._g_rate, self._g_served, self._g_next, limit, _SIMULTANEOUS
+            finished = np.empty(len(self._active_slots), dtype=np.int64)
+            why, self.now_s, steps, self._n_positive, self._realloc, n_finished = run_steps(
+                tables.flow_arrays(),
+                tables.group_arrays(),
+                tables.pair_arrays(),
+                tables.slot_left,
+                self._order,
+                self._level_start,
+                self._general,
+                self.mode == "ideal",
+                self._capacity,
+                self._pair_hosts,
+                self._positive,
+                self._n_positive,
+                self._realloc,
+                self.now_s,
+                min(next_event, next_tick, until_s),
+                _SIMULTANEOUS,
+                finished,
             )
-            if not math.isfinite(step):
+            self.steps += steps
+            if why == STUCK:
                 raise RuntimeError(
                     f"stuck at {self.now_s} s: {len(self._active_slots)} coflows can never "
                     "finish (a link or rate cap is zero)"
                 )
-            self.steps += 1
-            self.now_s += step
-            if len(ending):
-                self._complete(ending, step)
+            for slot in finished[:n_finished].tolist():
+                self._slot_done(slot)
             if self.now_s >= next_tick:
                 next_tick = self.now_s + period
                 self._dirty = True
@@ -334,96 +318,19 @@ class Simulator:
             _, _, callback = heapq.heappop(self._heap)
             callback()
 
-    def _complete(self, ending: np.ndarray, step: float) -> None:
-        """Finish the flows of ``ending`` groups that reached their threshold."""
-        finished_slots: dict[int, int] = {}
-        f_group, f_thr = self._f_group, self._f_thr
-        for g in ending.tolist():
-            served = self._g_served[g]
-            slack = self._g_rate[g] * step * _SIMULTANEOUS + 1e-6
-            heap = self._g_heap[g]
-            while heap:
-                thr, f = heap[0]
-                if f_group[f] != g or f_thr[f] != thr:
-                    heapq.heappop(heap)  # stale: the flow moved or finished
-                    continue
-                if thr > served + slack:
-                    break
-                heapq.heappop(heap)
-                f_group[f] = DONE
-                self._g_count[g] -= 1
-                slot = self._slot_of_flow(f)
-                finished_slots[slot] = finished_slots.get(slot, 0) + 1
-            self._refresh(g)
-        self._realloc = True
-        for slot, n in finished_slots.items():
-            record = self._slots[slot]
-            record.flows_left -= n
-            if record.flows_left == 0:
-                record.finish_s = self.now_s
-                self._active_slots.discard(slot)
-                self._b_members[self._slot_bucket[slot]].discard(slot)
-                self._finished(record)
-
-    def _slot_of_flow(self, f: int) -> int:
-        # flows of a slot are consecutive and slots are released in order: bisect the starts
-        return bisect_right(self._slot_starts, f) - 1
+    def _slot_done(self, slot: int) -> None:
+        record = self._slots[slot]
+        record.finish_s = self.now_s
+        self._active_slots.discard(slot)
+        self._b_members[self._slot_bucket[slot]].discard(slot)
+        self._finished(record)
 
     def _finished(self, record: CoflowRecord) -> None:
         self._dirty = True
         for listener in self._listeners:
             listener(record)
 
-    # ---- groups ------------------------------------------------------------------------------
-
-    def _new_group(self, key, links: np.ndarray, bucket: int) -> int:
-        if self._free_groups:
-            g = heapq.heappop(self._free_groups)
-        else:
-            g = len(self._g_heap)
-            self._g_heap.append([])
-            self._g_key.append(None)
-            size = g + 1
-            self._g_links = _grow(self._g_links, size, 0)
-            self._g_count = _grow(self._g_count, size, 0.0)
-            self._g_served = _grow(self._g_served, size, 0.0)
-            self._g_rate = _grow(self._g_rate, size, 0.0)
-            self._g_cap = _grow(self._g_cap, size, np.inf)
-            self._g_bucket = _grow(self._g_bucket, size, -1)
-            self._g_next = _grow(self._g_next, size, np.inf)
-            self._g_used = _grow(self._g_used, size, False)
-            self._g_level = _grow(self._g_level, size, 0)
-        self._g_used[g] = True
-        if g >= self._n_used:
-            self._n_used = g + 1
-        self._g_links[g] = links
-        self._g_count[g] = 0.0
-        self._g_served[g] = 0.0
-        self._g_rate[g] = 0.0
-        self._g_cap[g] = np.inf
-        self._g_bucket[g] = bucket
-        self._g_next[g] = np.inf
-        self._g_heap[g] = []
-        self._g_key[g] = key
-        self._group_of[key] = g
-        return g
-
-    def _refresh(self, g: int) -> None:
-        """Recompute a group's next threshold; recycle it when empty."""
-        heap = self._g_heap[g]
-        while heap and (self._f_group[heap[0][1]] != g or self._f_thr[heap[0][1]] != heap[0][0]):
-            heapq.heappop(heap)
-        self._g_next[g] = heap[0][0] if heap else np.inf
-        if self._g_count[g] <= 0.5:
-            self._g_count[g] = 0.0
-            self._g_heap[g] = []
-            self._g_next[g] = np.inf
-            del self._group_of[self._g_key[g]]
-            self._g_key[g] = None
-            self._g_used[g] = False
-            heapq.heappush(self._free_groups, g)
-            while self._n_used and not self._g_used[self._n_used - 1]:
-                self._n_used -= 1
+    # ---- placement ---------------------------------------------------------------------------
 
     def _place(self, slot: int, bucket: int) -> None:
         """Move the unfinished flows of a coflow into the groups of ``bucket``."""
@@ -433,68 +340,47 @@ class Simulator:
         self._slot_bucket[slot] = bucket
         self._b_members[bucket].add(slot)
         first, last = self._slot_flows[slot]
-        flows = np.arange(first, last)
-        groups = self._f_group[first:last]
-        flows = flows[groups != DONE]
-        groups = self._f_group[flows]
-        remaining = self._remaining(flows, groups)
-        touched = set()
-        single = self._b_single[bucket]
-        for f, g_old, left in zip(flows.tolist(), groups.tolist(), remaining.tolist(), strict=True):
-            key = (bucket, f) if single else (bucket, int(self._f_pair[f]))
-            g = self._group_of.get(key)
-            if g is None:
-                g = self._new_group(key, self._f_links[f], bucket)
-            thr = self._g_served[g] + left
-            self._f_thr[f] = thr
-            self._f_group[f] = g
-            heapq.heappush(self._g_heap[g], (thr, f))
-            self._g_count[g] += 1
-            if thr < self._g_next[g]:
-                self._g_next[g] = thr
-            if g_old >= 0:
-                self._g_count[g_old] -= 1
-                touched.add(g_old)
-        for g in touched:
-            self._refresh(g)
+        tables = self._tables
+        tables.reserve_groups(last - first)
+        place_flows(
+            tables.flow_arrays(),
+            tables.group_arrays(),
+            first,
+            last,
+            bucket,
+            min(self._b_level[bucket], self.n_levels - 1),
+            self._b_row[bucket],
+        )
         self._realloc = True
 
-    def _remaining(self, flows: np.ndarray, groups: np.ndarray) -> np.ndarray:
-        """Bits left of ``flows`` (whose groups are ``groups``, PENDING or a group id)."""
-        served = np.zeros(len(flows))
-        placed = groups >= 0
-        served[placed] = self._g_served[groups[placed]]
-        return np.maximum(self._f_thr[flows] - served, 0.0)
+    def _remaining_bits(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
+        """The placed, unfinished flows of a slot and the bits each has left."""
+        first, last = self._slot_flows[slot]
+        tables = self._tables
+        flows = np.arange(first, last)[tables.f_group[first:last] >= 0]
+        return flows, flow_remaining(tables.flow_arrays(), tables.group_arrays(), flows)
 
     # ---- policy and allocation -----------------------------------------------------------------
 
-    def _active_flow_ids(self) -> np.ndarray:
+    def _slot_bits(self) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Active slots, the bits each has left, and its bits left per host port."""
         slots = sorted(self._active_slots)
-        if not slots:
-            return np.zeros(0, dtype=np.int64)
-        ids = np.concatenate([np.arange(*self._slot_flows[s]) for s in slots])
-        return ids[self._f_group[ids] != DONE]
+        first = np.asarray([self._slot_flows[s][0] for s in slots], dtype=np.int64)
+        last = np.asarray([self._slot_flows[s][1] for s in slots], dtype=np.int64)
+        tables = self._tables
+        total, ports = slot_loads(
+            tables.flow_arrays(), tables.group_arrays(), first, last, self.fabric.n_hosts
+        )
+        return slots, total, ports
 
     def cluster_state(self) -> ClusterState:
         """The policy's view: every active coflow in bulk, plus the workload's jobs and stages."""
-        n = self.fabric.n_hosts
-        flows = self._active_flow_ids()
-        remaining = self._remaining(flows, self._f_group[flows]) / 8.0
-        slot_starts = np.asarray(self._slot_starts)
-        slot = np.searchsorted(slot_starts, flows, side="right") - 1
-        slots, row = np.unique(slot, return_inverse=True)
-        src = self._f_pair[flows] // n
-        dst = self._f_pair[flows] % n
-        cells = np.concatenate([row * (2 * n) + src, row * (2 * n) + n + dst])
-        load = np.bincount(
-            cells, weights=np.concatenate([remaining, remaining]), minlength=len(slots) * 2 * n
-        ).reshape(len(slots), 2 * n)
-        totals = np.bincount(row, weights=remaining, minlength=len(slots))
+        slots, total_bits, port_bits = self._slot_bits()
         coflows = {}
-        for i, s in enumerate(slots.tolist()):
+        for i, s in enumerate(slots):
             record = self._slots[s]
-            ports = {(int(k % n), int(k // n)): float(load[i, k]) for k in np.flatnonzero(load[i])}
-            summary = CoflowSummary(record.size_bytes, float(totals[i]), ports)
+            ports = _PortLoads(port_bits[i], self.fabric.n_hosts)
+            summary = CoflowSummary(record.size_bytes, float(total_bits[i]) / 8.0, ports)
             coflows[record.coflow_id] = Coflow(
                 record.coflow_id,
                 [],
@@ -510,6 +396,7 @@ class Simulator:
     def _new_bucket(self, level: int, single: bool) -> int:
         self._b_level.append(level)
         self._b_single.append(single)
+        self._b_row.append(-1 if single else self._tables.new_pmap_row(self._free_rows))
         self._b_members.append(set())
         self._live_buckets.add(len(self._b_level) - 1)
         return len(self._b_level) - 1
@@ -520,38 +407,42 @@ class Simulator:
         if not self._active_slots:
             return
         self.reorders += 1
+        tables = self._tables
         schedule = self.policy.schedule(self.cluster_state())
         slot_of = {self._slots[s].coflow_id: s for s in self._active_slots}
         if self.mode == "levels":
             level = {slot_of[c]: lvl for c, lvl in coflow_levels(schedule, self.n_levels).items()}
+            n_levels = self.n_levels
         else:
             level = {slot_of[c]: pos for pos, c in enumerate(schedule.order)}
+            n_levels = max(len(schedule.order), 1)
         capped = {slot_of[c] for c in schedule.coflow_gamma_s}
         target = self._assign_buckets(level, capped)
         for s, bucket in target.items():
             if self._slot_bucket[s] != bucket:
                 self._place(s, bucket)
+        self._park_empty_buckets(set(target.values()))
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
         for c, gamma in schedule.coflow_gamma_s.items():
-            first, last = self._slot_flows[slot_of[c]]
-            flows = np.arange(first, last)
-            flows = flows[self._f_group[flows] >= 0]
-            groups = self._f_group[flows]
-            self._g_cap[groups] = self._remaining(flows, groups) / gamma
+            flows, left = self._remaining_bits(slot_of[c])
+            tables.g_cap[tables.f_group[flows]] = left / gamma
         for s in self._active_slots - capped:
             if self._b_single[self._slot_bucket[s]]:
                 first, last = self._slot_flows[s]
-                groups = self._f_group[first:last]
-                self._g_cap[groups[groups >= 0]] = np.inf
-        n = self._n_used
-        self._g_level[:n] = np.asarray(self._b_level, dtype=np.int64)[self._g_bucket[:n]]
-        used = np.flatnonzero(self._g_used[:n])
-        by_level = np.argsort(self._g_level[used], kind="stable")
-        self._level_order = used[by_level]
-        levels = self._g_level[self._level_order]
-        _, starts = np.unique(levels, return_index=True)
-        self._level_start = np.append(starts, len(levels)).astype(np.int64)
-        self._positive = np.empty(len(self._level_order), dtype=np.int64)
+                groups = tables.f_group[first:last]
+                tables.g_cap[groups[groups >= 0]] = np.inf
+        bucket_level = np.asarray(self._b_level, dtype=np.int64)
+        order, start, general = set_group_levels(
+            tables.group_arrays(), tables.pair_arrays(), bucket_level, n_levels, self._pair_hosts
+        )
+        if self.mode == "ideal":
+            # one flow per group: by level, then release order inside a coflow
+            first_flow = tables.g_head[order]
+            order = order[np.lexsort((first_flow, tables.g_level[order]))]
+            start = np.asarray([0, len(order)], dtype=np.int64)
+        self._order, self._level_start, self._general = order, start, general
+        self._positive = np.empty(len(order), dtype=np.int64)
+        self._n_positive = 0
         self._realloc = True
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
@@ -586,47 +477,51 @@ class Simulator:
             if lvl not in bucket_of_level:
                 bucket_of_level[lvl] = self._new_bucket(lvl, False)
             target[s] = bucket_of_level[lvl]
-        # buckets left empty keep no level: park them below every level
-        kept = set(target.values())
+        return target
+
+    def _park_empty_buckets(self, kept: set[int]) -> None:
+        """Buckets left without coflows keep no level (below every level) and give back their
+        pair row (their groups were freed as they emptied)."""
         for bucket in list(self._live_buckets - kept):
             if not self._b_members[bucket]:
                 self._b_level[bucket] = 1 << 30
                 self._live_buckets.discard(bucket)
-        return target
-
-    def _allocate(self) -> None:
-        self._realloc = False
-        n = self._n_used
-        levels = self._g_level[:n]
-        if self.mode == "levels":
-            count = ordered_group_rates(
-                self._g_links,
-                self._g_count,
-                self._g_cap,
-                self._level_order,
-                self._level_start,
-                self._capacity,
-                self._g_rate,
-                self._positive,
-            )
-            self._served = self._positive[:count]
-            return
-        # ideal: one group per flow, greedy by level, then release order inside a coflow
-        active = np.flatnonzero(self._g_count[:n] > 0.5)
-        first_flow = np.asarray([self._g_key[g][1] for g in active.tolist()], dtype=np.int64)
-        order = np.lexsort((first_flow, levels[active]))
-        caps = self._g_cap[active]
-        rates = greedy_in_order(
-            self._g_links[active], order, self._capacity, caps if np.isfinite(caps).any() else None
-        )
-        self._g_rate[:n] = 0.0
-        self._g_rate[active] = rates
-        self._served = active[rates > 0]
+                if self._b_row[bucket] >= 0:
+                    self._free_rows.append(self._b_row[bucket])
+                    self._b_row[bucket] = -1
 
     # ---- results -----------------------------------------------------------------------------
 
     @property
     def bytes_delivered(self) -> float:
-        flows = self._active_flow_ids()
-        left = self._remaining(flows, self._f_group[flows]).sum() / 8.0
-        return self.bytes_offered - float(left)
+        _, total_bits, _ = self._slot_bits()
+        return self.bytes_offered - float(total_bits.sum()) / 8.0
+
+
+class _PortLoads(Mapping):
+    """A coflow's bytes left per port, as the policy's mapping; built on first use (fair
+    sharing, FIFO-LM and JPAS never look at ports)."""
+
+    __slots__ = ("_bits", "_n", "_bytes")
+
+    def __init__(self, bits: np.ndarray, n_hosts: int) -> None:
+        self._bits = bits
+        self._n = n_hosts
+        self._bytes: dict | None = None
+
+    def _loads(self) -> dict:
+        if self._bytes is None:
+            bits, n = self._bits, self._n
+            self._bytes = {
+                (int(k % n), int(k // n)): float(bits[k]) / 8.0 for k in np.flatnonzero(bits)
+            }
+        return self._bytes
+
+    def __getitem__(self, port):
+        return self._loads()[port]
+
+    def __iter__(self):
+        return iter(self._loads())
+
+    def __len__(self) -> int:
+        return len(self._loads())

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.allocation import greedy_in_order, max_min, priority_max_min
+from simulator.allocation import greedy_in_order, max_min, pair_max_min, priority_max_min
 
 
 @st.composite
@@ -85,3 +86,30 @@ def test_a_weighted_entry_equals_that_many_identical_flows(instance, weights):
     expanded = np.repeat(np.arange(len(links)), weights.astype(int))
     single = priority_max_min(links[expanded], levels[expanded], capacity)
     assert np.allclose(single, grouped[expanded])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(0, 3), min_size=n * n, max_size=n * n),
+            st.lists(st.integers(0, 20), min_size=2 * n, max_size=2 * n),
+        )
+    )
+)
+def test_pair_matrix_max_min_equals_the_general_one(instance):
+    # the big switch's fast path (flows per host pair) against max-min over every flow,
+    # including links already full (capacity 0, as lower priority levels see them)
+    counts, capacity = instance
+    n = len(capacity) // 2
+    w = np.array(counts, dtype=float).reshape(n, n)
+    capacity = np.array(capacity, dtype=float)
+    rates = pair_max_min(w, capacity)
+    src, dst = np.nonzero(w)
+    reps = w[src, dst].astype(int)
+    links = np.stack([np.repeat(src, reps), n + np.repeat(dst, reps)], axis=1)
+    if len(links) == 0:
+        assert np.isinf(rates).all()
+        return
+    expect = max_min(links, capacity)
+    assert rates[links[:, 0], links[:, 1] - n] == pytest.approx(expect, abs=1e-9)

@@ -152,6 +152,18 @@ def test_jpas_coflows_of_a_job_share_its_rank():
     assert Jpas().schedule(state).ranks[1] == (110, 111)
 
 
+def test_jpas_equal_progress_ties_by_arrival_despite_float_noise():
+    # two jobless coflows that sent the same bytes, one counted a hair off (as a simulator's
+    # float sums give): they tie on progress and go by arrival, not by the noise
+    state = state_of(
+        [
+            Coflow(1, [Flow("h0", "h1", 3000, remaining_bytes=1000.0)], arrival_s=0.0),
+            Coflow(2, [Flow("h2", "h3", 3000, remaining_bytes=1000.0 + 1e-9)], arrival_s=1.0),
+        ]
+    )
+    assert list(Jpas().schedule(state).order) == [1, 2]
+
+
 def test_beamer_orders_stages_and_slowest_job_first():
     # Stage demands: stage 1 h0.in 40, h1.out 30, h2.out 10; stage 2 h0.in 20, h3.out 20;
     # coflow 99 (a stage of its own) h4.out 8, h5.in 8. BSSI: h0.in (60) is the bottleneck,
