@@ -11,6 +11,10 @@ is a numba kernel over them, so a step costs no Python.
   the bits ``g_served`` it has given each of them. Shared buckets find a pair's group through a
   row of ``pmap`` (pair -> group); one-flow groups (capped coflows, the ideal mode) have none.
   Freed group ids are reused lowest first (a min-heap), so the kernels scan a short prefix.
+- On a big switch each uncapped level also keeps the matrix of its flows per host pair
+  (``pairs``: counts, transpose, row and column sums), updated as flows end, so the allocation
+  is :func:`simulator.allocation.pair_shares` (O(n) per bottleneck link) plus one pass that
+  reads each group's rate off its two links, with no per-step gathering.
 - :func:`run_steps` allocates rates, advances to the next completion (or the caller's limit),
   finishes the flows that end and stops as soon as a coflow is complete: the caller then tells
   the listeners and asks the policy again.
