@@ -269,6 +269,20 @@ def greedy_in_order(
 
 
 @njit(cache=True)
+def _freeze_link(link, share, count, residual, live, other_count, other_residual, other_live, w_row,
+                 out_share):  # fmt: skip  # pragma: no cover - compiled
+    """Freeze one side's ``link`` at ``share``: its flows take it on the other side's links."""
+    out_share[link] = share
+    residual[link] = max(residual[link] - share * count[link], 0.0)
+    count[link] = 0.0
+    live[link] = 0.0
+    for j in range(w_row.shape[0]):
+        x = w_row[j] * other_live[j]  # links already frozen keep what they have
+        other_count[j] -= x
+        other_residual[j] = max(other_residual[j] - share * x, 0.0)
+
+
+@njit(cache=True)
 def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, col_share):
     # pragma: no cover - compiled
     """Max-min fair shares of one level of a big switch without caps, by host pair.
@@ -278,107 +292,88 @@ def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, c
     Progressive filling over links: a pair's flows freeze with the first of their two links to
     fill, at that link's share, so every flow of pair ``(s, d)`` gets
     ``min(row_share[s], col_share[d])`` (both filled here; ``inf`` for links without flows).
-    A round costs O(n) per link it freezes whatever the number of pairs, so a dense level of a
-    150-port switch (20k pairs) takes tens of microseconds. ``residual`` is updated in place."""
+    A round is one pass over the live links (finding the smallest share and the links at it)
+    plus O(n) per link it freezes, whatever the number of pairs: a dense level of a 150-port
+    switch (20k pairs) takes tens of microseconds. ``residual`` is updated in place."""
     row_cnt = row_count.copy()
     col_cnt = col_count.copy()
     row_res = residual[:n]
     col_res = residual[n : 2 * n]
-    row_live = np.zeros(n)  # 1.0 while the link is not frozen: masks the updates below
+    row_live = np.zeros(n)  # 1.0 while the link is not frozen: masks the updates
     col_live = np.zeros(n)
-    rows = np.empty(n, dtype=np.int64)
-    cols = np.empty(n, dtype=np.int64)
-    n_rows = 0
-    n_cols = 0
+    links = np.empty(2 * n, dtype=np.int64)  # live links: s for egress s, n + d for ingress d
+    n_links = 0
     for s in range(n):
         row_share[s] = np.inf
         if row_cnt[s] > 0.5:
-            rows[n_rows] = s
-            n_rows += 1
+            links[n_links] = s
+            n_links += 1
             row_live[s] = 1.0
     for d in range(n):
         col_share[d] = np.inf
         if col_cnt[d] > 0.5:
-            cols[n_cols] = d
-            n_cols += 1
+            links[n_links] = n + d
+            n_links += 1
             col_live[d] = 1.0
-    first = True  # the first round freezes, at 0, the links the levels above left full
-    while n_rows > 0 or n_cols > 0:
-        share = 0.0
-        limit = 0.0
-        if not first:
-            # drop links whose every pair froze through the other end; find the fair share
-            share = np.inf
-            kept = 0
-            for j in range(n_rows):
-                s = rows[j]
-                if row_cnt[s] > 0.5:
-                    rows[kept] = s
-                    kept += 1
-                    if row_res[s] < share * row_cnt[s]:
-                        share = row_res[s] / row_cnt[s]
-                else:
-                    row_live[s] = 0.0
-            n_rows = kept
-            kept = 0
-            for j in range(n_cols):
-                d = cols[j]
-                if col_cnt[d] > 0.5:
-                    cols[kept] = d
-                    kept += 1
-                    if col_res[d] < share * col_cnt[d]:
-                        share = col_res[d] / col_cnt[d]
-                else:
-                    col_live[d] = 0.0
-            n_cols = kept
-            if share == np.inf:
-                break
-            if share < 0.0:
-                share = 0.0
-            limit = share * (1 + _REL)
+    # the first round freezes, at 0, the links the levels above left full
+    hits = np.empty(2 * n, dtype=np.int64)
+    n_hits = 0
+    for j in range(n_links):
+        if residual[links[j]] <= 1e-12 * capacity[links[j]]:
+            hits[n_hits] = links[j]
+            n_hits += 1
+    share = 0.0
+    while True:
+        for h in range(n_hits):
+            link = hits[h]
+            if link < n:
+                if row_live[link] > 0.0:
+                    _freeze_link(link, share, row_cnt, row_res, row_live, col_cnt, col_res,
+                                 col_live, w[link], row_share)  # fmt: skip
+            elif col_live[link - n] > 0.0:
+                d = link - n
+                _freeze_link(d, share, col_cnt, col_res, col_live, row_cnt, row_res, row_live,
+                             wt[d], col_share)  # fmt: skip
+        # one pass: drop links left without flows, find the smallest share and the links at
+        # it (within the relative slack, so float error never leaves a link a hair short)
+        share = np.inf
+        limit = np.inf
+        n_hits = 0
         kept = 0
-        for j in range(n_rows):
-            s = rows[j]
-            if first:
-                hit = row_res[s] <= 1e-12 * capacity[s]
+        for j in range(n_links):
+            link = links[j]
+            if link < n:
+                count, left = row_cnt[link], row_res[link]
             else:
-                hit = row_res[s] <= limit * row_cnt[s]
-            if not hit:
-                rows[kept] = s
-                kept += 1
+                count, left = col_cnt[link - n], col_res[link - n]
+            if count <= 0.5:
                 continue
-            row_share[s] = share
-            row_res[s] = max(row_res[s] - share * row_cnt[s], 0.0)
-            row_cnt[s] = 0.0
-            row_live[s] = 0.0
-            ws = w[s]
-            for d in range(n):
-                x = ws[d] * col_live[d]
-                col_cnt[d] -= x
-                col_res[d] = max(col_res[d] - share * x, 0.0)
-        n_rows = kept
-        kept = 0
-        for j in range(n_cols):
-            d = cols[j]
-            if first:
-                hit = col_res[d] <= 1e-12 * capacity[n + d]
-            else:
-                hit = col_res[d] <= limit * col_cnt[d]
-            if not hit:
-                cols[kept] = d
-                kept += 1
+            links[kept] = link
+            kept += 1
+            if left > limit * count:
                 continue
-            col_share[d] = share
-            col_res[d] = max(col_res[d] - share * col_cnt[d], 0.0)
-            col_cnt[d] = 0.0
-            col_live[d] = 0.0
-            wd = wt[d]
-            for s in range(n):
-                x = wd[s] * row_live[s]
-                row_cnt[s] -= x
-                row_res[s] = max(row_res[s] - share * x, 0.0)
-        n_cols = kept
-        first = False
+            if left < share * count:
+                share = left / count
+                limit = share * (1 + _REL)
+                # earlier hits stay only if still within the slack of the new share
+                m = 0
+                for h in range(n_hits):
+                    other = hits[h]
+                    if other < n:
+                        near = row_res[other] <= limit * row_cnt[other]
+                    else:
+                        near = col_res[other - n] <= limit * col_cnt[other - n]
+                    if near:
+                        hits[m] = other
+                        m += 1
+                n_hits = m
+            hits[n_hits] = link
+            n_hits += 1
+        n_links = kept
+        if n_hits == 0:
+            break
+        if share < 0.0:
+            share = 0.0
 
 
 def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:

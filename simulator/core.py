@@ -476,10 +476,10 @@ def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
 def _allocate(
     groups, pairs, order, level_start, general, ideal, capacity, n_hosts, positive
 ):  # pragma: no cover - compiled
-    """Every group's per-flow rate (``g_rate``); returns how many groups, listed first in
-    ``positive``, got one."""
-    g_links, g_count, g_rate, g_cap = groups[0], groups[1], groups[3], groups[4]
-    w, wt, row_count, col_count, row_share, col_share, _ = pairs
+    """The per-flow rate (``g_rate``) of every group that gets one; returns how many groups,
+    listed first in ``positive``, got one (the others' rates are stale and never read)."""
+    g_links, g_count, g_rate, g_cap, pmap = groups[0], groups[1], groups[3], groups[4], groups[14]
+    w, wt, row_count, col_count, row_share, col_share, level_row = pairs
     n_positive = 0
     if ideal:
         greedy_groups(g_links, g_count, g_cap, order, capacity, g_rate)
@@ -513,15 +513,21 @@ def _allocate(
             rows,
             cols,
         )
-        for e in range(members.shape[0]):
-            g = members[e]
-            rate = 0.0
-            if g_count[g] > 0.5:
-                rate = min(rows[g_links[g, 0]], cols[g_links[g, 1] - n])
-            g_rate[g] = rate
-            if rate > 0.0:
-                positive[n_positive] = g
-                n_positive += 1
+        # only pairs whose two links got a share have a rate: walk those rows of the pair
+        # matrix (levels the ones above starve cost O(n), not O(groups)); the rates of the
+        # other groups are never read
+        row = level_row[level]
+        w_level = w[level]
+        for src in range(n):
+            if rows[src] <= 0.0:  # (inf: every pair of it froze through its other link)
+                continue
+            w_src = w_level[src]
+            for dst in range(n):
+                if w_src[dst] > 0.5 and cols[dst] > 0.0:
+                    g = pmap[row, src * n + dst]
+                    g_rate[g] = min(rows[src], cols[dst])
+                    positive[n_positive] = g
+                    n_positive += 1
     return n_positive
 
 
