@@ -188,25 +188,6 @@ def _priority_max_min(links, levels, caps, weights, capacity):  # pragma: no cov
     return rates
 
 
-@njit(cache=True)
-def _greedy(links, order, caps, weights, capacity):  # pragma: no cover - compiled
-    residual = capacity.copy()
-    rates = np.zeros(links.shape[0])
-    k = links.shape[1]
-    for f in order:
-        if weights[f] <= 0:
-            continue
-        rate = caps[f]
-        for c in range(k):
-            if residual[links[f, c]] < rate:
-                rate = residual[links[f, c]]
-        if rate > 0:
-            rates[f] = rate
-            for c in range(k):
-                residual[links[f, c]] -= rate
-    return rates
-
-
 def _caps(n: int, caps: np.ndarray | None) -> np.ndarray:
     return np.full(n, np.inf) if caps is None else np.ascontiguousarray(caps, dtype=np.float64)
 
@@ -259,13 +240,16 @@ def greedy_in_order(
 
     Entries with weight 0 (empty groups) are skipped."""
     n = links.shape[0]
-    return _greedy(
+    rates = np.zeros(n)
+    greedy_groups(
         np.ascontiguousarray(links, dtype=np.int64),
-        np.ascontiguousarray(order, dtype=np.int64),
-        _caps(n, caps),
         _weights(n, weights),
+        _caps(n, caps),
+        np.ascontiguousarray(order, dtype=np.int64),
         np.ascontiguousarray(capacity, dtype=np.float64),
+        rates,
     )
+    return rates
 
 
 @njit(cache=True)
