@@ -203,6 +203,15 @@ def grouped(rows, part, search=None, hosts=None):
     return list(groups.items())
 
 
+def _save(fig, axes, path: Path) -> Path:
+    """Legend on the first panel, then write and close the figure."""
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot(rows, out: Path, args) -> list[Path]:
     paths = []
     panels = [
@@ -233,11 +242,7 @@ def plot(rows, out: Path, args) -> list[Path]:
         ax.set_title(title)
         ax.set_ylabel("seconds (mean over seeds)")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "gpu_policies.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+    paths.append(_save(fig, axes, out / "gpu_policies.png"))
 
     hosts_list = sorted({13, args.hosts})
     fig, axes = plt.subplots(1, len(hosts_list), figsize=(6.5 * len(hosts_list), 3.8))
@@ -265,11 +270,7 @@ def plot(rows, out: Path, args) -> list[Path]:
         ax.set_title(f"network + GPU policies, {hosts} hosts")
         ax.set_ylabel(f"relative to {labels[0]}")
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "gpu_network_pairs.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+    paths.append(_save(fig, axes, out / "gpu_network_pairs.png"))
     return paths
 
 

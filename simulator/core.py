@@ -81,10 +81,6 @@ class Tables:
         self.slot_left = np.zeros(0, dtype=np.int64)
         self.enable_pairs(1, 0)
 
-    @property
-    def n_used(self) -> int:
-        return int(self.meta[2])
-
     def add_flows(self, links, pair, size_bits, slot: int) -> tuple[int, int]:
         """Append the flows of a new coflow slot; returns their id range."""
         first, last = self.n_flows, self.n_flows + len(pair)
@@ -229,7 +225,7 @@ def _heap_pop(heap, meta):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _new_group(groups, links, bucket, level, row, pair):  # pragma: no cover - compiled
+def _new_group(groups, links, bucket, row, pair):  # pragma: no cover - compiled
     (
         g_links,
         g_count,
@@ -260,8 +256,7 @@ def _new_group(groups, links, bucket, level, row, pair):  # pragma: no cover - c
     g_served[g] = 0.0
     g_rate[g] = 0.0
     g_cap[g] = np.inf
-    g_level[g] = level
-    g_bucket[g] = bucket
+    g_bucket[g] = bucket  # its level is set with every group's by set_group_levels
     g_head[g] = NIL
     g_next[g] = np.inf
     g_row[g] = row
@@ -335,7 +330,7 @@ def _insert(flows, groups, f, g):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def place_flows(flows, groups, first, last, bucket, level, row):  # pragma: no cover - compiled
+def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - compiled
     """Move the unfinished flows ``first..last-1`` (one coflow) into ``bucket``'s groups.
 
     ``row`` is the bucket's pair -> group row, or -1 for one group per flow. A flow keeps the
@@ -358,7 +353,7 @@ def place_flows(flows, groups, first, last, bucket, level, row):  # pragma: no c
         if row >= 0:
             g = pmap[row, f_pair[f]]
         if g == NIL:
-            g = _new_group(groups, f_links[f], bucket, level, row, f_pair[f])
+            g = _new_group(groups, f_links[f], bucket, row, f_pair[f])
         f_thr[f] = g_served[g] + left
         f_group[f] = g
         _insert(flows, groups, f, g)

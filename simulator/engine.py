@@ -350,7 +350,6 @@ class Simulator:
             first,
             last,
             bucket,
-            min(self._b_level[bucket], self.n_levels - 1),
             self._b_row[bucket],
         )
         self._realloc = True
