@@ -465,16 +465,182 @@ def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
 
 
 # ---- the step loop ------------------------------------------------------------------------------
+#
+# On the pair levels of a big switch every flow of pair (s, d) gets min(row share of s, column
+# share of d): it is *bottlenecked* by one of its two links. All the groups a link bottlenecks
+# progress at that link's share, so the loop serves them as one *class* (one per level and
+# link): the class counts the bits it has served per flow (``c_served``), a member group keeps
+# its offset to that count (``g_off``) and the class keeps its members' smallest key
+# (threshold of the head flow minus the offset). A step then costs O(classes with members),
+# not O(groups); a group is touched only when a flow of it ends or its bottleneck changes.
+# Class state lives for one call of run_steps: every group's ``g_served`` is exact on return.
+
+
+@njit(cache=True)
+def _classes(n_levels, n_hosts, n_groups):  # pragma: no cover - compiled
+    """Empty class state for ``n_levels`` levels of ``2 * n_hosts`` links (see above)."""
+    n_classes = max(n_levels * 2 * n_hosts, 1)
+    c_float = np.zeros((3, n_classes))  # bits served per flow, share, smallest member key
+    c_float[2, :] = np.inf
+    return (
+        c_float,
+        np.zeros((2, n_classes), dtype=np.int64),  # member groups, dirty (key to recompute)
+        np.full((2, n_groups), NIL, dtype=np.int64),  # a group's class (NIL: none), index in
+        np.zeros(n_groups),  # g_off: g_served - served count of its class  # ... members
+        np.empty(n_groups, dtype=np.int64),  # members: the groups in a class
+        np.empty(n_classes, dtype=np.int64),  # the dirty classes
+        np.zeros(2 + n_levels, dtype=np.int64),  # [members, dirty classes, members per level]
+    )
+
+
+# The helpers take arrays, not tuples: unpacking tuples in code this hot costs 30x.
+
+
+@njit(cache=True)
+def _join(g_served, g_next, c_float, c_int, g_class, g_off, members, counts, g, c, level):
+    # pragma: no cover - compiled
+    g_class[0, g] = c
+    g_off[g] = g_served[g] - c_float[0, c]
+    g_class[1, g] = counts[0]
+    members[counts[0]] = g
+    counts[0] += 1
+    c_int[0, c] += 1
+    counts[2 + level] += 1
+    key = g_next[g] - g_off[g]
+    if key < c_float[2, c]:
+        c_float[2, c] = key
+
+
+@njit(cache=True)
+def _mark_dirty(c_int, dirty, counts, c):  # pragma: no cover - compiled
+    if c_int[1, c] == 0:
+        c_int[1, c] = 1
+        dirty[counts[1]] = c
+        counts[1] += 1
+
+
+@njit(cache=True)
+def _leave(g_served, c_float, c_int, g_class, g_off, members, dirty, counts, g, level):
+    # pragma: no cover - compiled
+    """Take ``g`` out of its class; its ``g_served`` becomes exact."""
+    c = g_class[0, g]
+    g_served[g] = g_off[g] + c_float[0, c]
+    g_class[0, g] = NIL
+    counts[0] -= 1
+    last = members[counts[0]]
+    members[g_class[1, g]] = last
+    g_class[1, last] = g_class[1, g]
+    c_int[0, c] -= 1
+    counts[2 + level] -= 1
+    _mark_dirty(c_int, dirty, counts, c)
+
+
+@njit(cache=True)
+def _update_classes(groups, pairs, cls, level, n):  # pragma: no cover - compiled
+    """After new shares of a pair level: move the groups whose bottleneck changed.
+
+    A pair's class is its bottleneck link (the row if ``rows[s] <= cols[d]``), none without
+    a rate. Only pairs of a link whose share changed can change class: every pair of a row,
+    of a column that gains or loses its rate; for a column whose positive share moved, only
+    the pairs whose row has a finite share (the others are bottlenecked by the column)."""
+    w, wt, row_share, col_share, level_row = pairs[0], pairs[1], pairs[4], pairs[5], pairs[6]
+    g_served, g_next, pmap = groups[2], groups[8], groups[14]
+    c_float, c_int, g_class, g_off, members, dirty, counts = cls
+    c_share = c_float[1]
+    rows, cols = row_share[level], col_share[level]
+    w_level, wt_level = w[level], wt[level]
+    row = level_row[level]
+    base = level * 2 * n
+    finite = np.empty(n, dtype=np.int64)
+    n_finite = 0
+    for s in range(n):
+        if rows[s] > 0.0 and rows[s] < np.inf:
+            finite[n_finite] = s
+            n_finite += 1
+    # pairs to look at: (s, d) with the row changed (d = -1: the whole row) or the column
+    for side in range(2):
+        for link in range(n):
+            new = rows[link] if side == 0 else cols[link]
+            old = c_share[base + side * n + link]
+            if new == old:
+                continue
+            c_share[base + side * n + link] = new
+            whole = side == 0 or (old > 0.0) != (new > 0.0)
+            for j in range(n if whole else n_finite):
+                if side == 0:
+                    s, d = link, j
+                else:
+                    s, d = (j if whole else finite[j]), link
+                if w_level[s, d] < 0.5:
+                    continue
+                rate = min(rows[s], cols[d])
+                c = NIL
+                if rate > 0.0 and rate < np.inf:
+                    c = base + (s if rows[s] <= cols[d] else n + d)
+                g = pmap[row, s * n + d]
+                if c == g_class[0, g]:
+                    continue
+                if g_class[0, g] != NIL:
+                    _leave(g_served, c_float, c_int, g_class, g_off, members, dirty, counts, g,
+                           level)  # fmt: skip
+                if c != NIL:
+                    _join(g_served, g_next, c_float, c_int, g_class, g_off, members, counts, g,
+                          c, level)  # fmt: skip
+
+
+@njit(cache=True)
+def _class_members(w, wt, pmap, level_row, g_class, c, n, out):  # pragma: no cover - compiled
+    """The groups of class ``c`` (into ``out``); returns how many."""
+    level = c // (2 * n)
+    link = c - level * 2 * n
+    row = level_row[level]
+    m = 0
+    for j in range(n):
+        if link < n:
+            s, d, weight = link, j, w[level, link, j]
+        else:
+            s, d, weight = j, link - n, wt[level, link - n, j]
+        if weight > 0.5:
+            g = pmap[row, s * n + d]
+            if g_class[0, g] == c:
+                out[m] = g
+                m += 1
+    return m
+
+
+@njit(cache=True)
+def _refresh_keys(groups, pairs, cls, n, scratch):  # pragma: no cover - compiled
+    """Recompute the smallest key of every dirty class."""
+    g_next, pmap = groups[8], groups[14]
+    w, wt, level_row = pairs[0], pairs[1], pairs[6]
+    c_float, c_int, g_class, g_off, dirty, counts = cls[0], cls[1], cls[2], cls[3], cls[5], cls[6]
+    for i in range(counts[1]):
+        c = dirty[i]
+        c_int[1, c] = 0
+        key = np.inf
+        for j in range(_class_members(w, wt, pmap, level_row, g_class, c, n, scratch)):
+            g = scratch[j]
+            if g_next[g] - g_off[g] < key:
+                key = g_next[g] - g_off[g]
+        c_float[2, c] = key
+    counts[1] = 0
 
 
 @njit(cache=True)
 def _allocate(
-    groups, pairs, order, level_start, general, ideal, capacity, n_hosts, positive
+    groups, pairs, cls, order, level_start, general, ideal, capacity, n_hosts, positive
 ):  # pragma: no cover - compiled
-    """The per-flow rate (``g_rate``) of every group that gets one; returns how many groups,
-    listed first in ``positive``, got one (the others' rates are stale and never read)."""
-    g_links, g_count, g_rate, g_cap, pmap = groups[0], groups[1], groups[3], groups[4], groups[14]
-    w, wt, row_count, col_count, row_share, col_share, level_row = pairs
+    """Rates for every level: ``g_rate`` of the groups of general levels (those that get one
+    are listed first in ``positive``; returns how many), classes for the pair levels."""
+    g_links, g_count, g_rate, g_cap = groups[0], groups[1], groups[3], groups[4]
+    w, wt, row_count, col_count, row_share, col_share = (
+        pairs[0],
+        pairs[1],
+        pairs[2],
+        pairs[3],
+        pairs[4],
+        pairs[5],
+    )
     n_positive = 0
     if ideal:
         greedy_groups(g_links, g_count, g_cap, order, capacity, g_rate)
@@ -496,7 +662,6 @@ def _allocate(
                     positive[n_positive] = members[e]
                     n_positive += 1
             continue
-        rows, cols = row_share[level], col_share[level]
         pair_shares(
             w[level],
             wt[level],
@@ -505,25 +670,53 @@ def _allocate(
             residual,
             capacity,
             n,
-            rows,
-            cols,
+            row_share[level],
+            col_share[level],
         )
-        # only pairs whose two links got a share have a rate: walk those rows of the pair
-        # matrix (levels the ones above starve cost O(n), not O(groups)); the rates of the
-        # other groups are never read
-        row = level_row[level]
-        w_level = w[level]
-        for src in range(n):
-            if rows[src] <= 0.0:  # (inf: every pair of it froze through its other link)
-                continue
-            w_src = w_level[src]
-            for dst in range(n):
-                if w_src[dst] > 0.5 and cols[dst] > 0.0:
-                    g = pmap[row, src * n + dst]
-                    g_rate[g] = min(rows[src], cols[dst])
-                    positive[n_positive] = g
-                    n_positive += 1
+        _update_classes(groups, pairs, cls, level, n)
     return n_positive
+
+
+@njit(cache=True)
+def _finish_flows(flows, groups, pairs, g, reach, in_pairs, n_hosts, slot_left, finished,
+                  n_finished):  # fmt: skip  # pragma: no cover - compiled
+    """End the flows of ``g`` whose threshold is at most ``reach`` (at least its head);
+    returns the new count of finished slots. ``g`` is freed by the caller if it emptied."""
+    f_thr, f_group, f_prev, f_next, f_slot = flows[2], flows[3], flows[4], flows[5], flows[6]
+    g_links, g_count, g_level, g_head, g_next = (
+        groups[0],
+        groups[1],
+        groups[5],
+        groups[7],
+        groups[8],
+    )
+    w, wt, row_count, col_count = pairs[0], pairs[1], pairs[2], pairs[3]
+    if g_head[g] != NIL and f_thr[g_head[g]] > reach:
+        reach = f_thr[g_head[g]]  # its next flow ends now, whatever float error says
+    level = g_level[g]
+    f = g_head[g]
+    while f != NIL and f_thr[f] <= reach:
+        nxt = f_next[f]
+        f_group[f] = DONE
+        g_count[g] -= 1.0
+        if in_pairs:
+            s = g_links[g, 0]
+            d = g_links[g, 1] - n_hosts
+            w[level, s, d] -= 1.0
+            wt[level, d, s] -= 1.0
+            row_count[level, s] -= 1.0
+            col_count[level, d] -= 1.0
+        slot = f_slot[f]
+        slot_left[slot] -= 1
+        if slot_left[slot] == 0:
+            finished[n_finished] = slot
+            n_finished += 1
+        f = nxt
+    if f != NIL:
+        f_prev[f] = NIL
+    g_head[g] = f
+    g_next[g] = np.inf if f == NIL else f_thr[f]
+    return n_finished
 
 
 @njit(cache=True)
@@ -539,8 +732,6 @@ def run_steps(
     capacity,
     n_hosts,
     positive,
-    n_positive,
-    realloc,
     now,
     limit,
     simultaneous,
@@ -548,39 +739,57 @@ def run_steps(
 ):  # pragma: no cover - compiled
     """Step from ``now`` until a coflow finishes or the clock reaches ``limit``.
 
-    Returns ``(why, now, steps, n_positive, realloc, n_finished)``: why it stopped
-    (:data:`COFLOW_DONE`, :data:`LIMIT`, :data:`STUCK`), the clock, the steps taken, how many
-    groups of ``positive`` have a rate and whether the rates must be recomputed (pass both back
-    when nothing else changed), and the slots that finished (the first ``n_finished`` entries
-    of ``finished``)."""
-    f_thr, f_group, f_next, f_slot = flows[2], flows[3], flows[5], flows[6]
-    g_links, g_count, g_served, g_rate, g_level = (
-        groups[0],
+    Returns ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`,
+    :data:`LIMIT`, :data:`STUCK`), the clock, the steps taken and the slots that finished (the
+    first ``n_finished`` entries of ``finished``)."""
+    g_count, g_served, g_rate, g_level, g_next = (
         groups[1],
         groups[2],
         groups[3],
         groups[5],
+        groups[8],
     )
-    g_head, g_next = groups[7], groups[8]
-    w, wt, row_count, col_count = pairs[0], pairs[1], pairs[2], pairs[3]
+    n = n_hosts
+    n_levels = level_start.shape[0] - 1
+    use_classes = n > 0 and not ideal
+    cls = _classes(n_levels if use_classes else 0, n, groups[13][2])
+    c_float, c_int, g_class, g_off, members, dirty, counts = cls
+    c_served, c_share, c_key, c_size = c_float[0], c_float[1], c_float[2], c_int[0]
+    w, wt, pmap, level_row = pairs[0], pairs[1], groups[14], pairs[6]
+    scratch = np.empty(max(n, 1), dtype=np.int64)
+    ending = np.empty(c_served.shape[0], dtype=np.int64)
+    before = np.empty(c_served.shape[0])
     steps = 0
     n_finished = 0
+    realloc = True
+    n_positive = 0
+    why = LIMIT
     while True:
         if realloc:
             n_positive = _allocate(
-                groups, pairs, order, level_start, general, ideal, capacity, n_hosts, positive
+                groups, pairs, cls, order, level_start, general, ideal, capacity, n, positive
             )
+            _refresh_keys(groups, pairs, cls, n, scratch)
             realloc = False
-        # advance to the first completion among the groups with a rate, or to the limit
+        # advance to the first completion among the classes and the groups with a rate, or
+        # to the limit (compare before dividing: divisions are the cost)
         span = limit - now
         step = span
+        if use_classes:
+            for level in range(n_levels):
+                if counts[2 + level] == 0:
+                    continue
+                for c in range(level * 2 * n, (level + 1) * 2 * n):
+                    if c_size[c] > 0 and c_key[c] - c_served[c] < step * c_share[c]:
+                        step = (c_key[c] - c_served[c]) / c_share[c]
         for i in range(n_positive):
             g = positive[i]
             left = g_next[g] - g_served[g]
-            if left < step * g_rate[g]:  # compare before dividing: divisions are the cost
+            if left < step * g_rate[g]:
                 step = left / g_rate[g]
         if step == np.inf:
-            return STUCK, now, steps, n_positive, realloc, n_finished
+            why = STUCK
+            break
         if step < 0.0:
             step = 0.0
         steps += 1
@@ -588,46 +797,64 @@ def run_steps(
         now = limit if reached else now + step
         cutoff = step * (1.0 + simultaneous)
         ended = False
+        n_ending = 0
+        if use_classes:
+            for level in range(n_levels):
+                if counts[2 + level] == 0:
+                    continue
+                for c in range(level * 2 * n, (level + 1) * 2 * n):
+                    if c_size[c] == 0:
+                        continue
+                    left = c_key[c] - c_served[c]
+                    before[c] = c_served[c]
+                    c_served[c] += c_share[c] * step
+                    if left <= cutoff * c_share[c]:
+                        ending[n_ending] = c
+                        n_ending += 1
+        for k in range(n_ending):
+            c = ending[k]
+            share = c_share[c]
+            level = c // (2 * n)
+            for j in range(_class_members(w, wt, pmap, level_row, g_class, c, n, scratch)):
+                g = scratch[j]
+                if g_next[g] - g_off[g] - before[c] > cutoff * share:
+                    continue
+                ended = True
+                g_served[g] = g_off[g] + c_served[c]
+                reach = g_served[g] + share * step * simultaneous + 1e-6
+                n_finished = _finish_flows(
+                    flows, groups, pairs, g, reach, True, n, slot_left, finished, n_finished
+                )
+                if g_count[g] < 0.5:
+                    _leave(g_served, c_float, c_int, g_class, g_off, members, dirty, counts, g,
+                           level)  # fmt: skip
+                    _free_group(groups, g)
+            _mark_dirty(c_int, dirty, counts, c)
         for i in range(n_positive):
             g = positive[i]
             left = g_next[g] - g_served[g]
             g_served[g] += g_rate[g] * step
             if left > cutoff * g_rate[g]:
                 continue
-            # finish the flows of g that reached their threshold
             ended = True
             reach = g_served[g] + g_rate[g] * step * simultaneous + 1e-6
-            if g_head[g] != NIL and f_thr[g_head[g]] > reach:
-                reach = f_thr[g_head[g]]  # its next flow ends now, whatever float error says
-            level = g_level[g]
-            in_pairs = n_hosts > 0 and not ideal and not general[level]
-            f = g_head[g]
-            while f != NIL and f_thr[f] <= reach:
-                nxt = f_next[f]
-                f_group[f] = DONE
-                g_count[g] -= 1.0
-                if in_pairs:
-                    s = g_links[g, 0]
-                    d = g_links[g, 1] - n_hosts
-                    w[level, s, d] -= 1.0
-                    wt[level, d, s] -= 1.0
-                    row_count[level, s] -= 1.0
-                    col_count[level, d] -= 1.0
-                slot = f_slot[f]
-                slot_left[slot] -= 1
-                if slot_left[slot] == 0:
-                    finished[n_finished] = slot
-                    n_finished += 1
-                f = nxt
-            if f != NIL:
-                flows[4][f] = NIL
-            g_head[g] = f
-            g_next[g] = np.inf if f == NIL else f_thr[f]
+            in_pairs = use_classes and not general[g_level[g]]
+            n_finished = _finish_flows(
+                flows, groups, pairs, g, reach, in_pairs, n, slot_left, finished, n_finished
+            )
             if g_count[g] < 0.5:
                 _free_group(groups, g)
         if ended:
             realloc = True
         if n_finished > 0:
-            return COFLOW_DONE, now, steps, n_positive, realloc, n_finished
+            why = COFLOW_DONE
+            break
         if reached:
-            return LIMIT, now, steps, n_positive, realloc, n_finished
+            break
+    # leave the classes: every group's g_served (and g_rate) exact again
+    for i in range(counts[0]):
+        g = members[i]
+        c = g_class[0, g]
+        g_served[g] = g_off[g] + c_served[c]
+        g_rate[g] = c_share[c]
+    return why, now, steps, n_finished

@@ -190,8 +190,7 @@ class Simulator:
         self._order = np.zeros(0, dtype=np.int64)
         self._level_start = np.zeros(2, dtype=np.int64)
         self._general = np.ones(1, dtype=np.bool_)  # levels that take the general max-min
-        self._positive = np.zeros(0, dtype=np.int64)  # groups with a rate: the first ...
-        self._n_positive = 0  # ... this many
+        self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
@@ -207,7 +206,6 @@ class Simulator:
         self.coflows: dict[int, CoflowRecord] = {}
         self._listeners: list[Callable[[CoflowRecord], None]] = []
         self._dirty = True  # ask the policy again
-        self._realloc = True  # recompute rates
         self.bytes_offered = 0.0
         self.reorders = 0
         self.steps = 0
@@ -282,7 +280,7 @@ class Simulator:
                 self.now_s = next_event
                 continue
             finished = np.empty(len(self._active_slots), dtype=np.int64)
-            why, self.now_s, steps, self._n_positive, self._realloc, n_finished = run_steps(
+            why, self.now_s, steps, n_finished = run_steps(
                 tables.flow_arrays(),
                 tables.group_arrays(),
                 tables.pair_arrays(),
@@ -294,8 +292,6 @@ class Simulator:
                 self._capacity,
                 self._pair_hosts,
                 self._positive,
-                self._n_positive,
-                self._realloc,
                 self.now_s,
                 min(next_event, next_tick, until_s),
                 _SIMULTANEOUS,
@@ -307,7 +303,7 @@ class Simulator:
                     f"stuck at {self.now_s} s: {len(self._active_slots)} coflows can never "
                     "finish (a link or rate cap is zero)"
                 )
-            for slot in finished[:n_finished].tolist():
+            for slot in sorted(finished[:n_finished].tolist()):  # release order
                 self._slot_done(slot)
             if self.now_s >= next_tick:
                 next_tick = self.now_s + period
@@ -352,7 +348,6 @@ class Simulator:
             bucket,
             self._b_row[bucket],
         )
-        self._realloc = True
 
     def _remaining_bits(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
         """The placed, unfinished flows of a slot and the bits each has left."""
@@ -443,8 +438,6 @@ class Simulator:
             start = np.asarray([0, len(order)], dtype=np.int64)
         self._order, self._level_start, self._general = order, start, general
         self._positive = np.empty(len(order), dtype=np.int64)
-        self._n_positive = 0
-        self._realloc = True
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
         """The bucket of every active coflow, reusing buckets so that few flows move."""
