@@ -569,9 +569,11 @@ def _update_classes(groups, pairs, cls, level, n):  # pragma: no cover - compile
             for j in range(n if whole else n_finite):
                 if side == 0:
                     s, d = link, j
+                    weight = w_level[s, d]
                 else:
                     s, d = (j if whole else finite[j]), link
-                if w_level[s, d] < 0.5:
+                    weight = wt_level[d, s]
+                if weight < 0.5:
                     continue
                 rate = min(rows[s], cols[d])
                 c = NIL
