@@ -467,104 +467,91 @@ def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
 # ---- the step loop ------------------------------------------------------------------------------
 #
 # On the pair levels of a big switch every flow of pair (s, d) gets min(row share of s, column
-# share of d): it is *bottlenecked* by one of its two links. All the groups a link bottlenecks
-# progress at that link's share, so the loop serves them as one *class* (one per level and
-# link): the class counts the bits it has served per flow (``c_served``), a member group keeps
-# its offset to that count (``g_off``) and the class keeps its members' smallest key
-# (threshold of the head flow minus the offset). A step then costs O(classes with members),
-# not O(groups); a group is touched only when a flow of it ends or its bottleneck changes.
-# Class state lives for one call of run_steps: every group's ``g_served`` is exact on return.
+# share of d): it is *bottlenecked* by one of its two links (the row on a tie). All the groups a
+# link bottlenecks progress at that link's share, so the loop serves them together, as the
+# *class* of that link (one per level and link): the class counts the bits it has served per
+# flow (``served``) and keeps the smallest *key* of its members. While run_steps runs, a member
+# group's ``g_served`` holds its offset (bits served = offset + its class's count; key =
+# threshold of its head flow - offset). A step then costs O(links), not O(groups): a group is
+# touched only when a flow of it ends or its bottleneck changes. Membership is not stored: it
+# follows from the shares the classes hold. Every ``g_served`` is exact again on return.
+
+# class state: c_float rows
+_SERVED, _SHARE, _KEY = 0, 1, 2
 
 
 @njit(cache=True)
-def _classes(n_levels, n_hosts, n_groups):  # pragma: no cover - compiled
-    """Empty class state for ``n_levels`` levels of ``2 * n_hosts`` links (see above)."""
-    n_classes = max(n_levels * 2 * n_hosts, 1)
-    c_float = np.zeros((3, n_classes))  # bits served per flow, share, smallest member key
-    c_float[2, :] = np.inf
-    return (
-        c_float,
-        np.zeros((2, n_classes), dtype=np.int64),  # member groups, dirty (key to recompute)
-        np.full((2, n_groups), NIL, dtype=np.int64),  # a group's class (NIL: none), index in
-        np.zeros(n_groups),  # g_off: g_served - served count of its class  # ... members
-        np.empty(n_groups, dtype=np.int64),  # members: the groups in a class
-        np.empty(n_classes, dtype=np.int64),  # the dirty classes
-        np.zeros(2 + n_levels, dtype=np.int64),  # [members, dirty classes, members per level]
-    )
-
-
-# The helpers take arrays, not tuples: unpacking tuples in code this hot costs 30x.
+def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
+    """Class of pair (s, d) under these row / column shares; NIL without a rate."""
+    rate = min(rows[s], cols[d])
+    if rate > 0.0 and rate < np.inf:
+        return base + (s if rows[s] <= cols[d] else n + d)
+    return NIL
 
 
 @njit(cache=True)
-def _join(g_served, g_next, c_float, c_int, g_class, g_off, members, counts, g, c, level):
+def _class_members(w, wt, pmap, level_row, c_share, c, n, out):  # pragma: no cover - compiled
+    """The groups of class ``c`` (into ``out``); returns how many."""
+    level = c // (2 * n)
+    base = level * 2 * n
+    rows, cols = c_share[base : base + n], c_share[base + n : base + 2 * n]
+    row = level_row[level]
+    m = 0
+    if c - base < n:
+        s = c - base
+        for d in range(n):
+            if w[level, s, d] > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
+                out[m] = pmap[row, s * n + d]
+                m += 1
+    else:
+        d = c - base - n
+        for s in range(n):
+            if wt[level, d, s] > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
+                out[m] = pmap[row, s * n + d]
+                m += 1
+    return m
+
+
+@njit(cache=True)
+def _mark_dirty(dirty, n_dirty, c):  # pragma: no cover - compiled
+    """Note that class ``c``'s key must be recomputed (``dirty[-1]`` flags, the rest lists)."""
+    if c != NIL and not dirty[c]:
+        dirty[c] = True
+        n_dirty[0] += 1
+        n_dirty[n_dirty[0]] = c
+
+
+@njit(cache=True)
+def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
     # pragma: no cover - compiled
-    g_class[0, g] = c
-    g_off[g] = g_served[g] - c_float[0, c]
-    g_class[1, g] = counts[0]
-    members[counts[0]] = g
-    counts[0] += 1
-    c_int[0, c] += 1
-    counts[2 + level] += 1
-    key = g_next[g] - g_off[g]
-    if key < c_float[2, c]:
-        c_float[2, c] = key
+    """Take a pair level's new shares: move the groups whose class changed.
 
-
-@njit(cache=True)
-def _mark_dirty(c_int, dirty, counts, c):  # pragma: no cover - compiled
-    if c_int[1, c] == 0:
-        c_int[1, c] = 1
-        dirty[counts[1]] = c
-        counts[1] += 1
-
-
-@njit(cache=True)
-def _leave(g_served, c_float, c_int, g_class, g_off, members, dirty, counts, g, level):
-    # pragma: no cover - compiled
-    """Take ``g`` out of its class; its ``g_served`` becomes exact."""
-    c = g_class[0, g]
-    g_served[g] = g_off[g] + c_float[0, c]
-    g_class[0, g] = NIL
-    counts[0] -= 1
-    last = members[counts[0]]
-    members[g_class[1, g]] = last
-    g_class[1, last] = g_class[1, g]
-    c_int[0, c] -= 1
-    counts[2 + level] -= 1
-    _mark_dirty(c_int, dirty, counts, c)
-
-
-@njit(cache=True)
-def _update_classes(groups, pairs, cls, level, n):  # pragma: no cover - compiled
-    """After new shares of a pair level: move the groups whose bottleneck changed.
-
-    A pair's class is its bottleneck link (the row if ``rows[s] <= cols[d]``), none without
-    a rate. Only pairs of a link whose share changed can change class: every pair of a row,
-    of a column that gains or loses its rate; for a column whose positive share moved, only
-    the pairs whose row has a finite share (the others are bottlenecked by the column)."""
+    Only pairs of a link whose share changed can change class: every pair of a row, of a
+    column that gains or loses its rate; for a column whose positive share moved, only the
+    pairs whose row has a finite share (the others are bottlenecked by the column)."""
     w, wt, row_share, col_share, level_row = pairs[0], pairs[1], pairs[4], pairs[5], pairs[6]
-    g_served, g_next, pmap = groups[2], groups[8], groups[14]
-    c_float, c_int, g_class, g_off, members, dirty, counts = cls
-    c_share = c_float[1]
+    g_served, pmap = groups[2], groups[14]
+    base = level * 2 * n
+    old_rows = c_float[_SHARE, base : base + n].copy()
+    old_cols = c_float[_SHARE, base + n : base + 2 * n].copy()
     rows, cols = row_share[level], col_share[level]
     w_level, wt_level = w[level], wt[level]
     row = level_row[level]
-    base = level * 2 * n
     finite = np.empty(n, dtype=np.int64)
     n_finite = 0
     for s in range(n):
         if rows[s] > 0.0 and rows[s] < np.inf:
             finite[n_finite] = s
             n_finite += 1
-    # pairs to look at: (s, d) with the row changed (d = -1: the whole row) or the column
+    row_moved = np.zeros(n, dtype=np.bool_)  # all its pairs were looked at
     for side in range(2):
         for link in range(n):
-            new = rows[link] if side == 0 else cols[link]
-            old = c_share[base + side * n + link]
+            old, new = (old_rows[link], rows[link]) if side == 0 else (old_cols[link], cols[link])
             if new == old:
                 continue
-            c_share[base + side * n + link] = new
+            c_float[_SHARE, base + side * n + link] = new
+            if side == 0:
+                row_moved[link] = True
             whole = side == 0 or (old > 0.0) != (new > 0.0)
             for j in range(n if whole else n_finite):
                 if side == 0:
@@ -573,65 +560,44 @@ def _update_classes(groups, pairs, cls, level, n):  # pragma: no cover - compile
                 else:
                     s, d = (j if whole else finite[j]), link
                     weight = wt_level[d, s]
-                if weight < 0.5:
+                if weight < 0.5 or (side == 1 and row_moved[s]):
                     continue
-                rate = min(rows[s], cols[d])
-                c = NIL
-                if rate > 0.0 and rate < np.inf:
-                    c = base + (s if rows[s] <= cols[d] else n + d)
+                c = _pair_class(rows, cols, s, d, n, base)
+                was = _pair_class(old_rows, old_cols, s, d, n, base)
+                if c == was:
+                    continue
                 g = pmap[row, s * n + d]
-                if c == g_class[0, g]:
-                    continue
-                if g_class[0, g] != NIL:
-                    _leave(g_served, c_float, c_int, g_class, g_off, members, dirty, counts, g,
-                           level)  # fmt: skip
+                if was != NIL:
+                    g_served[g] += c_float[_SERVED, was]
+                    _mark_dirty(dirty, n_dirty, was)
                 if c != NIL:
-                    _join(g_served, g_next, c_float, c_int, g_class, g_off, members, counts, g,
-                          c, level)  # fmt: skip
+                    g_served[g] -= c_float[_SERVED, c]
+                    _mark_dirty(dirty, n_dirty, c)
 
 
 @njit(cache=True)
-def _class_members(w, wt, pmap, level_row, g_class, c, n, out):  # pragma: no cover - compiled
-    """The groups of class ``c`` (into ``out``); returns how many."""
-    level = c // (2 * n)
-    link = c - level * 2 * n
-    row = level_row[level]
-    m = 0
-    for j in range(n):
-        if link < n:
-            s, d, weight = link, j, w[level, link, j]
-        else:
-            s, d, weight = j, link - n, wt[level, link - n, j]
-        if weight > 0.5:
-            g = pmap[row, s * n + d]
-            if g_class[0, g] == c:
-                out[m] = g
-                m += 1
-    return m
-
-
-@njit(cache=True)
-def _refresh_keys(groups, pairs, cls, n, scratch):  # pragma: no cover - compiled
+def _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch):
+    # pragma: no cover - compiled
     """Recompute the smallest key of every dirty class."""
-    g_next, pmap = groups[8], groups[14]
+    g_served, g_next, pmap = groups[2], groups[8], groups[14]
     w, wt, level_row = pairs[0], pairs[1], pairs[6]
-    c_float, c_int, g_class, g_off, dirty, counts = cls[0], cls[1], cls[2], cls[3], cls[5], cls[6]
-    for i in range(counts[1]):
-        c = dirty[i]
-        c_int[1, c] = 0
+    for i in range(1, n_dirty[0] + 1):
+        c = n_dirty[i]
+        dirty[c] = False
         key = np.inf
-        for j in range(_class_members(w, wt, pmap, level_row, g_class, c, n, scratch)):
+        for j in range(_class_members(w, wt, pmap, level_row, c_float[_SHARE], c, n, scratch)):
             g = scratch[j]
-            if g_next[g] - g_off[g] < key:
-                key = g_next[g] - g_off[g]
-        c_float[2, c] = key
-    counts[1] = 0
+            if g_next[g] - g_served[g] < key:
+                key = g_next[g] - g_served[g]
+        c_float[_KEY, c] = key
+    n_dirty[0] = 0
 
 
 @njit(cache=True)
 def _allocate(
-    groups, pairs, cls, order, level_start, general, ideal, capacity, n_hosts, positive
-):  # pragma: no cover - compiled
+    groups, pairs, c_float, dirty, n_dirty, order, level_start, general, ideal, capacity, n_hosts,
+    positive,
+):  # fmt: skip  # pragma: no cover - compiled
     """Rates for every level: ``g_rate`` of the groups of general levels (those that get one
     are listed first in ``positive``; returns how many), classes for the pair levels."""
     g_links, g_count, g_rate, g_cap = groups[0], groups[1], groups[3], groups[4]
@@ -675,7 +641,7 @@ def _allocate(
             row_share[level],
             col_share[level],
         )
-        _update_classes(groups, pairs, cls, level, n)
+        _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n)
     return n_positive
 
 
@@ -743,7 +709,8 @@ def run_steps(
 
     Returns ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`,
     :data:`LIMIT`, :data:`STUCK`), the clock, the steps taken and the slots that finished (the
-    first ``n_finished`` entries of ``finished``)."""
+    first ``n_finished`` entries of ``finished``). ``positive`` is scratch room for the groups
+    of general levels."""
     g_count, g_served, g_rate, g_level, g_next = (
         groups[1],
         groups[2],
@@ -751,16 +718,20 @@ def run_steps(
         groups[5],
         groups[8],
     )
+    w, wt, level_row, pmap = pairs[0], pairs[1], pairs[6], groups[14]
     n = n_hosts
     n_levels = level_start.shape[0] - 1
     use_classes = n > 0 and not ideal
-    cls = _classes(n_levels if use_classes else 0, n, groups[13][2])
-    c_float, c_int, g_class, g_off, members, dirty, counts = cls
-    c_served, c_share, c_key, c_size = c_float[0], c_float[1], c_float[2], c_int[0]
-    w, wt, pmap, level_row = pairs[0], pairs[1], groups[14], pairs[6]
+    n_classes = n_levels * 2 * n if use_classes else 0
+    c_float = np.zeros((3, n_classes))
+    c_float[_KEY, :] = np.inf
+    served, share, key = c_float[_SERVED], c_float[_SHARE], c_float[_KEY]
+    dirty = np.zeros(n_classes, dtype=np.bool_)
+    n_dirty = np.zeros(n_classes + 1, dtype=np.int64)  # [count, dirty classes...]
+    active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share
     scratch = np.empty(max(n, 1), dtype=np.int64)
-    ending = np.empty(c_served.shape[0], dtype=np.int64)
-    before = np.empty(c_served.shape[0])
+    ending = np.empty(n_classes, dtype=np.int64)
+    before = np.empty(n_classes)
     steps = 0
     n_finished = 0
     realloc = True
@@ -769,21 +740,36 @@ def run_steps(
     while True:
         if realloc:
             n_positive = _allocate(
-                groups, pairs, cls, order, level_start, general, ideal, capacity, n, positive
+                groups,
+                pairs,
+                c_float,
+                dirty,
+                n_dirty,
+                order,
+                level_start,
+                general,
+                ideal,
+                capacity,
+                n,
+                positive,
             )
-            _refresh_keys(groups, pairs, cls, n, scratch)
+            _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch)
+            for level in range(n_levels if use_classes else 0):
+                active[level] = False
+                for c in range(level * 2 * n, (level + 1) * 2 * n):
+                    if key[c] < np.inf:
+                        active[level] = True
+                        break
             realloc = False
         # advance to the first completion among the classes and the groups with a rate, or
         # to the limit (compare before dividing: divisions are the cost)
         span = limit - now
         step = span
-        if use_classes:
-            for level in range(n_levels):
-                if counts[2 + level] == 0:
-                    continue
+        for level in range(n_levels if use_classes else 0):
+            if active[level]:
                 for c in range(level * 2 * n, (level + 1) * 2 * n):
-                    if c_size[c] > 0 and c_key[c] - c_served[c] < step * c_share[c]:
-                        step = (c_key[c] - c_served[c]) / c_share[c]
+                    if key[c] - served[c] < step * share[c]:
+                        step = (key[c] - served[c]) / share[c]
         for i in range(n_positive):
             g = positive[i]
             left = g_next[g] - g_served[g]
@@ -800,38 +786,32 @@ def run_steps(
         cutoff = step * (1.0 + simultaneous)
         ended = False
         n_ending = 0
-        if use_classes:
-            for level in range(n_levels):
-                if counts[2 + level] == 0:
+        for level in range(n_levels if use_classes else 0):
+            if not active[level]:
+                continue
+            for c in range(level * 2 * n, (level + 1) * 2 * n):
+                if key[c] == np.inf:
                     continue
-                for c in range(level * 2 * n, (level + 1) * 2 * n):
-                    if c_size[c] == 0:
-                        continue
-                    left = c_key[c] - c_served[c]
-                    before[c] = c_served[c]
-                    c_served[c] += c_share[c] * step
-                    if left <= cutoff * c_share[c]:
-                        ending[n_ending] = c
-                        n_ending += 1
+                left = key[c] - served[c]
+                before[c] = served[c]
+                served[c] += share[c] * step
+                if left <= cutoff * share[c]:
+                    ending[n_ending] = c
+                    n_ending += 1
         for k in range(n_ending):
             c = ending[k]
-            share = c_share[c]
-            level = c // (2 * n)
-            for j in range(_class_members(w, wt, pmap, level_row, g_class, c, n, scratch)):
+            for j in range(_class_members(w, wt, pmap, level_row, share, c, n, scratch)):
                 g = scratch[j]
-                if g_next[g] - g_off[g] - before[c] > cutoff * share:
+                if g_next[g] - g_served[g] - before[c] > cutoff * share[c]:
                     continue
                 ended = True
-                g_served[g] = g_off[g] + c_served[c]
-                reach = g_served[g] + share * step * simultaneous + 1e-6
+                reach = g_served[g] + served[c] + share[c] * step * simultaneous + 1e-6
                 n_finished = _finish_flows(
                     flows, groups, pairs, g, reach, True, n, slot_left, finished, n_finished
                 )
                 if g_count[g] < 0.5:
-                    _leave(g_served, c_float, c_int, g_class, g_off, members, dirty, counts, g,
-                           level)  # fmt: skip
                     _free_group(groups, g)
-            _mark_dirty(c_int, dirty, counts, c)
+            _mark_dirty(dirty, n_dirty, c)
         for i in range(n_positive):
             g = positive[i]
             left = g_next[g] - g_served[g]
@@ -853,10 +833,9 @@ def run_steps(
             break
         if reached:
             break
-    # leave the classes: every group's g_served (and g_rate) exact again
-    for i in range(counts[0]):
-        g = members[i]
-        c = g_class[0, g]
-        g_served[g] = g_off[g] + c_served[c]
-        g_rate[g] = c_share[c]
+    # every member's g_served back from offset to bits served
+    for c in range(n_classes):
+        if served[c] != 0.0:
+            for j in range(_class_members(w, wt, pmap, level_row, share, c, n, scratch)):
+                g_served[scratch[j]] += served[c]
     return why, now, steps, n_finished
