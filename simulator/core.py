@@ -537,12 +537,24 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
     rows, cols = row_share[level], col_share[level]
     w_level, wt_level = w[level], wt[level]
     row = level_row[level]
+    # rows with a finite share; rows and columns with flows and a share in the old or new
+    # shares (a pair whose links had and have none has no rate either way: starved levels
+    # cost nothing)
+    flows = np.empty((2, n))
+    flows[0], flows[1] = pairs[2][level], pairs[3][level]
     finite = np.empty(n, dtype=np.int64)
     n_finite = 0
-    for s in range(n):
-        if rows[s] > 0.0 and rows[s] < np.inf:
-            finite[n_finite] = s
-            n_finite += 1
+    some = np.empty((2, n), dtype=np.int64)
+    n_some = np.zeros(2, dtype=np.int64)
+    for side in range(2):
+        for link in range(n):
+            old, new = (old_rows[link], rows[link]) if side == 0 else (old_cols[link], cols[link])
+            if side == 0 and new > 0.0 and new < np.inf:
+                finite[n_finite] = link
+                n_finite += 1
+            if (old > 0.0 or new > 0.0) and flows[side, link] > 0.5:
+                some[side, n_some[side]] = link
+                n_some[side] += 1
     row_moved = np.zeros(n, dtype=np.bool_)  # all its pairs were looked at
     for side in range(2):
         for link in range(n):
@@ -550,29 +562,42 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
             if new == old:
                 continue
             c_float[_SHARE, base + side * n + link] = new
+            if flows[side, link] < 0.5:
+                continue
             if side == 0:
                 row_moved[link] = True
             whole = side == 0 or (old > 0.0) != (new > 0.0)
-            for j in range(n if whole else n_finite):
+            for j in range(n_some[1 - side] if whole else n_finite):
                 if side == 0:
-                    s, d = link, j
+                    s, d = link, some[1, j]
                     weight = w_level[s, d]
                 else:
-                    s, d = (j if whole else finite[j]), link
+                    s, d = (some[0, j] if whole else finite[j]), link
                     weight = wt_level[d, s]
                 if weight < 0.5 or (side == 1 and row_moved[s]):
                     continue
-                c = _pair_class(rows, cols, s, d, n, base)
-                was = _pair_class(old_rows, old_cols, s, d, n, base)
+                c = NIL
+                rate = min(rows[s], cols[d])
+                if rate > 0.0 and rate < np.inf:
+                    c = base + (s if rows[s] <= cols[d] else n + d)
+                was = NIL
+                rate = min(old_rows[s], old_cols[d])
+                if rate > 0.0 and rate < np.inf:
+                    was = base + (s if old_rows[s] <= old_cols[d] else n + d)
                 if c == was:
                     continue
-                g = pmap[row, s * n + d]
+                # offset: its bits served minus its class's count (0 before the first step)
+                moved = 0.0
                 if was != NIL:
-                    g_served[g] += c_float[_SERVED, was]
-                    _mark_dirty(dirty, n_dirty, was)
+                    moved += c_float[_SERVED, was]
+                    if not dirty[was]:  # (checked here: a call per pair costs)
+                        _mark_dirty(dirty, n_dirty, was)
                 if c != NIL:
-                    g_served[g] -= c_float[_SERVED, c]
-                    _mark_dirty(dirty, n_dirty, c)
+                    moved -= c_float[_SERVED, c]
+                    if not dirty[c]:
+                        _mark_dirty(dirty, n_dirty, c)
+                if moved != 0.0:
+                    g_served[pmap[row, s * n + d]] += moved
 
 
 @njit(cache=True)
