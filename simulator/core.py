@@ -426,10 +426,16 @@ def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma:
             order[fill[g_level[g]]] = g
             fill[g_level[g]] += 1
     if n_hosts > 0:
-        w[:] = 0.0
-        wt[:] = 0.0
-        row_count[:] = 0.0
-        col_count[:] = 0.0
+        # clear the rows and columns with flows (a row is empty if its sum is 0: counts are
+        # whole numbers), not 8 x 2 x n^2 entries at every reorder
+        for level in range(w.shape[0]):
+            for link in range(n_hosts):
+                if row_count[level, link] != 0.0:
+                    w[level, link, :] = 0.0
+                    row_count[level, link] = 0.0
+                if col_count[level, link] != 0.0:
+                    wt[level, link, :] = 0.0
+                    col_count[level, link] = 0.0
         row_share[:] = np.inf
         col_share[:] = np.inf
         for e in range(order.shape[0]):
@@ -447,14 +453,15 @@ def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma:
 
 
 @njit(cache=True)
-def slot_loads(flows, groups, slot_first, slot_last, n_hosts):  # pragma: no cover - compiled
-    """Bits left of the given coflow slots (flow id ranges): in total and per host port
-    (columns 0..n-1 egress of host i, n..2n-1 ingress)."""
+def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
+    # pragma: no cover - compiled
+    """Bits left of the given coflow slots (flow id ranges): in total and, if ``with_ports``,
+    per host port (columns 0..n-1 egress of host i, n..2n-1 ingress; else no columns)."""
     f_pair, f_thr, f_group = flows[1], flows[2], flows[3]
     g_served = groups[2]
     n_slots = slot_first.shape[0]
     total = np.zeros(n_slots)
-    ports = np.zeros((n_slots, 2 * n_hosts))
+    ports = np.zeros((n_slots, 2 * n_hosts if with_ports else 0))
     for i in range(n_slots):
         for f in range(slot_first[i], slot_last[i]):
             g = f_group[f]
@@ -464,8 +471,9 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts):  # pragma: no cov
             if left <= 0.0:
                 continue
             total[i] += left
-            ports[i, f_pair[f] // n_hosts] += left
-            ports[i, n_hosts + f_pair[f] % n_hosts] += left
+            if with_ports:
+                ports[i, f_pair[f] // n_hosts] += left
+                ports[i, n_hosts + f_pair[f] % n_hosts] += left
     return total, ports
 
 

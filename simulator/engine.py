@@ -191,6 +191,7 @@ class Simulator:
         self._level_start = np.zeros(2, dtype=np.int64)
         self._general = np.ones(1, dtype=np.bool_)  # levels that take the general max-min
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
+        self._layout = None  # what the sorted groups were built from (see _reorder)
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
@@ -358,25 +359,29 @@ class Simulator:
 
     # ---- policy and allocation -----------------------------------------------------------------
 
-    def _slot_bits(self) -> tuple[list[int], np.ndarray, np.ndarray]:
-        """Active slots, the bits each has left, and its bits left per host port."""
+    def _slot_bits(self, with_ports: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Active slots, the bits each has left, and (if asked) its bits left per host port."""
         slots = sorted(self._active_slots)
         first = np.asarray([self._slot_flows[s][0] for s in slots], dtype=np.int64)
         last = np.asarray([self._slot_flows[s][1] for s in slots], dtype=np.int64)
         tables = self._tables
-        total, ports = slot_loads(
-            tables.flow_arrays(), tables.group_arrays(), first, last, self.fabric.n_hosts
-        )
+        flows, groups = tables.flow_arrays(), tables.group_arrays()
+        total, ports = slot_loads(flows, groups, first, last, self.fabric.n_hosts, with_ports)
         return slots, total, ports
 
     def cluster_state(self) -> ClusterState:
-        """The policy's view: every active coflow in bulk, plus the workload's jobs and stages."""
-        slots, total_bits, port_bits = self._slot_bits()
+        """The policy's view: every active coflow in bulk, plus the workload's jobs and stages.
+
+        Per-port loads are computed on the first look (fair sharing, FIFO-LM and JPAS never
+        look) and only while the clock has not moved."""
+        slots, total_bits, _ = self._slot_bits(with_ports=False)
+        port_bits = _PortBits(self, self.now_s, self.steps)
         coflows = {}
         for i, s in enumerate(slots):
             record = self._slots[s]
-            ports = _PortLoads(port_bits[i], self.fabric.n_hosts)
-            summary = CoflowSummary(record.size_bytes, float(total_bits[i]) / 8.0, ports)
+            summary = CoflowSummary(
+                record.size_bytes, float(total_bits[i]) / 8.0, _PortLoads(port_bits, i)
+            )
             coflows[record.coflow_id] = Coflow(
                 record.coflow_id,
                 [],
@@ -414,9 +419,11 @@ class Simulator:
             n_levels = max(len(schedule.order), 1)
         capped = {slot_of[c] for c in schedule.coflow_gamma_s}
         target = self._assign_buckets(level, capped)
+        moved = False
         for s, bucket in target.items():
             if self._slot_bucket[s] != bucket:
                 self._place(s, bucket)
+                moved = True
         self._park_empty_buckets(set(target.values()))
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
         for c, gamma in schedule.coflow_gamma_s.items():
@@ -428,6 +435,10 @@ class Simulator:
                 groups = tables.f_group[first:last]
                 tables.g_cap[groups[groups >= 0]] = np.inf
         bucket_level = np.asarray(self._b_level, dtype=np.int64)
+        layout = (bucket_level, n_levels, frozenset(capped))
+        if not moved and self._layout is not None and _same_layout(layout, self._layout):
+            return  # same groups at the same levels: the sorted groups still hold
+        self._layout = layout
         order, start, general = set_group_levels(
             tables.group_arrays(), tables.pair_arrays(), bucket_level, n_levels, self._pair_hosts
         )
@@ -488,24 +499,47 @@ class Simulator:
 
     @property
     def bytes_delivered(self) -> float:
-        _, total_bits, _ = self._slot_bits()
+        _, total_bits, _ = self._slot_bits(with_ports=False)
         return self.bytes_offered - float(total_bits.sum()) / 8.0
+
+
+def _same_layout(a: tuple, b: tuple) -> bool:
+    """Whether two (bucket levels, level count, capped slots) layouts are the same."""
+    return a[1] == b[1] and a[2] == b[2] and np.array_equal(a[0], b[0])
+
+
+class _PortBits:
+    """Every active coflow's bits left per port, computed on first use for the simulator's
+    state when it was made (reading it after the simulator moved on is an error)."""
+
+    def __init__(self, sim: Simulator, now_s: float, steps: int) -> None:
+        self._sim, self._now_s, self._steps = sim, now_s, steps
+        self._bits: np.ndarray | None = None
+
+    def row(self, i: int) -> np.ndarray:
+        if self._bits is None:
+            sim = self._sim
+            if (sim.now_s, sim.steps) != (self._now_s, self._steps):
+                raise RuntimeError("a coflow's port loads were read after the simulator moved on")
+            _, _, self._bits = sim._slot_bits(with_ports=True)
+        return self._bits[i]
 
 
 class _PortLoads(Mapping):
     """A coflow's bytes left per port, as the policy's mapping; built on first use (fair
     sharing, FIFO-LM and JPAS never look at ports)."""
 
-    __slots__ = ("_bits", "_n", "_bytes")
+    __slots__ = ("_ports", "_i", "_bytes")
 
-    def __init__(self, bits: np.ndarray, n_hosts: int) -> None:
-        self._bits = bits
-        self._n = n_hosts
+    def __init__(self, ports: _PortBits, i: int) -> None:
+        self._ports = ports
+        self._i = i
         self._bytes: dict | None = None
 
     def _loads(self) -> dict:
         if self._bytes is None:
-            bits, n = self._bits, self._n
+            bits = self._ports.row(self._i)
+            n = len(bits) // 2
             self._bytes = {
                 (int(k % n), int(k // n)): float(bits[k]) / 8.0 for k in np.flatnonzero(bits)
             }
