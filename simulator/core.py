@@ -30,6 +30,10 @@ from simulator.allocation import _REL, _fill, greedy_groups, pair_shares
 DONE = -1  # group of a finished flow
 PENDING = -2  # released, not placed yet (its threshold is then its size in bits)
 NIL = -1  # end of a linked list, no group
+# A pair level may hold this many shared buckets (pair rows): more make it a general level. A
+# coflow keeps its bucket as it changes level while there is room, so a re-ranking moves few
+# flows; a class's members are looked up in every row of its level.
+MAX_LEVEL_ROWS = 4
 
 # run_steps stops because ...
 COFLOW_DONE = 0  # ... a coflow finished
@@ -47,6 +51,11 @@ def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
     return out
 
 
+# fields of a group, in its row of floats and its row of integers (then its k links)
+_G_FLOAT = ("count", "served", "rate", "cap", "next")
+_G_INT = ("level", "bucket", "head", "row", "pair")
+
+
 class Tables:
     """The flow and group arrays of one simulation (see the module docstring)."""
 
@@ -61,18 +70,11 @@ class Tables:
         self.f_prev = np.zeros(0, dtype=np.int64)
         self.f_next = np.zeros(0, dtype=np.int64)
         self.f_slot = np.zeros(0, dtype=np.int64)
-        self.g_links = np.zeros((0, k), dtype=np.int64)
-        self.g_count = np.zeros(0)
-        self.g_served = np.zeros(0)
-        self.g_rate = np.zeros(0)
-        self.g_cap = np.zeros(0)
-        self.g_level = np.zeros(0, dtype=np.int64)
-        self.g_bucket = np.zeros(0, dtype=np.int64)
-        self.g_head = np.zeros(0, dtype=np.int64)
-        self.g_next = np.zeros(0)
+        # a group's fields side by side (one row of floats, one of integers): a kernel that
+        # touches a group then reads one or two cache lines, not one per field
+        self._g_float = np.zeros((0, len(_G_FLOAT)))
+        self._g_int = np.zeros((0, len(_G_INT) + k), dtype=np.int64)
         self.g_used = np.zeros(0, dtype=np.bool_)
-        self.g_row = np.zeros(0, dtype=np.int64)
-        self.g_pair = np.zeros(0, dtype=np.int64)
         self.free = np.zeros(0, dtype=np.int64)  # min-heap of freed group ids
         # [freed ids in the heap, ids ever handed out, used prefix (every used id is below)]
         self.meta = np.zeros(3, dtype=np.int64)
@@ -107,24 +109,29 @@ class Tables:
     def reserve_groups(self, extra: int) -> None:
         """Make room for ``extra`` more groups (before placing that many flows)."""
         needed = int(self.meta[1]) + extra
-        if needed <= len(self.g_count):
+        if needed <= len(self.g_used):
             return
-        for name, fill in (
-            ("g_links", 0),
-            ("g_count", 0.0),
-            ("g_served", 0.0),
-            ("g_rate", 0.0),
-            ("g_cap", np.inf),
-            ("g_level", 0),
-            ("g_bucket", -1),
-            ("g_head", NIL),
-            ("g_next", np.inf),
-            ("g_used", False),
-            ("g_row", NIL),
-            ("g_pair", 0),
-            ("free", 0),
-        ):
-            setattr(self, name, _grow(getattr(self, name), needed, fill))
+        old = len(self.g_used)
+        self._g_float = _grow(self._g_float, needed, 0.0)
+        self._g_int = _grow(self._g_int, needed, 0)
+        new = slice(old, len(self._g_float))
+        self._g_float[new, _G_FLOAT.index("cap")] = np.inf
+        self._g_float[new, _G_FLOAT.index("next")] = np.inf
+        for name, fill in (("head", NIL), ("row", NIL), ("bucket", -1)):
+            self._g_int[new, _G_INT.index(name)] = fill
+        self.g_used = _grow(self.g_used, needed, False)
+        self.free = _grow(self.free, needed, 0)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        """``g_<field>``: a view of one field of every group (``g_links``: ``(n, k)``)."""
+        field = name[2:] if name.startswith("g_") else None
+        if field in _G_FLOAT:
+            return self.__dict__["_g_float"][:, _G_FLOAT.index(field)]
+        if field in _G_INT:
+            return self.__dict__["_g_int"][:, _G_INT.index(field)]
+        if field == "links":
+            return self.__dict__["_g_int"][:, len(_G_INT) :]
+        raise AttributeError(name)
 
     def enable_pairs(self, n_levels: int, n_hosts: int) -> None:
         """Keep, per level, the matrix of flows per host pair (big switch, uncapped levels)."""
@@ -135,7 +142,8 @@ class Tables:
         self.col_count = np.zeros((n_levels, n_hosts))
         self.row_share = np.full((n_levels, n_hosts), np.inf)
         self.col_share = np.full((n_levels, n_hosts), np.inf)
-        self.level_row = np.full(n_levels, NIL, dtype=np.int64)
+        # per level: [number of pair rows, the rows...] of the shared buckets at that level
+        self.level_row = np.zeros((n_levels, 1 + MAX_LEVEL_ROWS), dtype=np.int64)
 
     def new_pmap_row(self, free_rows: list[int]) -> int:
         """A pair -> group row for a shared bucket (reusing a released one)."""
@@ -404,7 +412,8 @@ def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma:
     if n_hosts == 0:
         general[:] = True
     else:
-        level_row[:] = -2  # not seen yet
+        level_row[:, 0] = 0
+    row_level = np.full(groups[14].shape[0], NIL, dtype=np.int64)  # the level a row was seen at
     for g in range(n):
         if g_used[g]:
             level = min(bucket_level[g_bucket[g]], n_levels - 1)
@@ -412,11 +421,17 @@ def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma:
             start[level + 1] += 1
             if g_cap[g] < np.inf:
                 general[level] = True
-            if n_hosts > 0:
-                if level_row[level] == -2:
-                    level_row[level] = g_row[g]
-                elif level_row[level] != g_row[g] or g_row[g] < 0:
+            if n_hosts > 0 and not general[level]:
+                row = g_row[g]
+                if row < 0:
                     general[level] = True
+                elif row_level[row] != level:
+                    row_level[row] = level
+                    if level_row[level, 0] == MAX_LEVEL_ROWS:
+                        general[level] = True
+                    else:
+                        level_row[level, 0] += 1
+                        level_row[level, level_row[level, 0]] = row
     for level in range(n_levels):
         start[level + 1] += start[level]
     order = np.empty(start[n_levels], dtype=np.int64)
@@ -523,20 +538,16 @@ def _class_members(w, wt, pmap, level_row, c_share, c, n, out):  # pragma: no co
     level = c // (2 * n)
     base = level * 2 * n
     rows, cols = c_share[base : base + n], c_share[base + n : base + 2 * n]
-    row = level_row[level]
     m = 0
-    if c - base < n:
-        s = c - base
-        for d in range(n):
-            if w[level, s, d] > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
-                out[m] = pmap[row, s * n + d]
-                m += 1
-    else:
-        d = c - base - n
-        for s in range(n):
-            if wt[level, d, s] > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
-                out[m] = pmap[row, s * n + d]
-                m += 1
+    for j in range(n):
+        s, d = (c - base, j) if c - base < n else (j, c - base - n)
+        weight = w[level, s, d] if c - base < n else wt[level, d, s]
+        if weight > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
+            for r in range(1, level_row[level, 0] + 1):
+                g = pmap[level_row[level, r], s * n + d]
+                if g != NIL:
+                    out[m] = g
+                    m += 1
     return m
 
 
@@ -564,7 +575,6 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
     old_cols = c_float[_SHARE, base + n : base + 2 * n].copy()
     rows, cols = row_share[level], col_share[level]
     w_level, wt_level = w[level], wt[level]
-    row = level_row[level]
     # rows with a finite share; rows and columns with flows and a share in the old or new
     # shares (a pair whose links had and have none has no rate either way: starved levels
     # cost nothing)
@@ -625,7 +635,10 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
                     if not dirty[c]:
                         _mark_dirty(dirty, n_dirty, c)
                 if moved != 0.0:
-                    g_served[pmap[row, s * n + d]] += moved
+                    for r in range(1, level_row[level, 0] + 1):
+                        g = pmap[level_row[level, r], s * n + d]
+                        if g != NIL:
+                            g_served[g] += moved
 
 
 @njit(cache=True)
@@ -812,7 +825,7 @@ def run_steps(
     dirty = np.zeros(n_classes, dtype=np.bool_)
     n_dirty = np.zeros(n_classes + 1, dtype=np.int64)  # [count, dirty classes...]
     active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share
-    scratch = np.empty(max(n, 1), dtype=np.int64)
+    scratch = np.empty(max(n * MAX_LEVEL_ROWS, 1), dtype=np.int64)
     ending = np.empty(n_classes, dtype=np.int64)
     before = np.empty(n_classes)
     steps = 0

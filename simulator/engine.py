@@ -39,6 +39,7 @@ from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy
 from controller.schedule import N_LEVELS, coflow_levels
 from simulator.core import (
+    MAX_LEVEL_ROWS,
     STUCK,
     Tables,
     flow_remaining,
@@ -184,6 +185,8 @@ class Simulator:
         self._tables = Tables(k, n * n)
         # a big switch's uncapped levels keep flows per host pair (see simulator.allocation)
         self._pair_hosts = n if k == 2 and mode == "levels" and n <= _MAX_PAIR_HOSTS else 0
+        # shared buckets a level may keep (one where the general max-min takes every level)
+        self._level_rows = MAX_LEVEL_ROWS if self._pair_hosts else 1
         if self._pair_hosts:
             self._tables.enable_pairs(n_levels, n)
         # groups in use sorted by level (set at reorders; groups only appear at reorders)
@@ -461,7 +464,9 @@ class Simulator:
                     bucket = self._new_bucket(lvl, True)
                 self._b_level[bucket] = lvl
                 target[s] = bucket
-        # shared buckets: give each level the existing bucket that holds most of its flows
+        # shared buckets: each level keeps up to MAX_LEVEL_ROWS existing buckets, those that
+        # hold most of its flows (a coflow alone in its bucket changes level without moving);
+        # the other coflows of the level join the first of them
         weight: dict[tuple[int, int], int] = {}
         for s, lvl in level.items():
             bucket = self._slot_bucket[s]
@@ -469,19 +474,24 @@ class Simulator:
                 continue
             first, last = self._slot_flows[s]
             weight[(bucket, lvl)] = weight.get((bucket, lvl), 0) + (last - first)
-        bucket_of_level: dict[int, int] = {}
+        buckets_of_level: dict[int, list[int]] = {}
         used = set()
         for (bucket, lvl), _ in sorted(weight.items(), key=lambda kv: -kv[1]):
-            if bucket not in used and lvl not in bucket_of_level:
+            kept = buckets_of_level.setdefault(lvl, [])
+            if bucket not in used and len(kept) < self._level_rows:
                 used.add(bucket)
-                bucket_of_level[lvl] = bucket
+                kept.append(bucket)
                 self._b_level[bucket] = lvl
         for s, lvl in level.items():
             if s in target:
                 continue
-            if lvl not in bucket_of_level:
-                bucket_of_level[lvl] = self._new_bucket(lvl, False)
-            target[s] = bucket_of_level[lvl]
+            kept = buckets_of_level.setdefault(lvl, [])
+            if self._slot_bucket[s] in kept:
+                target[s] = self._slot_bucket[s]
+                continue
+            if not kept:
+                kept.append(self._new_bucket(lvl, False))
+            target[s] = kept[0]
         return target
 
     def _park_empty_buckets(self, kept: set[int]) -> None:
