@@ -389,57 +389,34 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
 
 
 @njit(cache=True)
-def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma: no cover
-    """Give every used group its bucket's level; return the used groups sorted by level (stable
-    counting sort), each level's segment start, and which levels take the general max-min
-    (``n_hosts == 0``, a rate cap, or groups of more than one pair row). Rebuilds the per-level
-    pair matrices of the others.
+def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_levels, n_hosts):
+    # pragma: no cover - compiled
+    """Give every used group its bucket's level and sort out how each level is allocated.
 
-    Levels at or beyond ``n_levels`` (only empty, parked buckets have them) share the last
-    segment."""
-    g_links, g_count, g_cap, g_level, g_bucket = (
-        groups[0],
-        groups[1],
-        groups[4],
-        groups[5],
-        groups[6],
-    )
-    g_used, g_row, meta = groups[9], groups[10], groups[13]
+    A level takes the general max-min (``general``) if ``n_hosts == 0``, if it holds a one-group-
+    per-flow bucket (``bucket_row`` -1: capped coflows, the ideal mode) or more than
+    :data:`MAX_LEVEL_ROWS` shared buckets; the others are pair levels, whose per-level pair
+    matrices and rows this rebuilds. Returns the groups of general levels sorted by level
+    (stable counting sort), each level's segment start in that order, and ``general``.
+
+    Levels at or beyond ``n_levels`` (only empty, parked buckets have them) share the last."""
+    g_links, g_count, g_level, g_bucket = groups[0], groups[1], groups[5], groups[6]
+    g_used, meta = groups[9], groups[13]
     w, wt, row_count, col_count, row_share, col_share, level_row = pairs
-    n = meta[2]
-    start = np.zeros(n_levels + 1, dtype=np.int64)
     general = np.zeros(n_levels, dtype=np.bool_)
     if n_hosts == 0:
         general[:] = True
     else:
         level_row[:, 0] = 0
-    row_level = np.full(groups[14].shape[0], NIL, dtype=np.int64)  # the level a row was seen at
-    for g in range(n):
-        if g_used[g]:
-            level = min(bucket_level[g_bucket[g]], n_levels - 1)
-            g_level[g] = level
-            start[level + 1] += 1
-            if g_cap[g] < np.inf:
-                general[level] = True
-            if n_hosts > 0 and not general[level]:
-                row = g_row[g]
-                if row < 0:
-                    general[level] = True
-                elif row_level[row] != level:
-                    row_level[row] = level
-                    if level_row[level, 0] == MAX_LEVEL_ROWS:
-                        general[level] = True
-                    else:
-                        level_row[level, 0] += 1
-                        level_row[level, level_row[level, 0]] = row
-    for level in range(n_levels):
-        start[level + 1] += start[level]
-    order = np.empty(start[n_levels], dtype=np.int64)
-    fill = start[:-1].copy()
-    for g in range(n):
-        if g_used[g]:
-            order[fill[g_level[g]]] = g
-            fill[g_level[g]] += 1
+    for b in range(bucket_level.shape[0]):
+        level = min(bucket_level[b], n_levels - 1)
+        if not bucket_live[b] or general[level]:
+            continue
+        if bucket_row[b] < 0 or level_row[level, 0] == MAX_LEVEL_ROWS:
+            general[level] = True
+        else:
+            level_row[level, 0] += 1
+            level_row[level, level_row[level, 0]] = bucket_row[b]
     if n_hosts > 0:
         # clear the rows and columns with flows (a row is empty if its sum is 0: counts are
         # whole numbers), not 8 x 2 x n^2 entries at every reorder
@@ -453,10 +430,14 @@ def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma:
                     col_count[level, link] = 0.0
         row_share[:] = np.inf
         col_share[:] = np.inf
-        for e in range(order.shape[0]):
-            g = order[e]
-            level = g_level[g]
+    n = meta[2]
+    start = np.zeros(n_levels + 1, dtype=np.int64)
+    for g in range(n):
+        if g_used[g]:
+            level = min(bucket_level[g_bucket[g]], n_levels - 1)
+            g_level[g] = level
             if general[level]:
+                start[level + 1] += 1
                 continue
             s = g_links[g, 0]
             d = g_links[g, 1] - n_hosts
@@ -464,6 +445,15 @@ def set_group_levels(groups, pairs, bucket_level, n_levels, n_hosts):  # pragma:
             wt[level, d, s] += g_count[g]
             row_count[level, s] += g_count[g]
             col_count[level, d] += g_count[g]
+    for level in range(n_levels):
+        start[level + 1] += start[level]
+    order = np.empty(start[n_levels], dtype=np.int64)
+    if order.shape[0] > 0:
+        fill = start[:-1].copy()
+        for g in range(n):
+            if g_used[g] and general[g_level[g]]:
+                order[fill[g_level[g]]] = g
+                fill[g_level[g]] += 1
     return order, start, general
 
 
@@ -716,8 +706,6 @@ def _allocate(
     n = n_hosts
     for level in range(level_start.shape[0] - 1):
         members = order[level_start[level] : level_start[level + 1]]
-        if members.shape[0] == 0:
-            continue
         if general[level]:
             if not _caps_fit(members, g_links, g_cap, g_count, residual, g_rate, usage):
                 _fill(members, g_links, g_cap, g_count, residual, capacity, g_rate)

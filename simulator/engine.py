@@ -442,8 +442,17 @@ class Simulator:
         if not moved and self._layout is not None and _same_layout(layout, self._layout):
             return  # same groups at the same levels: the sorted groups still hold
         self._layout = layout
+        bucket_row = np.asarray(self._b_row, dtype=np.int64)
+        bucket_live = np.zeros(len(self._b_level), dtype=np.bool_)
+        bucket_live[list(self._live_buckets)] = True
         order, start, general = set_group_levels(
-            tables.group_arrays(), tables.pair_arrays(), bucket_level, n_levels, self._pair_hosts
+            tables.group_arrays(),
+            tables.pair_arrays(),
+            bucket_level,
+            bucket_row,
+            bucket_live,
+            n_levels,
+            self._pair_hosts,
         )
         if self.mode == "ideal":
             # one flow per group: by level, then release order inside a coflow
