@@ -649,38 +649,158 @@ def _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch):
     n_dirty[0] = 0
 
 
+# what _caps_fit found
+NO_FIT = 0  # some flow has no cap, or the caps do not fit: take the general fill
+FIT = 1  # every flow takes its cap
+FIT_STARVED = 2  # every flow takes its cap but those on links the levels above filled (0)
+
+
 @njit(cache=True)
-def _caps_fit(members, links, caps, weights, residual, rates, usage):  # pragma: no cover
+def _caps_fit(members, links, caps, weights, residual, capacity, rates, usage):
+    # pragma: no cover - compiled
     """If every flow of a level has a cap and the caps fit in ``residual`` on every link, give
     each its cap (what max-min gives then; Varys' MADD caps usually fit) without the general
-    fill; returns whether it did. ``usage`` is zero scratch, left zero."""
+    fill. Flows on a link the levels above filled get 0, as in the general fill. Returns
+    :data:`NO_FIT`, :data:`FIT` or :data:`FIT_STARVED`; ``usage`` (zero on entry) is left with
+    what the level takes on every link if they fit, zero if not."""
+    k = links.shape[1]
     for i in range(members.shape[0]):
         if weights[members[i]] >= 0.5 and caps[members[i]] == np.inf:
-            return False
+            return NO_FIT
+    result = FIT
     for i in range(members.shape[0]):
         g = members[i]
-        if weights[g] >= 0.5:
-            for c in range(links.shape[1]):
-                usage[links[g, c]] += caps[g] * weights[g]
-    fits = True
+        rates[g] = 0.0
+        if weights[g] < 0.5:
+            continue
+        starved = False
+        for c in range(k):
+            link = links[g, c]
+            if residual[link] <= 1e-12 * capacity[link] and capacity[link] < np.inf:
+                starved = True
+        if starved:
+            result = FIT_STARVED
+            continue
+        rates[g] = caps[g]
+        for c in range(k):
+            usage[links[g, c]] += caps[g] * weights[g]
+    if not _take(usage, residual):
+        usage[:] = 0.0
+        return NO_FIT
+    return result
+
+
+@njit(cache=True)
+def _take(usage, residual):  # pragma: no cover - compiled
+    """If ``usage`` fits in ``residual`` on every link, take it off and return True."""
     for link in range(usage.shape[0]):
         if usage[link] > residual[link] * (1.0 + _REL):
-            fits = False
+            return False
     for link in range(usage.shape[0]):
-        if fits:
-            residual[link] = max(residual[link] - usage[link], 0.0)
-        usage[link] = 0.0
-    if fits:
-        for i in range(members.shape[0]):
-            g = members[i]
-            rates[g] = caps[g] if weights[g] >= 0.5 else 0.0
-    return fits
+        residual[link] = max(residual[link] - usage[link], 0.0)
+    return True
+
+
+# ---- groups at a fixed rate ------------------------------------------------------------------
+#
+# A general level whose flows all take their caps (Varys' MADD) keeps those rates as long as the
+# caps fit, so its groups need no per-step work: each is *fixed* with its projected end time in
+# a min-heap, its ``g_served`` counting the bits served at ``t0`` (one entry per fixed group is
+# valid: the one whose time is its ``end``). The level's use of every link is kept, so a step
+# checks that the caps still fit in O(links).
+
+
+@njit(cache=True)
+def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
+    return (
+        np.zeros(n_levels, dtype=np.bool_),  # 0 level fixed
+        np.zeros((n_levels, n_links)),  # 1 its use of every link
+        np.zeros(n_groups, dtype=np.bool_),  # 2 group fixed
+        np.zeros(n_groups),  # 3 t0: when its g_served was exact
+        np.zeros(n_groups),  # 4 end: its projected end time
+        np.zeros(2 * n_groups + 16),  # 5 heap times
+        np.zeros(2 * n_groups + 16, dtype=np.int64),  # 6 heap groups
+        np.zeros(1, dtype=np.int64),  # 7 heap size
+    )
+
+
+@njit(cache=True)
+def _heap2_push(times, ids, size, t, g):  # pragma: no cover - compiled
+    i = size[0]
+    size[0] += 1
+    times[i], ids[i] = t, g
+    while i > 0:
+        parent = (i - 1) // 2
+        if times[parent] <= times[i]:
+            break
+        times[parent], times[i] = times[i], times[parent]
+        ids[parent], ids[i] = ids[i], ids[parent]
+        i = parent
+
+
+@njit(cache=True)
+def _heap2_pop(times, ids, size):  # pragma: no cover - compiled
+    size[0] -= 1
+    n = size[0]
+    times[0], ids[0] = times[n], ids[n]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and times[child + 1] < times[child]:
+            child += 1
+        if times[i] <= times[child]:
+            break
+        times[child], times[i] = times[i], times[child]
+        ids[child], ids[i] = ids[i], ids[child]
+        i = child
+
+
+@njit(cache=True)
+def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
+    """Fix ``g`` at its cap from ``now`` (its ``g_served`` exact)."""
+    g_served, g_cap, g_next = groups[2], groups[4], groups[8]
+    g_fixed, t0, end, times, ids, size = fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]
+    g_fixed[g] = True
+    t0[g] = now
+    end[g] = now + (g_next[g] - g_served[g]) / g_cap[g]
+    if size[0] == times.shape[0]:  # only stale entries can fill it: drop them
+        kept = 0
+        for i in range(size[0]):
+            if g_fixed[ids[i]] and end[ids[i]] == times[i]:
+                times[kept], ids[kept] = times[i], ids[i]
+                kept += 1
+        size[0] = 0
+        for i in range(kept):
+            _heap2_push(times, ids, size, times[i], ids[i])
+    _heap2_push(times, ids, size, end[g], g)
+
+
+@njit(cache=True)
+def _unfix(fixed, groups, g, now):  # pragma: no cover - compiled
+    """Make ``g``'s ``g_served`` exact at ``now`` and free it from its fixed rate."""
+    groups[2][g] += groups[4][g] * (now - fixed[3][g])
+    groups[3][g] = groups[4][g]
+    fixed[2][g] = False
+
+
+@njit(cache=True)
+def _next_fixed(fixed):  # pragma: no cover - compiled
+    """The earliest valid end time in the heap (stale entries dropped), inf if none."""
+    g_fixed, end, times, ids, size = fixed[2], fixed[4], fixed[5], fixed[6], fixed[7]
+    while size[0] > 0:
+        g = ids[0]
+        if g_fixed[g] and end[g] == times[0]:
+            return times[0]
+        _heap2_pop(times, ids, size)
+    return np.inf
 
 
 @njit(cache=True)
 def _allocate(
     groups, pairs, c_float, dirty, n_dirty, order, level_start, general, ideal, capacity, n_hosts,
-    positive,
+    positive, fixed, lazy, now,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Rates for every level: ``g_rate`` of the groups of general levels (those that get one
     are listed first in ``positive``; returns how many), classes for the pair levels."""
@@ -707,7 +827,25 @@ def _allocate(
     for level in range(level_start.shape[0] - 1):
         members = order[level_start[level] : level_start[level + 1]]
         if general[level]:
-            if not _caps_fit(members, g_links, g_cap, g_count, residual, g_rate, usage):
+            level_fixed, use = fixed[0], fixed[1][level]
+            if level_fixed[level]:
+                if _take(use, residual):
+                    continue  # its caps still fit: its groups keep their rates
+                level_fixed[level] = False
+                use[:] = 0.0
+                for e in range(members.shape[0]):
+                    if fixed[2][members[e]]:
+                        _unfix(fixed, groups, members[e], now)
+            scratch = use if lazy else usage
+            fit = _caps_fit(members, g_links, g_cap, g_count, residual, capacity, g_rate, scratch)
+            if fit == FIT and lazy:
+                level_fixed[level] = True
+                for e in range(members.shape[0]):
+                    if g_count[members[e]] >= 0.5:
+                        _fix(fixed, groups, members[e], now)
+                continue
+            scratch[:] = 0.0
+            if fit == NO_FIT:
                 _fill(members, g_links, g_cap, g_count, residual, capacity, g_rate)
             for e in range(members.shape[0]):
                 if g_rate[members[e]] > 0.0:
@@ -788,21 +926,27 @@ def run_steps(
     limit,
     simultaneous,
     finished,
+    lazy,
 ):  # pragma: no cover - compiled
     """Step from ``now`` until a coflow finishes or the clock reaches ``limit``.
 
     Returns ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`,
     :data:`LIMIT`, :data:`STUCK`), the clock, the steps taken and the slots that finished (the
     first ``n_finished`` entries of ``finished``). ``positive`` is scratch room for the groups
-    of general levels."""
-    g_count, g_served, g_rate, g_level, g_next = (
+    of general levels; ``lazy`` fixes the rates of levels whose caps fit (see above)."""
+    g_links, g_count, g_served, g_rate, g_cap, g_level, g_next = (
+        groups[0],
         groups[1],
         groups[2],
         groups[3],
+        groups[4],
         groups[5],
         groups[8],
     )
     w, wt, level_row, pmap = pairs[0], pairs[1], pairs[6], groups[14]
+    lazy = lazy and not ideal
+    fixed = _fixed_state(level_start.shape[0] - 1, capacity.shape[0], groups[13][2] if lazy else 0)
+    level_fixed, fixed_use, fixed_ids = fixed[0], fixed[1], fixed[6]
     n = n_hosts
     n_levels = level_start.shape[0] - 1
     use_classes = n > 0 and not ideal
@@ -836,6 +980,9 @@ def run_steps(
                 capacity,
                 n,
                 positive,
+                fixed,
+                lazy,
+                now,
             )
             _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch)
             for level in range(n_levels if use_classes else 0):
@@ -859,6 +1006,8 @@ def run_steps(
             left = g_next[g] - g_served[g]
             if left < step * g_rate[g]:
                 step = left / g_rate[g]
+        if lazy and _next_fixed(fixed) - now < step:
+            step = _next_fixed(fixed) - now
         if step == np.inf:
             why = STUCK
             break
@@ -866,6 +1015,7 @@ def run_steps(
             step = 0.0
         steps += 1
         reached = step >= span
+        then = now
         now = limit if reached else now + step
         cutoff = step * (1.0 + simultaneous)
         ended = False
@@ -910,6 +1060,24 @@ def run_steps(
             )
             if g_count[g] < 0.5:
                 _free_group(groups, g)
+        while lazy and _next_fixed(fixed) - then <= cutoff:
+            g = fixed_ids[0]
+            _heap2_pop(fixed[5], fixed_ids, fixed[7])
+            _unfix(fixed, groups, g, now)
+            ended = True
+            before_count = g_count[g]
+            reach = g_served[g] + g_cap[g] * step * simultaneous + 1e-6
+            n_finished = _finish_flows(
+                flows, groups, pairs, g, reach, False, n, slot_left, finished, n_finished
+            )
+            for c in range(g_links.shape[1]):  # its level now takes less of its links
+                link = g_links[g, c]
+                use = fixed_use[g_level[g], link] - g_cap[g] * (before_count - g_count[g])
+                fixed_use[g_level[g], link] = max(use, 0.0)
+            if g_count[g] < 0.5:
+                _free_group(groups, g)
+            else:
+                _fix(fixed, groups, g, now)
         if ended:
             realloc = True
         if n_finished > 0:
@@ -917,6 +1085,11 @@ def run_steps(
             break
         if reached:
             break
+    for level in range(level_fixed.shape[0]):
+        if level_fixed[level]:
+            for e in range(level_start[level], level_start[level + 1]):
+                if fixed[2][order[e]]:
+                    _unfix(fixed, groups, order[e], now)
     # every member's g_served back from offset to bits served
     for c in range(n_classes):
         if served[c] != 0.0:

@@ -195,6 +195,7 @@ class Simulator:
         self._general = np.ones(1, dtype=np.bool_)  # levels that take the general max-min
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
         self._layout = None  # what the sorted groups were built from (see _reorder)
+        self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
@@ -300,6 +301,7 @@ class Simulator:
                 min(next_event, next_tick, until_s),
                 _SIMULTANEOUS,
                 finished,
+                self._fixed_rates,
             )
             self.steps += steps
             if why == STUCK:
