@@ -51,11 +51,6 @@ def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
     return out
 
 
-# fields of a group, in its row of floats and its row of integers (then its k links)
-_G_FLOAT = ("count", "served", "rate", "cap", "next")
-_G_INT = ("level", "bucket", "head", "row", "pair")
-
-
 class Tables:
     """The flow and group arrays of one simulation (see the module docstring)."""
 
@@ -70,11 +65,18 @@ class Tables:
         self.f_prev = np.zeros(0, dtype=np.int64)
         self.f_next = np.zeros(0, dtype=np.int64)
         self.f_slot = np.zeros(0, dtype=np.int64)
-        # a group's fields side by side (one row of floats, one of integers): a kernel that
-        # touches a group then reads one or two cache lines, not one per field
-        self._g_float = np.zeros((0, len(_G_FLOAT)))
-        self._g_int = np.zeros((0, len(_G_INT) + k), dtype=np.int64)
+        self.g_links = np.zeros((0, k), dtype=np.int64)
+        self.g_count = np.zeros(0)
+        self.g_served = np.zeros(0)
+        self.g_rate = np.zeros(0)
+        self.g_cap = np.zeros(0)
+        self.g_level = np.zeros(0, dtype=np.int64)
+        self.g_bucket = np.zeros(0, dtype=np.int64)
+        self.g_head = np.zeros(0, dtype=np.int64)
+        self.g_next = np.zeros(0)
         self.g_used = np.zeros(0, dtype=np.bool_)
+        self.g_row = np.zeros(0, dtype=np.int64)
+        self.g_pair = np.zeros(0, dtype=np.int64)
         self.free = np.zeros(0, dtype=np.int64)  # min-heap of freed group ids
         # [freed ids in the heap, ids ever handed out, used prefix (every used id is below)]
         self.meta = np.zeros(3, dtype=np.int64)
@@ -109,29 +111,24 @@ class Tables:
     def reserve_groups(self, extra: int) -> None:
         """Make room for ``extra`` more groups (before placing that many flows)."""
         needed = int(self.meta[1]) + extra
-        if needed <= len(self.g_used):
+        if needed <= len(self.g_count):
             return
-        old = len(self.g_used)
-        self._g_float = _grow(self._g_float, needed, 0.0)
-        self._g_int = _grow(self._g_int, needed, 0)
-        new = slice(old, len(self._g_float))
-        self._g_float[new, _G_FLOAT.index("cap")] = np.inf
-        self._g_float[new, _G_FLOAT.index("next")] = np.inf
-        for name, fill in (("head", NIL), ("row", NIL), ("bucket", -1)):
-            self._g_int[new, _G_INT.index(name)] = fill
-        self.g_used = _grow(self.g_used, needed, False)
-        self.free = _grow(self.free, needed, 0)
-
-    def __getattr__(self, name: str) -> np.ndarray:
-        """``g_<field>``: a view of one field of every group (``g_links``: ``(n, k)``)."""
-        field = name[2:] if name.startswith("g_") else None
-        if field in _G_FLOAT:
-            return self.__dict__["_g_float"][:, _G_FLOAT.index(field)]
-        if field in _G_INT:
-            return self.__dict__["_g_int"][:, _G_INT.index(field)]
-        if field == "links":
-            return self.__dict__["_g_int"][:, len(_G_INT) :]
-        raise AttributeError(name)
+        for name, fill in (
+            ("g_links", 0),
+            ("g_count", 0.0),
+            ("g_served", 0.0),
+            ("g_rate", 0.0),
+            ("g_cap", np.inf),
+            ("g_level", 0),
+            ("g_bucket", -1),
+            ("g_head", NIL),
+            ("g_next", np.inf),
+            ("g_used", False),
+            ("g_row", NIL),
+            ("g_pair", 0),
+            ("free", 0),
+        ):
+            setattr(self, name, _grow(getattr(self, name), needed, fill))
 
     def enable_pairs(self, n_levels: int, n_hosts: int) -> None:
         """Keep, per level, the matrix of flows per host pair (big switch, uncapped levels)."""
@@ -852,6 +849,11 @@ def _allocate(
                     positive[n_positive] = members[e]
                     n_positive += 1
             continue
+        flows = 0.0
+        for s in range(n):
+            flows += row_count[level, s]
+        if flows < 0.5:
+            continue  # (its classes emptied as their last flows ended)
         pair_shares(
             w[level],
             wt[level],
