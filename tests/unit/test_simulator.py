@@ -10,7 +10,8 @@ import pytest
 
 from controller.fluid import greedy_completion_times
 from controller.model import ClusterState, Coflow, Flow
-from controller.policies import make_policy
+from controller.policies import Policy, make_policy
+from controller.schedule import Schedule
 from simulator.engine import CoflowSpec, Fabric, Simulator
 
 BPS = 8.0  # one byte per second
@@ -167,3 +168,120 @@ def test_pair_matrix_fast_path_matches_the_general_allocation(policy, monkeypatc
     assert general._pair_hosts == 0
     for c, record in fast.coflows.items():
         assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
+
+
+class _GivenOrder(Policy):
+    """Ranks the coflows in ``self.order`` (a test's knob); every rank gets its own level."""
+
+    name = "given"
+
+    def __init__(self, order):
+        self.order = order
+
+    def schedule(self, state):
+        return Schedule.from_order(c for c in self.order if c in state.coflows)
+
+
+def test_a_coflow_changing_level_keeps_its_groups_and_rates_follow():
+    # two levels; coflow 1 drops from level 0 to level 1, where 3 is: it keeps its own bucket
+    # (no flow of it moves: a level holds several), 2 leaves 3's bucket for level 0 (moves);
+    # the completions are those of the general allocation, which has no such buckets
+    def once():
+        policy = _GivenOrder([1, 2, 3])
+        sim = Simulator(Fabric(4, BPS), policy, n_levels=2)
+        sim.release(spec(1, [(0, 1, 40), (2, 3, 40)]))
+        sim.release(spec(2, [(0, 3, 60), (2, 1, 60)]))
+        sim.release(spec(3, [(0, 1, 50), (1, 2, 30), (3, 0, 20)]))
+        sim.run(until_s=2.0)
+        buckets = list(sim._slot_bucket)
+        groups = sim._tables.f_group[:2].copy()
+        policy.order = [2, 1, 3]
+        sim.request_reorder()
+        sim.run(until_s=2.5)
+        kept = [sim._slot_bucket[slot] == buckets[slot] for slot in range(3)]
+        kept_groups = (sim._tables.f_group[:2] == groups).all()
+        levels = [sim._b_level[sim._slot_bucket[slot]] for slot in range(3)]
+        sim.run()
+        return sim, (kept, kept_groups), levels
+
+    fast, (kept, kept_groups), levels = once()
+    assert fast._pair_hosts == 4 and levels == [1, 0, 1]
+    assert kept == [True, False, True] and kept_groups
+    import simulator.engine as engine
+
+    saved, engine._MAX_PAIR_HOSTS = engine._MAX_PAIR_HOSTS, 0
+    try:
+        general, _, _ = once()
+    finally:
+        engine._MAX_PAIR_HOSTS = saved
+    assert general._pair_hosts == 0
+    for c, record in fast.coflows.items():
+        assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_fixed_rate_levels_match_recomputing_every_step(seed):
+    # Varys' capped levels keep their rates while the caps fit, their groups ending from a heap;
+    # recomputing every level at every step gives the same completions
+    def once(fixed):
+        rng = random.Random(seed)
+        specs = random_specs(rng, 30, 6)
+        at = sorted(rng.uniform(0, 20) for _ in specs)
+        sim = Simulator(Fabric(6, BPS), make_policy("varys"))
+        sim._fixed_rates = fixed
+        for when, s in zip(at, specs, strict=True):
+            sim.at(when, lambda s=s: sim.release(s))
+        sim.run()
+        return sim
+
+    lazy, eager = once(True), once(False)
+    assert lazy.bytes_delivered == pytest.approx(lazy.bytes_offered)
+    for c, record in lazy.coflows.items():
+        assert record.finish_s == pytest.approx(eager.coflows[c].finish_s, rel=1e-9)
+
+
+def test_caps_that_fit_are_what_max_min_gives():
+    # the shortcut for capped levels (caps fit: each flow its cap; flows on a link the levels
+    # above filled: 0) against the general priority max-min
+    from simulator.allocation import priority_max_min
+    from simulator.core import FIT, FIT_STARVED, NO_FIT, _caps_fit
+
+    rng = np.random.default_rng(4)
+    capacity = np.array([10.0, 10.0, 10.0, 10.0, np.inf])
+    outcomes = set()
+    for _ in range(200):
+        n = int(rng.integers(1, 6))
+        links = np.stack([rng.integers(0, 2, n), rng.integers(2, 4, n)], axis=1)
+        caps = rng.uniform(0.5, 6.0, n)
+        residual = capacity.copy()
+        residual[rng.integers(0, 4)] = 0.0 if rng.random() < 0.3 else residual[0]
+        rates = np.zeros(n)
+        usage = np.zeros(len(capacity))
+        left = residual.copy()
+        fit = _caps_fit(np.arange(n), links, caps, np.ones(n), left, capacity, rates, usage)
+        outcomes.add(fit)
+        if fit == NO_FIT:
+            assert not usage.any()
+            continue
+        # the same flows below a level holding exactly what the residual lacks
+        full = np.flatnonzero(residual[:4] < capacity[:4])
+        above = np.array([[link, 4] for link in full], dtype=np.int64).reshape(-1, 2)
+        all_links = np.concatenate([above, links])
+        levels = np.concatenate([np.zeros(len(above), dtype=np.int64), np.ones(n, dtype=np.int64)])
+        all_caps = np.concatenate([capacity[full] - residual[full], caps])
+        expected = priority_max_min(all_links, levels, capacity, all_caps)[len(above) :]
+        np.testing.assert_allclose(rates, expected, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(left, np.maximum(residual - usage, 0.0))
+    assert outcomes == {NO_FIT, FIT, FIT_STARVED}
+
+
+def test_port_loads_cannot_be_read_after_the_simulator_moved_on():
+    sim = Simulator(Fabric(2, BPS), make_policy("fair"))
+    sim.release(spec(1, [(0, 1, 10)]))
+    state = sim.cluster_state()
+    ports = state.coflows[1].port_bytes()
+    assert dict(ports) == {(0, 0): 10.0, (1, 1): 10.0}
+    stale = sim.cluster_state()
+    sim.run(until_s=1.0)
+    with pytest.raises(RuntimeError, match="after the simulator moved on"):
+        stale.coflows[1].port_bytes()[(0, 0)]
