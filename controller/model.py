@@ -156,7 +156,7 @@ class Coflow:
     def port_bytes(self) -> dict[Port, float]:
         """Remaining bytes this coflow must still put through each port."""
         if self.summary is not None:
-            return dict(self.summary.port_remaining_bytes)
+            return dict(self.summary.port_remaining_bytes.items())
         return port_bytes(self.flows)
 
     @property

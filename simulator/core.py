@@ -713,10 +713,10 @@ def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
         np.zeros(n_levels, dtype=np.bool_),  # 0 level fixed
         np.zeros((n_levels, n_links)),  # 1 its use of every link
         np.zeros(n_groups, dtype=np.bool_),  # 2 group fixed
-        np.zeros(n_groups),  # 3 t0: when its g_served was exact
-        np.zeros(n_groups),  # 4 end: its projected end time
-        np.zeros(2 * n_groups + 16),  # 5 heap times
-        np.zeros(2 * n_groups + 16, dtype=np.int64),  # 6 heap groups
+        np.empty(n_groups),  # 3 t0: when its g_served was exact
+        np.empty(n_groups),  # 4 end: its projected end time
+        np.empty(2 * n_groups + 16),  # 5 heap times
+        np.empty(2 * n_groups + 16, dtype=np.int64),  # 6 heap groups
         np.zeros(1, dtype=np.int64),  # 7 heap size
     )
 
@@ -946,7 +946,7 @@ def run_steps(
         groups[8],
     )
     w, wt, level_row, pmap = pairs[0], pairs[1], pairs[6], groups[14]
-    lazy = lazy and not ideal
+    lazy = lazy and not ideal and general.any()  # (no state to set up for JPAS' 5,000 calls)
     fixed = _fixed_state(level_start.shape[0] - 1, capacity.shape[0], groups[13][2] if lazy else 0)
     level_fixed, fixed_use, fixed_ids = fixed[0], fixed[1], fixed[6]
     n = n_hosts

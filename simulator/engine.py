@@ -569,6 +569,9 @@ class _PortLoads(Mapping):
     def __getitem__(self, port):
         return self._loads()[port]
 
+    def items(self):  # a dict's view: dict(mapping.items()) then copies at C speed
+        return self._loads().items()
+
     def __iter__(self):
         return iter(self._loads())
 
