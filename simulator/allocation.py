@@ -267,6 +267,54 @@ def _freeze_link(link, share, count, residual, live, other_count, other_residual
 
 
 @njit(cache=True)
+def _freeze_starved(hits, w, wt, row_cnt, col_cnt, row_live, col_live, n, row_share, col_share):
+    # pragma: no cover - compiled
+    """Freeze the links of ``hits`` at 0 at once (they take nothing, so only the other side's
+    counts move): each side's counts are updated from the frozen links of the other side, or
+    recounted from its live ones, whichever are fewer (lower levels are mostly starved)."""
+    for link in hits:
+        if link < n:
+            row_share[link], row_live[link] = 0.0, 0.0
+        else:
+            col_share[link - n], col_live[link - n] = 0.0, 0.0
+    for side in range(2):
+        # side 0: the rows' counts lose the pairs of frozen columns; side 1: the reverse
+        cnt, live, other_live = (
+            (row_cnt, row_live, col_live) if side == 0 else (col_cnt, col_live, row_live)
+        )
+        matrix = wt if side == 0 else w  # matrix[j] = the pairs of the other side's link j
+        frozen = 0
+        for link in hits:
+            if (link >= n) == (side == 0):
+                frozen += 1
+        alive = 0
+        for j in range(n):
+            if other_live[j] > 0.0:
+                alive += 1
+        if frozen <= alive:
+            for link in hits:
+                if (link >= n) == (side == 0):
+                    row = matrix[link - n if side == 0 else link]
+                    for i in range(n):
+                        cnt[i] -= row[i] * live[i]
+        else:
+            recount = np.zeros(n)
+            for j in range(n):
+                if other_live[j] > 0.0:
+                    row = matrix[j]
+                    for i in range(n):
+                        recount[i] += row[i]
+            for i in range(n):
+                if live[i] > 0.0:
+                    cnt[i] = recount[i]
+    for i in range(n):
+        if row_live[i] == 0.0:
+            row_cnt[i] = 0.0
+        if col_live[i] == 0.0:
+            col_cnt[i] = 0.0
+
+
+@njit(cache=True)
 def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, col_share):
     # pragma: no cover - compiled
     """Max-min fair shares of one level of a big switch without caps, by host pair.
@@ -306,6 +354,10 @@ def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, c
         if residual[links[j]] <= 1e-12 * capacity[links[j]]:
             hits[n_hits] = links[j]
             n_hits += 1
+    if n_hits > 0:
+        _freeze_starved(hits[:n_hits], w, wt, row_cnt, col_cnt, row_live, col_live, n,
+                        row_share, col_share)  # fmt: skip
+        n_hits = 0
     share = 0.0
     while True:
         for h in range(n_hits):
