@@ -19,12 +19,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from controller.bssi import bssi_order
 from controller.model import (
     ClusterState,
     Coflow,
+    CoflowId,
     FlowKey,
     Job,
     Port,
@@ -53,7 +54,11 @@ class Policy:
         return f"{type(self).__name__}()"
 
 
-def madd(state: ClusterState, order: Sequence[Coflow]) -> tuple[dict[FlowKey, float], dict]:
+def madd(
+    state: ClusterState,
+    order: Sequence[Coflow],
+    loads: Mapping[CoflowId, Mapping[Port, float]] | None = None,
+) -> tuple[dict[FlowKey, float], dict]:
     """Varys' Minimum-Allocation-for-Desired-Duration along ``order``.
 
     Each coflow in turn gets, on the capacity its predecessors left, the rates that finish all of
@@ -61,21 +66,26 @@ def madd(state: ClusterState, order: Sequence[Coflow]) -> tuple[dict[FlowKey, fl
     that meets a port with no capacity left gets no cap (it is served by work conservation at its
     lower priority).
 
+    ``loads`` are the coflows' bytes per port if the caller has them already.
+
     Returns:
         The per-flow rates (bit/s) of coflows given as flows, and Gamma (s) of every capped
         coflow (for coflows given as a summary, each flow's cap is its remaining bits / Gamma).
     """
     residual_bps: dict[Port, float] = {}
+    port_bps: dict[Port, float] = {}  # (asked once per port: a trace has 100k port loads)
     rates: dict[FlowKey, float] = {}
     gammas: dict = {}
     for coflow in order:
-        load = coflow.port_bytes()
+        load = loads[coflow.coflow_id] if loads is not None else coflow.port_bytes()
         if not load:
             continue
         gamma_s = 0.0
         for port, size in load.items():
-            capacity = residual_bps.get(port, state.port_bps(port))
-            if capacity <= 1e-9 * state.port_bps(port):
+            if port not in port_bps:
+                port_bps[port] = residual_bps[port] = state.port_bps(port)
+            capacity = residual_bps[port]
+            if capacity <= 1e-9 * port_bps[port]:
                 gamma_s = math.inf
                 break
             gamma_s = max(gamma_s, 8.0 * size / capacity)
@@ -86,8 +96,7 @@ def madd(state: ClusterState, order: Sequence[Coflow]) -> tuple[dict[FlowKey, fl
             if flow.remaining_bytes > 0:
                 rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / gamma_s
         for port, size in load.items():
-            capacity = residual_bps.get(port, state.port_bps(port))
-            residual_bps[port] = max(0.0, capacity - 8.0 * size / gamma_s)
+            residual_bps[port] = max(0.0, residual_bps[port] - 8.0 * size / gamma_s)
     return rates, gammas
 
 
@@ -173,9 +182,10 @@ class Varys(Policy):
 
     def schedule(self, state: ClusterState) -> Schedule:
         active = state.active_coflows()
-        gamma = {c.coflow_id: bottleneck_s(state, c.port_bytes()) for c in active}
+        loads = {c.coflow_id: c.port_bytes() for c in active}
+        gamma = {c.coflow_id: bottleneck_s(state, loads[c.coflow_id]) for c in active}
         order = sorted(active, key=lambda c: gamma[c.coflow_id])  # stable: ties by arrival
-        rates, gammas = madd(state, order) if self.use_rates else ({}, {})
+        rates, gammas = madd(state, order, loads) if self.use_rates else ({}, {})
         return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
 
 
