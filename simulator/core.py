@@ -797,10 +797,12 @@ def _next_fixed(fixed):  # pragma: no cover - compiled
 @njit(cache=True)
 def _allocate(
     groups, pairs, c_float, dirty, n_dirty, order, level_start, general, ideal, capacity, n_hosts,
-    positive, fixed, lazy, now,
+    positive, fixed, lazy, now, first, saved_residual, saved_positive,
 ):  # fmt: skip  # pragma: no cover - compiled
-    """Rates for every level: ``g_rate`` of the groups of general levels (those that get one
-    are listed first in ``positive``; returns how many), classes for the pair levels."""
+    """Rates for levels ``first`` and below: ``g_rate`` of the groups of general levels (those
+    that get one are listed first in ``positive``; returns how many), classes for the pair
+    levels. The levels above keep their rates: what each level found left and how many groups
+    of ``positive`` came before it are saved for that (``saved_residual``, ``saved_positive``)."""
     g_links, g_count, g_rate, g_cap = groups[0], groups[1], groups[3], groups[4]
     w, wt, row_count, col_count, row_share, col_share = (
         pairs[0],
@@ -818,10 +820,13 @@ def _allocate(
                 positive[n_positive] = order[e]
                 n_positive += 1
         return n_positive
-    residual = capacity.copy()
+    residual = saved_residual[first].copy() if first > 0 else capacity.copy()
+    n_positive = saved_positive[first] if first > 0 else 0
     usage = np.zeros(capacity.shape[0])
     n = n_hosts
-    for level in range(level_start.shape[0] - 1):
+    for level in range(first, level_start.shape[0] - 1):
+        saved_residual[level, :] = residual
+        saved_positive[level] = n_positive
         members = order[level_start[level] : level_start[level + 1]]
         if general[level]:
             level_fixed, use = fixed[0], fixed[1][level]
@@ -962,6 +967,10 @@ def run_steps(
     scratch = np.empty(max(n * MAX_LEVEL_ROWS, 1), dtype=np.int64)
     ending = np.empty(n_classes, dtype=np.int64)
     before = np.empty(n_classes)
+    # the highest level a completion changed: the levels above keep their rates
+    changed = 0
+    saved_residual = np.empty((max(n_levels, 1), capacity.shape[0]))
+    saved_positive = np.zeros(max(n_levels, 1), dtype=np.int64)
     steps = 0
     n_finished = 0
     realloc = True
@@ -985,7 +994,11 @@ def run_steps(
                 fixed,
                 lazy,
                 now,
+                changed,
+                saved_residual,
+                saved_positive,
             )
+            changed = n_levels
             _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch)
             for level in range(n_levels if use_classes else 0):
                 active[level] = False
@@ -1041,6 +1054,7 @@ def run_steps(
                 if g_next[g] - g_served[g] - before[c] > cutoff * share[c]:
                     continue
                 ended = True
+                changed = min(changed, c // (2 * n))
                 reach = g_served[g] + served[c] + share[c] * step * simultaneous + 1e-6
                 n_finished = _finish_flows(
                     flows, groups, pairs, g, reach, True, n, slot_left, finished, n_finished
@@ -1055,6 +1069,7 @@ def run_steps(
             if left > cutoff * g_rate[g]:
                 continue
             ended = True
+            changed = min(changed, g_level[g])
             reach = g_served[g] + g_rate[g] * step * simultaneous + 1e-6
             in_pairs = use_classes and not general[g_level[g]]
             n_finished = _finish_flows(
@@ -1067,6 +1082,7 @@ def run_steps(
             _heap2_pop(fixed[5], fixed_ids, fixed[7])
             _unfix(fixed, groups, g, now)
             ended = True
+            changed = min(changed, g_level[g])
             before_count = g_count[g]
             reach = g_served[g] + g_cap[g] * step * simultaneous + 1e-6
             n_finished = _finish_flows(
