@@ -10,7 +10,7 @@ is a numba kernel over them, so a step costs no Python.
 - A *group* stands for ``g_count`` identical flows (same level, same links, no cap) and counts
   the bits ``g_served`` it has given each of them. Shared buckets find a pair's group through a
   row of ``pmap`` (pair -> group); one-flow groups (capped coflows, the ideal mode) have none.
-  Freed group ids are reused lowest first (a min-heap), so the kernels scan a short prefix.
+  Freed group ids are reused lowest first (a two-level bitmap), so the kernels scan a short prefix.
 - On a big switch each uncapped level also keeps the matrix of its flows per host pair
   (``pairs``: counts, transpose, row and column sums), updated as flows end, so the allocation
   is :func:`simulator.allocation.pair_shares` (O(n) per bottleneck link) plus one pass that
@@ -77,7 +77,10 @@ class Tables:
         self.g_used = np.zeros(0, dtype=np.bool_)
         self.g_row = np.zeros(0, dtype=np.int64)
         self.g_pair = np.zeros(0, dtype=np.int64)
-        self.free = np.zeros(0, dtype=np.int64)  # min-heap of freed group ids
+        # freed group ids, as bits (one per id) and a summary bit per nonzero word: the lowest
+        # is found by scanning ~n/4096 words, and a step's kernels scan a short id prefix
+        self.free_bits = np.zeros(0, dtype=np.uint64)
+        self.free_summary = np.zeros(0, dtype=np.uint64)
         # [freed ids in the heap, ids ever handed out, used prefix (every used id is below)]
         self.meta = np.zeros(3, dtype=np.int64)
         self.pmap = np.full((0, n_pairs), NIL, dtype=np.int64)
@@ -126,9 +129,11 @@ class Tables:
             ("g_used", False),
             ("g_row", NIL),
             ("g_pair", 0),
-            ("free", 0),
         ):
             setattr(self, name, _grow(getattr(self, name), needed, fill))
+        words = (len(self.g_count) + 63) // 64
+        self.free_bits = _grow(self.free_bits, words, 0)
+        self.free_summary = _grow(self.free_summary, (words + 63) // 64, 0)
 
     def enable_pairs(self, n_levels: int, n_hosts: int) -> None:
         """Keep, per level, the matrix of flows per host pair (big switch, uncapped levels)."""
@@ -176,7 +181,7 @@ class Tables:
             self.g_used,
             self.g_row,
             self.g_pair,
-            self.free,
+            (self.free_bits, self.free_summary),
             self.meta,
             self.pmap,
         )
@@ -197,36 +202,40 @@ class Tables:
 
 
 @njit(cache=True)
-def _heap_push(heap, meta, value):  # pragma: no cover - compiled
-    i = meta[0]
-    meta[0] += 1
-    heap[i] = value
-    while i > 0:
-        parent = (i - 1) // 2
-        if heap[parent] <= heap[i]:
-            break
-        heap[parent], heap[i] = heap[i], heap[parent]
-        i = parent
+def _lowest_bit(x):  # pragma: no cover - compiled
+    """Index of the lowest set bit of a nonzero uint64."""
+    i = 0
+    for width in (32, 16, 8, 4, 2, 1):
+        mask = (np.uint64(1) << np.uint64(width)) - np.uint64(1)
+        if x & mask == np.uint64(0):
+            x >>= np.uint64(width)
+            i += width
+    return i
 
 
 @njit(cache=True)
-def _heap_pop(heap, meta):  # pragma: no cover - compiled
-    top = heap[0]
-    meta[0] -= 1
-    n = meta[0]
-    heap[0] = heap[n]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[i] <= heap[child]:
-            break
-        heap[child], heap[i] = heap[i], heap[child]
-        i = child
-    return top
+def _free_push(free, meta, g):  # pragma: no cover - compiled
+    bits, summary = free
+    word = g >> 6
+    bits[word] |= np.uint64(1) << np.uint64(g & 63)
+    summary[word >> 6] |= np.uint64(1) << np.uint64(word & 63)
+    meta[0] += 1
+
+
+@njit(cache=True)
+def _free_pop(free, meta):  # pragma: no cover - compiled
+    """The lowest freed id (there is one)."""
+    bits, summary = free
+    for s in range(summary.shape[0]):
+        if summary[s] != np.uint64(0):
+            word = s * 64 + _lowest_bit(summary[s])
+            bit = _lowest_bit(bits[word])
+            bits[word] &= ~(np.uint64(1) << np.uint64(bit))
+            if bits[word] == np.uint64(0):
+                summary[s] &= ~(np.uint64(1) << np.uint64(word & 63))
+            meta[0] -= 1
+            return word * 64 + bit
+    return NIL
 
 
 @njit(cache=True)
@@ -253,7 +262,7 @@ def _new_group(groups, links, bucket, row, pair, reuse):  # pragma: no cover - c
     if reuse != NIL:
         g = reuse
     elif meta[0] > 0:
-        g = _heap_pop(free, meta)
+        g = _free_pop(free, meta)
     else:
         g = meta[1]
         meta[1] += 1
@@ -304,7 +313,7 @@ def _free_group(groups, g):  # pragma: no cover - compiled
     if g_row[g] >= 0 and pmap[g_row[g], g_pair[g]] == g:
         pmap[g_row[g], g_pair[g]] = NIL
     g_row[g] = NIL
-    _heap_push(free, meta, g)
+    _free_push(free, meta, g)
     while meta[2] > 0 and not g_used[meta[2] - 1]:
         meta[2] -= 1
 
