@@ -10,11 +10,14 @@ is a numba kernel over them, so a step costs no Python.
 - A *group* stands for ``g_count`` identical flows (same level, same links, no cap) and counts
   the bits ``g_served`` it has given each of them. Shared buckets find a pair's group through a
   row of ``pmap`` (pair -> group); one-flow groups (capped coflows, the ideal mode) have none.
-  Freed group ids are reused lowest first (a two-level bitmap), so the kernels scan a short prefix.
-- On a big switch each uncapped level also keeps the matrix of its flows per host pair
-  (``pairs``: counts, transpose, row and column sums), updated as flows end, so the allocation
-  is :func:`simulator.allocation.pair_shares` (O(n) per bottleneck link) plus one pass that
-  reads each group's rate off its two links, with no per-step gathering.
+  Freed group ids are reused lowest first (a two-level bitmap), so kernels scan a short prefix.
+- On a big switch each uncapped level (a *pair level*, up to :data:`MAX_LEVEL_ROWS` shared
+  buckets) also keeps the matrix of its flows per host pair (``pairs``: counts, transpose, row
+  and column sums), updated as flows end, so its max-min is
+  :func:`simulator.allocation.pair_shares` (O(n) per bottleneck link), and the step loop serves
+  its groups as classes of their bottleneck link (see "the step loop" below).
+- A level whose flows all have caps that fit keeps its rates while they fit, its groups ending
+  from a heap (see "groups at a fixed rate"); other levels take the general max-min.
 - :func:`run_steps` allocates rates, advances to the next completion (or the caller's limit),
   finishes the flows that end and stops as soon as a coflow is complete: the caller then tells
   the listeners and asks the policy again.

@@ -8,11 +8,12 @@ Exact aggregation keeps a step cheap when hundreds of thousands of flows are act
 same priority level between the same two hosts, without a rate cap, get the same rate under
 max-min fairness, so they form one *group* (weight = its number of flows). A group counts the bits
 it has served per flow; each flow joins with a threshold (that count plus its size) and finishes
-when the count reaches it, so a step costs O(groups), and a completion pops the head of the
-group's sorted flow list. A *bucket* is a set of coflows sharing a level; a reorder relabels
+when the count reaches it, and a completion pops the head of the group's sorted flow list. A
+*bucket* is a set of coflows sharing a level (a level may keep several); a reorder relabels
 buckets and moves only the coflows that changed bucket. Capped coflows (MADD) and the ideal mode
 use one group per flow. Everything between two policy decisions runs compiled
-(:mod:`simulator.core`); this module keeps the events, the buckets and the policy's view.
+(:mod:`simulator.core`, which also says how a step avoids touching every group); this module
+keeps the events, the buckets and the policy's view.
 
 The policy sees each active coflow in bulk (a
 :class:`~controller.model.CoflowSummary`: its remaining bytes per host port) and is asked for a
