@@ -734,7 +734,8 @@ def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _heap2_push(times, ids, size, t, g):  # pragma: no cover - compiled
+def _end_push(times, ids, size, t, g):  # pragma: no cover - compiled
+    """Push (end time ``t``, group ``g``) on the min-heap of fixed groups' end times."""
     i = size[0]
     size[0] += 1
     times[i], ids[i] = t, g
@@ -748,7 +749,8 @@ def _heap2_push(times, ids, size, t, g):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _heap2_pop(times, ids, size):  # pragma: no cover - compiled
+def _end_pop(times, ids, size):  # pragma: no cover - compiled
+    """Drop the earliest entry of that heap."""
     size[0] -= 1
     n = size[0]
     times[0], ids[0] = times[n], ids[n]
@@ -782,8 +784,8 @@ def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
                 kept += 1
         size[0] = 0
         for i in range(kept):
-            _heap2_push(times, ids, size, times[i], ids[i])
-    _heap2_push(times, ids, size, end[g], g)
+            _end_push(times, ids, size, times[i], ids[i])
+    _end_push(times, ids, size, end[g], g)
 
 
 @njit(cache=True)
@@ -802,14 +804,14 @@ def _next_fixed(fixed):  # pragma: no cover - compiled
         g = ids[0]
         if g_fixed[g] and end[g] == times[0]:
             return times[0]
-        _heap2_pop(times, ids, size)
+        _end_pop(times, ids, size)
     return np.inf
 
 
 @njit(cache=True)
 def _allocate(
     groups, pairs, c_float, dirty, n_dirty, order, level_start, general, ideal, capacity, n_hosts,
-    positive, fixed, lazy, now, first, saved_residual, saved_positive,
+    positive, fixed, fix_rates, now, first, saved_residual, saved_positive,
 ):  # fmt: skip  # pragma: no cover - compiled
     """Rates for levels ``first`` and below: ``g_rate`` of the groups of general levels (those
     that get one are listed first in ``positive``; returns how many), classes for the pair
@@ -850,9 +852,9 @@ def _allocate(
                 for e in range(members.shape[0]):
                     if fixed[2][members[e]]:
                         _unfix(fixed, groups, members[e], now)
-            scratch = use if lazy else usage
+            scratch = use if fix_rates else usage
             fit = _caps_fit(members, g_links, g_cap, g_count, residual, capacity, g_rate, scratch)
-            if fit == FIT and lazy:
+            if fit == FIT and fix_rates:
                 level_fixed[level] = True
                 for e in range(members.shape[0]):
                     if g_count[members[e]] >= 0.5:
@@ -945,14 +947,14 @@ def run_steps(
     limit,
     simultaneous,
     finished,
-    lazy,
+    fix_rates,
 ):  # pragma: no cover - compiled
     """Step from ``now`` until a coflow finishes or the clock reaches ``limit``.
 
     Returns ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`,
     :data:`LIMIT`, :data:`STUCK`), the clock, the steps taken and the slots that finished (the
     first ``n_finished`` entries of ``finished``). ``positive`` is scratch room for the groups
-    of general levels; ``lazy`` fixes the rates of levels whose caps fit (see above)."""
+    of general levels; ``fix_rates`` fixes the rates of levels whose caps fit (see above)."""
     g_links, g_count, g_served, g_rate, g_cap, g_level, g_next = (
         groups[0],
         groups[1],
@@ -963,8 +965,10 @@ def run_steps(
         groups[8],
     )
     w, wt, level_row, pmap = pairs[0], pairs[1], pairs[6], groups[14]
-    lazy = lazy and not ideal and general.any()  # (no state to set up for JPAS' 5,000 calls)
-    fixed = _fixed_state(level_start.shape[0] - 1, capacity.shape[0], groups[13][2] if lazy else 0)
+    # (no general level, no fixed-rate state to set up: JPAS makes 5,000 calls)
+    fix_rates = fix_rates and not ideal and general.any()
+    n_fixable = groups[13][2] if fix_rates else 0
+    fixed = _fixed_state(level_start.shape[0] - 1, capacity.shape[0], n_fixable)
     level_fixed, fixed_use, fixed_ids = fixed[0], fixed[1], fixed[6]
     n = n_hosts
     n_levels = level_start.shape[0] - 1
@@ -1004,7 +1008,7 @@ def run_steps(
                 n,
                 positive,
                 fixed,
-                lazy,
+                fix_rates,
                 now,
                 changed,
                 saved_residual,
@@ -1033,7 +1037,7 @@ def run_steps(
             left = g_next[g] - g_served[g]
             if left < step * g_rate[g]:
                 step = left / g_rate[g]
-        if lazy and _next_fixed(fixed) - now < step:
+        if fix_rates and _next_fixed(fixed) - now < step:
             step = _next_fixed(fixed) - now
         if step == np.inf:
             why = STUCK
@@ -1089,9 +1093,9 @@ def run_steps(
             )
             if g_count[g] < 0.5:
                 _free_group(groups, g)
-        while lazy and _next_fixed(fixed) - then <= cutoff:
+        while fix_rates and _next_fixed(fixed) - then <= cutoff:
             g = fixed_ids[0]
-            _heap2_pop(fixed[5], fixed_ids, fixed[7])
+            _end_pop(fixed[5], fixed_ids, fixed[7])
             _unfix(fixed, groups, g, now)
             ended = True
             changed = min(changed, g_level[g])
