@@ -28,6 +28,12 @@ _REL = 1e-9
 
 
 @njit(cache=True)
+def _filled(residual, capacity, link):  # pragma: no cover - compiled
+    """Whether the levels above left ``link`` full: its flows get 0 at this level."""
+    return residual[link] <= 1e-12 * capacity[link] and capacity[link] < np.inf
+
+
+@njit(cache=True)
 def _freeze(f, rate, links, weights, residual, count, rates):  # pragma: no cover - compiled
     """Give entry ``f`` its final ``rate`` and take its flows off their links."""
     rates[f] = rate
@@ -55,7 +61,7 @@ def _fill(members, links, caps, weights, residual, capacity, rates):  # pragma: 
             continue
         for c in range(k):
             link = links[members[i], c]
-            if residual[link] <= 1e-12 * capacity[link] and capacity[link] < np.inf:
+            if _filled(residual, capacity, link):
                 starved = True
                 break
         if starved:
@@ -351,7 +357,7 @@ def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, c
     hits = np.empty(2 * n, dtype=np.int64)
     n_hits = 0
     for j in range(n_links):
-        if residual[links[j]] <= 1e-12 * capacity[links[j]]:
+        if _filled(residual, capacity, links[j]):
             hits[n_hits] = links[j]
             n_hits += 1
     if n_hits > 0:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from simulator.allocation import _REL, _fill, greedy_groups, pair_shares
+from simulator.allocation import _REL, _fill, _filled, greedy_groups, pair_shares
 
 DONE = -1  # group of a finished flow
 PENDING = -2  # released, not placed yet (its threshold is then its size in bits)
@@ -84,7 +84,7 @@ class Tables:
         # is found by scanning ~n/4096 words, and a step's kernels scan a short id prefix
         self.free_bits = np.zeros(0, dtype=np.uint64)
         self.free_summary = np.zeros(0, dtype=np.uint64)
-        # [freed ids in the heap, ids ever handed out, used prefix (every used id is below)]
+        # [freed ids, ids ever handed out, used prefix (every used id is below)]
         self.meta = np.zeros(3, dtype=np.int64)
         self.pmap = np.full((0, n_pairs), NIL, dtype=np.int64)
         self.n_rows = 0  # rows of pmap handed out
@@ -244,7 +244,7 @@ def _free_pop(free, meta):  # pragma: no cover - compiled
 @njit(cache=True)
 def _new_group(groups, links, bucket, row, pair, reuse):  # pragma: no cover - compiled
     """A group for ``pair`` in ``bucket``: ``reuse`` if it is a group id just emptied (and not
-    freed: saves two heap operations per flow a reorder moves), else a free id."""
+    freed: saves freeing and finding an id per flow a reorder moves), else a free id."""
     (
         g_links,
         g_count,
@@ -298,24 +298,14 @@ def _empty_group(groups, g):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _free_group(groups, g):  # pragma: no cover - compiled
-    g_count, g_rate, g_head, g_next, g_used, g_row, g_pair = (
-        groups[1],
-        groups[3],
-        groups[7],
-        groups[8],
-        groups[9],
-        groups[10],
-        groups[11],
-    )
-    free, meta, pmap = groups[12], groups[13], groups[14]
+    g_count, g_rate, g_head, g_next, g_used = groups[1], groups[3], groups[7], groups[8], groups[9]
+    free, meta = groups[12], groups[13]
     g_count[g] = 0.0
     g_rate[g] = 0.0
     g_head[g] = NIL
     g_next[g] = np.inf
     g_used[g] = False
-    if g_row[g] >= 0 and pmap[g_row[g], g_pair[g]] == g:
-        pmap[g_row[g], g_pair[g]] = NIL
-    g_row[g] = NIL
+    _empty_group(groups, g)
     _free_push(free, meta, g)
     while meta[2] > 0 and not g_used[meta[2] - 1]:
         meta[2] -= 1
@@ -552,7 +542,8 @@ def _class_members(w, wt, pmap, level_row, c_share, c, n, out):  # pragma: no co
 
 @njit(cache=True)
 def _mark_dirty(dirty, n_dirty, c):  # pragma: no cover - compiled
-    """Note that class ``c``'s key must be recomputed (``dirty[-1]`` flags, the rest lists)."""
+    """Note that class ``c``'s key must be recomputed (``dirty`` flags it, ``n_dirty`` holds
+    the count, then the dirty classes)."""
     if c != NIL and not dirty[c]:
         dirty[c] = True
         n_dirty[0] += 1
@@ -613,14 +604,8 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
                     weight = wt_level[d, s]
                 if weight < 0.5 or (side == 1 and row_moved[s]):
                     continue
-                c = NIL
-                rate = min(rows[s], cols[d])
-                if rate > 0.0 and rate < np.inf:
-                    c = base + (s if rows[s] <= cols[d] else n + d)
-                was = NIL
-                rate = min(old_rows[s], old_cols[d])
-                if rate > 0.0 and rate < np.inf:
-                    was = base + (s if old_rows[s] <= old_cols[d] else n + d)
+                c = _pair_class(rows, cols, s, d, n, base)
+                was = _pair_class(old_rows, old_cols, s, d, n, base)
                 if c == was:
                     continue
                 # offset: its bits served minus its class's count (0 before the first step)
@@ -684,9 +669,7 @@ def _caps_fit(members, links, caps, weights, residual, capacity, rates, usage):
             continue
         starved = False
         for c in range(k):
-            link = links[g, c]
-            if residual[link] <= 1e-12 * capacity[link] and capacity[link] < np.inf:
-                starved = True
+            starved = starved or _filled(residual, capacity, links[g, c])
         if starved:
             result = FIT_STARVED
             continue
