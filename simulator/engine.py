@@ -272,8 +272,7 @@ class Simulator:
 
     def run(self, until_s: float = math.inf) -> None:
         """Process events until none is left (or the clock reaches ``until_s``)."""
-        period = self.policy.reorder_period_s
-        next_tick = self.now_s + period if period else math.inf
+        ticks = _Ticks(self.now_s, self.policy.reorder_period_s)
         tables = self._tables
         while True:
             self._fire_due_events()
@@ -283,10 +282,11 @@ class Simulator:
             if not self._active_slots:
                 if next_event == math.inf or next_event > until_s:
                     break
-                self.now_s = next_event
+                self._advance(next_event)
                 continue
+            limit = min(next_event, ticks.after(self.now_s), until_s)
             finished = np.empty(len(self._active_slots), dtype=np.int64)
-            why, self.now_s, steps, n_finished = run_steps(
+            why, now_s, steps, n_finished = run_steps(
                 tables.flow_arrays(),
                 tables.group_arrays(),
                 tables.pair_arrays(),
@@ -299,11 +299,12 @@ class Simulator:
                 self._pair_hosts,
                 self._positive,
                 self.now_s,
-                min(next_event, next_tick, until_s),
+                limit,
                 _SIMULTANEOUS,
                 finished,
                 self._fixed_rates,
             )
+            self._advance(now_s)
             self.steps += steps
             if why == STUCK:
                 raise RuntimeError(
@@ -312,11 +313,17 @@ class Simulator:
                 )
             for slot in sorted(finished[:n_finished].tolist()):  # release order
                 self._slot_done(slot)
-            if self.now_s >= next_tick:
-                next_tick = self.now_s + period
+            if ticks.due(self.now_s):
                 self._dirty = True
             if self.now_s >= until_s:
                 break
+
+    def _advance(self, time_s: float) -> None:
+        """Move the clock to ``time_s``; moving it backwards is a bug and always raises
+        (a plain ``if``, so ``python -O`` cannot switch it off)."""
+        if not time_s >= self.now_s:
+            raise RuntimeError(f"the clock would run backwards: {self.now_s!r} s -> {time_s!r} s")
+        self.now_s = time_s
 
     def _fire_due_events(self) -> None:
         while self._heap and self._heap[0][0] <= self.now_s * (1 + 1e-15) + 1e-12:
@@ -523,6 +530,37 @@ class Simulator:
     def bytes_delivered(self) -> float:
         _, total_bits, _ = self._slot_bits(with_ports=False)
         return self.bytes_offered - float(total_bits.sum()) / 8.0
+
+
+class _Ticks:
+    """A policy's periodic reorders: at ``origin + k * period`` for k = 1, 2, ..., on a fixed
+    grid like the controller's timer, whether or not the network was busy in between (so an
+    idle gap never leaves a tick behind the clock). No period: never."""
+
+    def __init__(self, origin_s: float, period_s: float | None) -> None:
+        if period_s is not None and not period_s > 0:
+            raise ValueError(f"a reorder period must be > 0 s, got {period_s!r}")
+        self._origin = origin_s
+        self._period = period_s
+        self._k = 1  # the next tick is origin + k * period
+
+    def after(self, now_s: float) -> float:
+        """The first tick strictly after ``now_s``, unless one is due at ``now_s`` (then it)."""
+        if self._period is None:
+            return math.inf
+        tick = self._origin + self._k * self._period
+        if tick < now_s:  # ticks that fell in an idle gap did nothing: skip them
+            self._k = max(self._k, math.floor((now_s - self._origin) / self._period))
+            while (tick := self._origin + self._k * self._period) < now_s:
+                self._k += 1
+        return tick
+
+    def due(self, now_s: float) -> bool:
+        """Whether a tick is due at ``now_s``; if so the next one is scheduled."""
+        if self._period is None or self.after(now_s) > now_s:
+            return False
+        self._k += 1
+        return True
 
 
 def _same_layout(a: tuple, b: tuple) -> bool:
