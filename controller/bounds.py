@@ -12,12 +12,21 @@ single machine that must process all of its items' demand, so:
   (:func:`isolation_bound`).
 
 :func:`completion_lower_bound` returns the largest bound that applies.
+
+HPO stages and jobs (:func:`job_lower_bound`, :func:`stage_lower_bound`): a job repeats
+``iterations`` times "compute, then synchronise" and a synchronisation cannot start before its
+compute ends, so the job needs ``iterations x (compute + its synchronisation's bottleneck
+alone)``. A stage ends with its last job, so it needs the larger of its slowest job alone and,
+for every port, the time before any of its jobs can send there (one compute) plus all of the
+stage's bytes through that port at line rate. Both hold for any schedule, priority, GPU sharing
+or pause (those only add waiting), on the simulator and on the testbed.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 Demand = Mapping[Hashable, float]
 
@@ -117,3 +126,44 @@ def completion_lower_bound(
     elif unweighted:
         bound = max(bound, srpt_bound(demands, releases))
     return bound
+
+
+@dataclass(frozen=True)
+class JobDemand:
+    """What one HPO job must do in its stage.
+
+    Args:
+        iterations: iterations to train, each a compute phase then a synchronisation.
+        compute_s: compute time of one iteration.
+        sync_bytes: bytes one synchronisation puts through each port.
+    """
+
+    iterations: int
+    compute_s: float
+    sync_bytes: Mapping[Hashable, float]
+
+
+def job_lower_bound(job: JobDemand, port_bps: float) -> float:
+    """``iterations x (compute + bottleneck of one synchronisation alone at line rate)``."""
+    bottleneck = 8.0 * max(job.sync_bytes.values(), default=0.0) / port_bps
+    return job.iterations * (job.compute_s + bottleneck)
+
+
+def stage_lower_bound(jobs: Sequence[JobDemand], port_bps: float) -> float:
+    """The larger of the stage's slowest job alone (:func:`job_lower_bound`) and, over its
+    ports, the earliest any of its jobs can send there plus all its bytes there at line rate.
+
+    Args:
+        jobs: the stage's jobs, all starting with the stage.
+        port_bps: capacity of every port.
+    """
+    alone = max((job_lower_bound(job, port_bps) for job in jobs), default=0.0)
+    load: dict[Hashable, float] = {}
+    first_send: dict[Hashable, float] = {}
+    for job in jobs:
+        for port, size in job.sync_bytes.items():
+            if size > 0 and job.iterations > 0:
+                load[port] = load.get(port, 0.0) + job.iterations * size
+                first_send[port] = min(first_send.get(port, job.compute_s), job.compute_s)
+    busiest = max((first_send[p] + 8.0 * load[p] / port_bps for p in load), default=0.0)
+    return max(alone, busiest)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import socket
 import struct
@@ -34,6 +33,7 @@ import threading
 import time
 
 from controller.argtypes import positive, tcp_port
+from workloads.curves import curve_from_json
 
 HEADER = struct.Struct("!QQ")  # iteration, payload length
 CHUNK = 1 << 16
@@ -79,8 +79,7 @@ class Worker:
     def accuracy(self, iteration: int) -> float | None:
         if self.args.curve is None:
             return None
-        final, tau = self.args.curve
-        return round(final * (1.0 - math.exp(-iteration / tau)), 6)
+        return round(self.args.curve.accuracy(iteration), 6)
 
     # ---- sockets -----------------------------------------------------------------------------
 
@@ -290,10 +289,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--curve",
-        type=float,
-        nargs=2,
-        metavar=("FINAL", "TAU"),
-        help="learning curve: accuracy = FINAL * (1 - exp(-iteration / TAU))",
+        metavar="JSON",
+        help="the job's learning curve as workloads.curves.curve_to_json writes it, e.g. "
+        '\'{"final_accuracy": 0.9, "tau_iterations": 20}\'',
     )
     parser.add_argument(
         "--start-paused",
@@ -317,8 +315,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--base-port + number of ranks exceeds 65535")
     if args.compute_s < 0 or args.iterations < 0 or args.start_iteration < 0:
         parser.error("--compute-s, --iterations and --start-iteration must be >= 0")
-    if args.curve and args.curve[1] <= 0:
-        parser.error("--curve TAU must be > 0")
+    if args.curve is not None:
+        try:
+            args.curve = curve_from_json(args.curve)
+        except ValueError as exc:
+            parser.error(f"--curve: {exc}")
     return args
 
 

@@ -12,14 +12,14 @@ not part of this repository: point ``--yahpo`` (or :class:`LcBench`) at a folder
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from workloads.curves import TabulatedCurve
 
 # yahpo_gym's order of the continuous inputs of the LCBench surrogate
 CONTINUOUS = (
@@ -45,53 +45,6 @@ EPOCHS = 52
 
 class YahpoError(Exception):
     """The surrogate cannot be used (files or onnxruntime missing, unknown task)."""
-
-
-@dataclass(frozen=True)
-class TabulatedCurve:
-    """A learning curve given at epochs: accuracy after ``iterations`` interpolates linearly
-    between epochs (``iterations_per_epoch`` each) and from 0 at iteration 0.
-
-    Same interface as :class:`workloads.curves.LearningCurve` (``final_accuracy`` is the
-    accuracy after the last epoch; ``tau_iterations`` the iterations to reach 63 % of it, for
-    workers that only take a parametric curve).
-    """
-
-    epoch_accuracy: tuple[float, ...]
-    iterations_per_epoch: float
-
-    @property
-    def final_accuracy(self) -> float:
-        return self.epoch_accuracy[-1]
-
-    @property
-    def tau_iterations(self) -> float:
-        return max(self.iterations_to(1.0 - math.exp(-1.0)), 1e-9)
-
-    def accuracy(self, iterations: float) -> float:
-        epoch = iterations / self.iterations_per_epoch
-        if epoch <= 0:
-            return 0.0
-        if epoch >= len(self.epoch_accuracy):
-            return self.epoch_accuracy[-1]
-        low = int(epoch)
-        before = 0.0 if low == 0 else self.epoch_accuracy[low - 1]
-        return before + (epoch - low) * (self.epoch_accuracy[low] - before)
-
-    def iterations_to(self, fraction: float) -> float:
-        """Iterations until the accuracy first reaches ``fraction`` of the final accuracy
-        (``inf`` if the curve never gets there before its last epoch)."""
-        if not 0 < fraction < 1:
-            raise ValueError("fraction must be in (0, 1)")
-        target = fraction * self.final_accuracy
-        running = np.maximum.accumulate(np.asarray(self.epoch_accuracy))
-        index = bisect.bisect_left(running.tolist(), target)
-        if index >= len(self.epoch_accuracy):
-            return math.inf
-        before = 0.0 if index == 0 else self.epoch_accuracy[index - 1]
-        after = self.epoch_accuracy[index]
-        share = 1.0 if after <= before else (target - before) / (after - before)
-        return (index + min(max(share, 0.0), 1.0)) * self.iterations_per_epoch
 
 
 class LcBench:

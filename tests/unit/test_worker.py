@@ -84,8 +84,11 @@ def finish(procs, timeout=60):
     return outs
 
 
+CURVE = '{"final_accuracy": 0.9, "tau_iterations": 2}'
+
+
 def test_ring_all_reduce_bytes_and_iterations():
-    results = finish(start("ring", 3, 4, model_bytes=300_000, extra=["--curve", "0.9", "2"]))
+    results = finish(start("ring", 3, 4, model_bytes=300_000, extra=["--curve", CURVE]))
     for events, code, err in results:
         assert code == 0, err
         kinds = [e["event"] for e in events]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from workloads.curves import TabulatedCurve
 from workloads.hpo import generate
-from workloads.yahpo import LcBench, TabulatedCurve, YahpoError
+from workloads.yahpo import LcBench, YahpoError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "yahpo"

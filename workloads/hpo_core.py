@@ -1,0 +1,403 @@
+"""The HPO progression core: one state machine of tasks, stages, jobs and configurations for the
+simulator and the testbed.
+
+It owns no clock and moves no bytes. A driver feeds it events with the time they happened
+(:meth:`HpoCore.arrive`, :meth:`HpoCore.iteration_done`, :meth:`HpoCore.job_done`,
+:meth:`HpoCore.quantum`) and carries out the :class:`Actions` it returns: start these jobs,
+give or take these GPUs. The core alone decides which configurations survive a stage, when a
+stage ends, what accuracy a configuration has, and writes the rows of every result file, so
+the simulator (:mod:`simulator.hpo`, bytes through a simulated fabric) and the testbed
+(:mod:`workloads.testbed_driver`, worker processes on Mininet hosts) report the same metrics
+with the same definitions:
+
+- every time of a task counts from its **arrival**, the time the driver said it arrived
+  (time to 90 % / 95 % of a configuration's converged accuracy, best configuration identified,
+  HPO completion);
+- a stage's SCT runs from its start (its first jobs submitted) to its last job's end; a job's
+  JCT from its stage's start to its own end;
+- lower bounds from :mod:`controller.bounds` (``bound_s``; ``ratio_to_bound`` = measured /
+  bound, never below 1): a job alone; a stage (the larger of its slowest job alone and its
+  busiest port); a task (the sum of its stages' bounds: its stages run one after the other);
+- accuracy comes from the configuration's learning curve object (:mod:`workloads.curves`)
+  after the iterations it has trained over all its stages.
+
+The search is successive halving (:func:`workloads.hpo.survivors` picks who goes on); a task's
+``plan`` lists its stages. Asynchronous searches (ASHA) will add their own rule for what
+starts after an event in :meth:`HpoCore._after_job`, the one place that decides it.
+
+With a job manager (:class:`workloads.gpu.GpuManager`) the core submits every job it starts,
+reports progress, and returns the manager's decisions; ``JobRun.holding`` says whether a job
+holds its GPUs (always true without a manager).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
+from controller.model import Flow, Port, port_bytes
+from workloads.gpu import Decision, GpuJob, GpuManager
+from workloads.hpo import HpoTask, best_identified_s, survivors, sync_flows
+
+FRACTIONS = (0.9, 0.95)
+
+
+@dataclass
+class JobRun:
+    """One configuration training in one stage.
+
+    Args:
+        job_id: unique over the run (stages and jobs share one id sequence).
+        task_id, stage_id, config: where it belongs.
+        hosts: workload host indices of its workers (the PS or first ring rank first).
+        start_iteration: iterations its configuration trained before this stage.
+        iterations: iterations to train in this stage.
+        start_s: its stage's start.
+        sync_bytes: bytes one synchronisation puts through each port (``controller.model``
+            ports of the workload host indices).
+        bound_s: lower bound on its JCT.
+    """
+
+    job_id: int
+    task_id: int
+    stage_id: int
+    config: int
+    hosts: list[int]
+    start_iteration: int
+    iterations: int
+    start_s: float
+    sync_bytes: dict[Port, float]
+    bound_s: float
+    done: int = 0  # iterations completed in this stage
+    finish_s: float | None = None
+    holding: bool = True  # holds its GPUs (always, without a job manager)
+
+    @property
+    def target_iteration(self) -> int:
+        """The configuration's iteration count once this job is done."""
+        return self.start_iteration + self.iterations
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.start_s
+
+
+@dataclass
+class StageRun:
+    """One successive-halving round of a task: its jobs start together, it ends with the last."""
+
+    stage_id: int
+    task_id: int
+    index: int
+    start_s: float
+    iterations: int
+    compute_s: float  # compute time of each of its jobs: a floor under its SCT
+    bound_s: float  # lower bound on its SCT (controller.bounds.stage_lower_bound)
+    job_ids: list[int] = field(default_factory=list)
+    finish_s: float | None = None
+
+    @property
+    def sct_s(self) -> float | None:
+        return None if self.finish_s is None else self.finish_s - self.start_s
+
+
+@dataclass
+class ConfigRun:
+    """A configuration over all its stages: iterations trained and when it reached a fraction
+    of its converged accuracy."""
+
+    task_id: int
+    config: int
+    trained: int = 0
+    reached_s: dict[float, float] = field(default_factory=dict)  # fraction -> time
+
+
+@dataclass
+class TaskRun:
+    """An HPO task: when it arrived (the origin of its times) and ended."""
+
+    task_id: int
+    arrival_s: float
+    finish_s: float | None = None
+    bound_s: float = 0.0  # sum of its stages' bounds
+
+
+@dataclass
+class Actions:
+    """What a driver must do after an event, in this order: start ``started`` (jobs of new
+    stages, already submitted to the job manager), then apply every GPU decision in turn."""
+
+    started: list[JobRun] = field(default_factory=list)
+    gpu: list[Decision] = field(default_factory=list)
+
+    def extend(self, other: Actions) -> None:
+        self.started += other.started
+        self.gpu += other.gpu
+
+
+class HpoCore:
+    """The state of HPO tasks driven by events; see the module docstring.
+
+    Args:
+        tasks: the workload (:func:`workloads.hpo.generate`).
+        port_bps: capacity of every host port (for the lower bounds).
+        gpus: the job manager sharing the GPUs, or ``None``: every job computes at once.
+        fractions: accuracy fractions (of converged accuracy) whose time to reach is recorded.
+        new_id: gives stage and job ids (default: 1, 2, ...); a driver that numbers more
+            things from one sequence passes its own.
+    """
+
+    def __init__(
+        self,
+        tasks: Iterable[HpoTask],
+        port_bps: float,
+        gpus: GpuManager | None = None,
+        fractions: Iterable[float] = FRACTIONS,
+        new_id: Callable[[], int] | None = None,
+    ) -> None:
+        if not port_bps > 0:
+            raise ValueError(f"port_bps must be > 0, got {port_bps!r}")
+        self.tasks = {t.task_id: t for t in tasks}
+        self.port_bps = float(port_bps)
+        self.gpus = gpus
+        self.fractions = tuple(fractions)
+        self._new_id = new_id or itertools.count(1).__next__
+        self.runs: dict[int, TaskRun] = {}
+        self.stages: dict[int, StageRun] = {}
+        self.jobs: dict[int, JobRun] = {}
+        self.configs: dict[tuple[int, int], ConfigRun] = {
+            (t.task_id, c): ConfigRun(t.task_id, c) for t in self.tasks.values()
+            for c in range(t.n_configs)
+        }  # fmt: skip
+        # task id -> (time, configuration, accuracy) as its jobs reported them
+        self.observations: dict[int, list[tuple[float, int, float]]] = {t: [] for t in self.tasks}
+
+    # ---- events -------------------------------------------------------------------------------
+
+    def arrive(self, task_id: int, now_s: float) -> Actions:
+        """Task ``task_id`` arrives: its first stage starts with every configuration."""
+        if task_id in self.runs:
+            raise ValueError(f"task {task_id} arrived twice")
+        task = self.tasks[task_id]
+        self.runs[task_id] = TaskRun(task_id, now_s)
+        return self._start_stage(task, 0, list(range(task.n_configs)), now_s)
+
+    def iteration_done(self, job_id: int, now_s: float) -> float:
+        """Job ``job_id`` finished one more iteration (compute and synchronisation).
+
+        Returns:
+            The configuration's accuracy now.
+        """
+        job = self.jobs[job_id]
+        if job.done >= job.iterations:
+            raise ValueError(f"job {job_id} reported more than its {job.iterations} iterations")
+        job.done += 1
+        config = self.configs[(job.task_id, job.config)]
+        config.trained += 1
+        curve = self.tasks[job.task_id].curves[job.config]
+        accuracy = curve.accuracy(config.trained)
+        self.observations[job.task_id].append((now_s, job.config, accuracy))
+        for fraction in self.fractions:
+            if fraction not in config.reached_s and config.trained >= curve.iterations_to(fraction):
+                config.reached_s[fraction] = now_s
+        if self.gpus is not None:
+            self.gpus.report(job_id, job.done, accuracy)
+        return accuracy
+
+    def job_done(self, job_id: int, now_s: float) -> Actions:
+        """Job ``job_id`` ended (every worker done); its stage may end and the next start."""
+        job = self.jobs[job_id]
+        if job.done != job.iterations:
+            raise ValueError(f"job {job_id} ended after {job.done} of {job.iterations} iterations")
+        if job.finish_s is not None:
+            raise ValueError(f"job {job_id} ended twice")
+        job.finish_s = now_s
+        return self._after_job(job, now_s)
+
+    def quantum(self, now_s: float) -> Decision:
+        """A time-sharing quantum boundary: the job manager may preempt."""
+        if self.gpus is None:
+            raise ValueError("quantum boundaries need a job manager")
+        return self._decide(now_s, preempt=True)
+
+    @property
+    def finished(self) -> bool:
+        """Whether every task has ended."""
+        return all(run.finish_s is not None for run in self.runs.values()) and len(
+            self.runs
+        ) == len(self.tasks)
+
+    # ---- decisions ----------------------------------------------------------------------------
+
+    def _after_job(self, job: JobRun, now_s: float) -> Actions:
+        """What starts after a job ends: its GPUs go to waiting jobs; if it was its stage's
+        last, the stage ends and successive halving starts the next with the survivors."""
+        actions = Actions()
+        if self.gpus is not None:
+            self.gpus.finish(job.job_id, now_s)
+            actions.gpu.append(self._decide(now_s, preempt=False))
+        stage = self.stages[job.stage_id]
+        if any(self.jobs[j].finish_s is None for j in stage.job_ids):
+            return actions
+        stage.finish_s = now_s
+        task = self.tasks[stage.task_id]
+        configs = [self.jobs[j].config for j in stage.job_ids]
+        trained = {c: self.configs[(task.task_id, c)].trained for c in configs}
+        following = survivors(task, stage.index, trained)
+        if not following:
+            self.runs[task.task_id].finish_s = now_s
+            return actions
+        actions.extend(self._start_stage(task, stage.index + 1, following, now_s))
+        return actions
+
+    def _start_stage(self, task: HpoTask, index: int, configs: list[int], now_s: float) -> Actions:
+        _, iterations = task.plan[index]
+        compute_s = task.model.compute_s
+        stage = StageRun(self._new_id(), task.task_id, index, now_s, iterations,
+                         iterations * compute_s, 0.0)  # fmt: skip
+        self.stages[stage.stage_id] = stage
+        actions = Actions()
+        demands = []
+        for config in configs:
+            hosts = list(task.hosts[config])
+            src, dst, size = sync_flows(task.pattern, hosts, task.model.sync_bytes)
+            flows = [Flow(int(s), int(d), float(b)) for s, d, b in zip(src, dst, size, strict=True)]
+            demand = JobDemand(iterations, compute_s, port_bytes(flows, remaining=False))
+            demands.append(demand)
+            trained = self.configs[(task.task_id, config)].trained
+            job = JobRun(
+                self._new_id(), task.task_id, stage.stage_id, config, hosts, trained, iterations,
+                now_s, dict(demand.sync_bytes), job_lower_bound(demand, self.port_bps),
+            )  # fmt: skip
+            self.jobs[job.job_id] = job
+            stage.job_ids.append(job.job_id)
+            actions.started.append(job)
+            if self.gpus is not None:
+                job.holding = False  # until the manager gives it its GPUs
+                self.gpus.submit(
+                    GpuJob(job.job_id, len(hosts), now_s, servers=hosts),
+                    now_s,
+                    accuracy=task.curves[config].accuracy(trained),
+                )
+        stage.bound_s = stage_lower_bound(demands, self.port_bps)
+        self.runs[task.task_id].bound_s += stage.bound_s
+        if self.gpus is not None:
+            actions.gpu.append(self._decide(now_s, preempt=False))
+        return actions
+
+    def _decide(self, now_s: float, preempt: bool) -> Decision:
+        decision = self.gpus.schedule(now_s, preempt=preempt)
+        for gpu_job in decision.stop:
+            self.jobs[gpu_job.job_id].holding = False
+        for gpu_job in decision.start:
+            self.jobs[gpu_job.job_id].holding = True
+        return decision
+
+    # ---- results ------------------------------------------------------------------------------
+
+    def gpu_stats(self, now_s: float) -> dict | None:
+        """The job manager's statistics up to the end of the last task (``None`` without)."""
+        if self.gpus is None:
+            return None
+        ends = [run.finish_s for run in self.runs.values() if run.finish_s is not None]
+        return self.gpus.stats(max(ends, default=now_s))
+
+    def stage_rows(self) -> list[dict]:
+        """One row per stage: times, SCT, compute floor, lower bound and SCT over it."""
+        return [
+            {
+                "stage_id": s.stage_id,
+                "task_id": s.task_id,
+                "index": s.index,
+                "jobs": len(s.job_ids),
+                "configs": " ".join(str(self.jobs[j].config) for j in s.job_ids),
+                "iterations": s.iterations,
+                "start_s": s.start_s,
+                "finish_s": s.finish_s,
+                "sct_s": s.sct_s,
+                "compute_s": s.compute_s,
+                "bound_s": s.bound_s,
+                "ratio_to_bound": _ratio(s.sct_s, s.bound_s),
+            }
+            for s in self.stages.values()
+        ]
+
+    def job_rows(self) -> list[dict]:
+        """One row per job: its configuration, iterations, times, JCT and its bound."""
+        return [
+            {
+                "job_id": j.job_id,
+                "task_id": j.task_id,
+                "stage_id": j.stage_id,
+                "config": j.config,
+                "iterations": j.iterations,
+                "start_s": j.start_s,
+                "finish_s": j.finish_s,
+                "jct_s": j.jct_s,
+                "bound_s": j.bound_s,
+                "ratio_to_bound": _ratio(j.jct_s, j.bound_s),
+            }
+            for j in self.jobs.values()
+        ]
+
+    def config_rows(self) -> list[dict]:
+        """One row per configuration: iterations trained, converged accuracy, and the time
+        from its task's arrival until it reached each fraction of it."""
+        rows = []
+        for (task_id, config), run in self.configs.items():
+            arrival = self.runs[task_id].arrival_s if task_id in self.runs else None
+            row = {
+                "task_id": task_id,
+                "config": config,
+                "trained": run.trained,
+                "final_accuracy": self.tasks[task_id].curves[config].final_accuracy,
+            }
+            for fraction in self.fractions:
+                reached = run.reached_s.get(fraction)
+                row[f"time_to_{round(fraction * 100)}pct_s"] = (
+                    None if reached is None else reached - arrival
+                )
+            rows.append(row)
+        return rows
+
+    def task_rows(self) -> list[dict]:
+        """One row per task: HPO completion time and its bound, the configuration it ends with
+        (the most accurate of its last stage) and when that one was identified (from then on
+        its observed accuracy is the highest of the task), all from the task's arrival."""
+        last: dict[int, StageRun] = {}
+        for stage in self.stages.values():
+            if stage.task_id not in last or stage.index > last[stage.task_id].index:
+                last[stage.task_id] = stage
+        rows = []
+        for task_id, task in self.tasks.items():
+            run = self.runs.get(task_id)
+            winner = identified = completion = None
+            if run is not None and run.finish_s is not None:
+                finals = [self.jobs[j].config for j in last[task_id].job_ids]
+                trained = {c: self.configs[(task_id, c)].trained for c in finals}
+                winner = max(finals, key=lambda c: (task.curves[c].accuracy(trained[c]), -c))
+                found = best_identified_s(self.observations[task_id], winner)
+                identified = None if found is None else found - run.arrival_s
+                completion = run.finish_s - run.arrival_s
+            rows.append(
+                {
+                    "task_id": task_id,
+                    "arrival_s": None if run is None else run.arrival_s,
+                    "hpo_completion_s": completion,
+                    "bound_s": None if run is None else run.bound_s,
+                    "ratio_to_bound": _ratio(completion, None if run is None else run.bound_s),
+                    "best_config": winner,
+                    "best_identified_s": identified,
+                }
+            )
+        return rows
+
+
+def _ratio(measured: float | None, bound: float | None) -> float:
+    """``measured / bound``, NaN while either is missing or the bound is zero."""
+    if measured is None or not bound:
+        return math.nan
+    return measured / bound
