@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from controller.metrics import percentile
 from controller.model import ClusterState
 from controller.policies import POLICIES, Policy, make_policy
 from controller.registry import IMPLICIT_COFLOW_BASE, ApiError, Registry
@@ -48,15 +49,6 @@ class Stats:
     compute_s: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
-
-
-def percentile(values, q: float) -> float | None:
-    """The ``q``-th percentile (nearest rank) of ``values``; ``None`` when empty."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    rank = max(0, min(len(ordered) - 1, round(q / 100.0 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
 
 
 class Engine:

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from controller.bssi import bssi_order
+from controller.metrics import nearest_rank_index
 from controller.model import (
     ClusterState,
     Coflow,
@@ -145,8 +146,7 @@ class FifoLM(Policy):
             return self.heavy_threshold_bytes
         if len(self._sizes) < self.min_history:
             return math.inf
-        index = math.ceil(self.heavy_percentile / 100.0 * len(self._sizes)) - 1
-        return self._sizes[max(0, index)]
+        return self._sizes[nearest_rank_index(len(self._sizes), self.heavy_percentile)]
 
     def schedule(self, state: ClusterState) -> Schedule:
         active = state.active_coflows()

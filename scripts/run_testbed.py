@@ -36,8 +36,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from controller.argtypes import positive  # noqa: E402
 from controller.launcher import ControllerProcess, free_port  # noqa: E402
+from controller.metrics import summarise  # noqa: E402
 from controller.policies import POLICIES  # noqa: E402
-from simulator.metrics import summarise  # noqa: E402
+from simulator.metrics import write_csv  # noqa: E402
 from topologies import network  # noqa: E402
 from topologies.qos import class_bytes  # noqa: E402
 from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
@@ -89,13 +90,14 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
             hosts,
             ctl.client,
             tasks,
+            port_bps=args.bw * 1e6,
             progress=lambda m: print(f"  {m}"),
             gpus=gpus,
             log_dir=out / "logs",
         )
-        started = time.time()
+        started = time.monotonic()
         driver.run(timeout_s=args.timeout)
-        duration = time.time() - started
+        duration = time.monotonic() - started
         after = {p: class_bytes(p) for p in ports}
         stats = ctl.client.stats()
     finally:
@@ -111,21 +113,22 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
             else:
                 per_class[cls] = per_class.get(cls, 0) + count - before[port].get(cls, 0)
     stages = driver.stage_rows()
-    configs = driver.config_rows()
+    for name, rows in (
+        ("stages", stages),
+        ("jobs", driver.job_rows()),
+        ("configs", driver.config_rows()),
+        ("tasks", driver.task_rows()),
+    ):
+        write_csv(out / f"{name}.csv", rows)
     label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
     result = {
         "policy": label,
         "network_policy": policy,
         "gpu_policy": gpu_policy,
+        "link_bps": args.bw * 1e6,
         "duration_s": duration,
-        "sct_s": summarise([s["sct_s"] for s in stages]),
-        "jct_s": summarise([j["jct_s"] for j in driver.job_rows()]),
+        **driver.core.summary(driver.now()),
         "cct_s": summarise(driver.cct_s),
-        "time_to_90pct_s": summarise([c["time_to_90pct_s"] for c in configs]),
-        "time_to_95pct_s": summarise([c["time_to_95pct_s"] for c in configs]),
-        "hpo_completion_s": summarise(list(driver.task_finish_s.values())),
-        "best_identified_s": summarise([t["best_identified_s"] for t in driver.task_rows()]),
-        "gpu": driver.gpu_stats(),
         "worker_signals": driver.signals_sent,
         "worker_pauses": driver.pauses,
         "bytes_sent_while_paused": driver.bytes_while_paused,

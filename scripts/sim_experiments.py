@@ -29,11 +29,12 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from controller.metrics import summarise  # noqa: E402
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
-from simulator.metrics import coflow_rows, summarise, trace_lower_bound  # noqa: E402
+from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
 from simulator.traces import MB, load_trace, write_fb_trace  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from controller.argtypes import positive
+from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
-from simulator.metrics import coflow_rows, summarise, trace_lower_bound, write_csv, write_json
+from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
 from simulator.traces import TraceError, load_trace
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy
 from workloads.hpo import PATTERNS, SEARCHES, generate
@@ -335,23 +336,8 @@ def _pct(value) -> str:
 
 
 def hpo_summary(driver: HpoDriver) -> dict:
-    """Stage, job, accuracy and completion metrics of one HPO run."""
-    stages = driver.stage_rows()
-    configs = driver.config_rows()
-    tasks = driver.task_rows()
-    sct = [r["sct_s"] for r in stages]
-    bound = [r["bound_s"] for r in stages]
-    return {
-        "sct_s": summarise(sct),
-        "sct_over_bound": sum(sct) / sum(bound) if sum(bound) else float("nan"),
-        "jct_s": summarise([r["jct_s"] for r in driver.job_rows()]),
-        "time_to_90pct_s": summarise([r["time_to_90pct_s"] for r in configs]),
-        "time_to_95pct_s": summarise([r["time_to_95pct_s"] for r in configs]),
-        "hpo_completion_s": summarise([r["hpo_completion_s"] for r in tasks]),
-        "best_identified_s": summarise([r["best_identified_s"] for r in tasks]),
-        "stages": len(stages),
-        "gpu": driver.gpu_stats(),
-    }
+    """Stage, job, accuracy and completion metrics of one HPO run (the HPO core's summary)."""
+    return driver.core.summary(driver.sim.now_s)
 
 
 def main(argv=None) -> int:

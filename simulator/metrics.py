@@ -1,10 +1,12 @@
-"""Metrics of a simulation run: completion times, their summaries, lower-bound ratios, files."""
+"""Metrics of a simulation run: per-coflow rows, a trace's lower bound, CSV and JSON files.
+
+Summaries (mean, nearest-rank percentiles) are :func:`controller.metrics.summarise`, the one
+definition simulator, testbed and controller share."""
 
 from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,21 +14,6 @@ import numpy as np
 from controller.bounds import completion_lower_bound
 from simulator.engine import Simulator
 from simulator.traces import Trace
-
-
-def summarise(values: Sequence[float]) -> dict:
-    """Count, mean, median, p95, p99 and max of ``values`` (``None`` entries are dropped)."""
-    data = np.asarray([v for v in values if v is not None], dtype=float)
-    if not data.size:
-        return {"count": 0}
-    return {
-        "count": int(data.size),
-        "mean": float(data.mean()),
-        "p50": float(np.percentile(data, 50)),
-        "p95": float(np.percentile(data, 95)),
-        "p99": float(np.percentile(data, 99)),
-        "max": float(data.max()),
-    }
 
 
 def trace_lower_bound(trace: Trace, host_bps: float, offline: bool) -> float:

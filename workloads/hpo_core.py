@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
+from controller.metrics import summarise
 from controller.model import Flow, Port, port_bytes
 from workloads.gpu import Decision, GpuJob, GpuManager
 from workloads.hpo import HpoTask, best_identified_s, survivors, sync_flows
@@ -304,6 +305,27 @@ class HpoCore:
             return None
         ends = [run.finish_s for run in self.runs.values() if run.finish_s is not None]
         return self.gpus.stats(max(ends, default=now_s))
+
+    def summary(self, now_s: float) -> dict:
+        """The run's metrics, summarised (:func:`controller.metrics.summarise`) from the rows:
+        SCT, JCT, time to each accuracy fraction, HPO completion and best identified (from the
+        task's arrival), total SCT over total bound, stage count and the GPU statistics."""
+        stages, tasks, configs = self.stage_rows(), self.task_rows(), self.config_rows()
+        sct = [r["sct_s"] for r in stages if r["sct_s"] is not None]
+        bound = sum(r["bound_s"] for r in stages if r["sct_s"] is not None)
+        result = {
+            "sct_s": summarise(sct),
+            "sct_over_bound": sum(sct) / bound if bound else math.nan,
+            "jct_s": summarise([r["jct_s"] for r in self.job_rows()]),
+        }
+        for fraction in self.fractions:
+            key = f"time_to_{round(fraction * 100)}pct_s"
+            result[key] = summarise([r[key] for r in configs])
+        result["hpo_completion_s"] = summarise([r["hpo_completion_s"] for r in tasks])
+        result["best_identified_s"] = summarise([r["best_identified_s"] for r in tasks])
+        result["stages"] = len(stages)
+        result["gpu"] = self.gpu_stats(now_s)
+        return result
 
     def stage_rows(self) -> list[dict]:
         """One row per stage: times, SCT, compute floor, lower bound and SCT over it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -9,8 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from controller.policies import make_policy
+from simulator.engine import Fabric, Simulator
+from simulator.hpo import HpoDriver
 from tests.conftest import needs_root_and
 from topologies.qos import level_classid
+from workloads.hpo import generate
 
 pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "mnexec", "tc", "ethtool")]
 
@@ -29,14 +34,35 @@ def run_testbed(out: Path, *args: str) -> None:
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
 
 
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def structure(stages, jobs, configs, tasks) -> dict:
+    """What must not depend on timing: which configurations every stage trained (and how
+    long), how far each configuration got, and which one each task ended with."""
+    return {
+        "stages": sorted((int(s["task_id"]), int(s["index"]), s["configs"], int(s["iterations"]))
+                         for s in stages),
+        "jobs": sorted((int(j["task_id"]), int(j["config"]), int(j["iterations"])) for j in jobs),
+        "configs": sorted((int(c["task_id"]), int(c["config"]), int(c["trained"]))
+                          for c in configs),
+        "tasks": sorted((int(t["task_id"]), int(t["best_config"])) for t in tasks),
+    }  # fmt: skip
+
+
 def test_short_testbed_run(tmp_path):
     out = tmp_path / "testbed"
+    workload = dict(n_hosts=6, n_tasks=1, seed=3, configs_per_task=4, eta=2, min_iterations=3)
     run_testbed(
         out,
         "--hosts",
         "6",
         "--tasks",
         "1",
+        "--seed",
+        "3",
         "--configs",
         "4",
         "--eta",
@@ -49,6 +75,24 @@ def test_short_testbed_run(tmp_path):
         "--timeout",
         "300",
     )
+    # The simulator on the same workload and seed (same link rate and bytes) runs the same
+    # stages, jobs and configurations, and writes the same metrics with the same columns.
+    files = ("stages", "jobs", "configs", "tasks")
+    for policy in ("fair", "sincronia"):
+        sim = Simulator(Fabric(6, 20e6), make_policy(policy))
+        driver = HpoDriver(sim, generate(**workload, link_scale=10e9 / 20e6))
+        sim.run()
+        simulated = [driver.stage_rows(), driver.job_rows(), driver.config_rows(),
+                     driver.task_rows()]  # fmt: skip
+        measured = [read_csv(out / policy / f"{name}.csv") for name in files]
+        for name, sim_rows, bed_rows in zip(files, simulated, measured, strict=True):
+            assert list(bed_rows[0]) == list(sim_rows[0]), name
+        sim_rows = [[{k: str(v) for k, v in row.items()} for row in rows] for rows in simulated]
+        assert structure(*measured) == structure(*sim_rows), policy
+        # the testbed never beats a lower bound either
+        for name in ("stages", "jobs", "tasks"):
+            for row in read_csv(out / policy / f"{name}.csv"):
+                assert float(row["ratio_to_bound"]) >= 1.0, (policy, name, row)
     results = {r["policy"]: r for r in json.loads((out / "results.json").read_text())}
     assert set(results) == {"fair", "sincronia"}
     for name, result in results.items():
@@ -61,6 +105,7 @@ def test_short_testbed_run(tmp_path):
         for stage in json.loads((out / name / "result.json").read_text())["stages"]:
             assert stage["sct_s"] >= stage["compute_s"]
         assert 0 < result["link_utilisation"] < 1
+        assert result["link_bps"] == 20e6
     # fair sharing puts every job at the top level; sincronia spreads them over levels
     fair = results["fair"]["bytes_per_class"]
     assert fair[level_classid(0)] >= 0.9 * sum(fair.values())

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from workloads.curves import TabulatedCurve, curve_to_json
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -97,6 +99,24 @@ def test_ring_all_reduce_bytes_and_iterations():
         # 2 (W - 1) / W of the model per iteration
         assert events[-1]["bytes_sent"] == 4 * 400_000  # 2 x 2/3 x 300 kB, 4 times
         assert events[1]["accuracy"] == pytest.approx(0.9 * (1 - 2.718281828**-0.5), rel=1e-4)
+
+
+def test_worker_reports_the_accuracy_of_the_drivers_curve_object():
+    """A YAHPO-style tabulated curve reaches the worker whole: it reports the accuracy the
+    simulator's curve object gives (the worker used to rebuild a parametric curve)."""
+    curve = TabulatedCurve((0.2, 0.6, 0.65, 0.7), iterations_per_epoch=1.5)
+    results = finish(start("ps", 2, 5, extra=["--curve", curve_to_json(curve)]))
+    for events, code, err in results:
+        assert code == 0, err
+        reported = [e["accuracy"] for e in events if e["event"] == "iteration"]
+        assert reported == pytest.approx([curve.accuracy(i) for i in range(1, 6)], abs=1e-6)
+
+
+def test_bad_curve_is_named():
+    (proc,) = start("ps", 2, 1, extra=["--curve", '{"final_accuracy": 1}'], only=[1])
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "--curve: a curve needs final_accuracy" in err
+    assert "Traceback" not in err
 
 
 def test_parameter_server_bytes():

@@ -1,0 +1,175 @@
+"""The HPO progression core, driven by hand with events (no simulator, no testbed), and the one
+percentile definition of the project."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import controller.engine
+from controller.metrics import nearest_rank_index, percentile, summarise
+from workloads.curves import LearningCurve, TabulatedCurve, curve_from_json, curve_to_json
+from workloads.gpu import GpuManager, make_gpu_policy
+from workloads.hpo import HpoTask, generate, survivors
+from workloads.hpo_core import HpoCore
+from workloads.profiles import PROFILES
+
+
+def task(arrival_s: float = 0.0) -> HpoTask:
+    """4 configurations, eta 2: stages of 4 x 2, 2 x 2 and 1 x 4 iterations on 4 hosts."""
+    curves = [LearningCurve(0.5, 4), LearningCurve(0.9, 2), LearningCurve(0.7, 3),
+              LearningCurve(0.8, 1)]  # fmt: skip
+    hosts = [[0, 1], [1, 2], [2, 3], [3, 0]]
+    return HpoTask(7, arrival_s, PROFILES["resnet50"], "ring", curves, hosts,
+                   [(4, 2), (2, 2), (1, 4)], eta=2)  # fmt: skip
+
+
+def run_job(core: HpoCore, job_id: int, now_s: float):
+    """Every iteration of a job at ``now_s``, then its end; the core's actions."""
+    for _ in range(core.jobs[job_id].iterations):
+        core.iteration_done(job_id, now_s)
+    return core.job_done(job_id, now_s)
+
+
+def test_stages_follow_successive_halving_and_times_count_from_arrival():
+    core = HpoCore([task()], port_bps=1e9)
+    actions = core.arrive(7, now_s=100.0)
+    assert [j.config for j in actions.started] == [0, 1, 2, 3]
+    assert all(j.start_iteration == 0 and j.iterations == 2 for j in actions.started)
+    first = [j.job_id for j in actions.started]
+    for job_id in first[:-1]:
+        assert run_job(core, job_id, 110.0).started == []  # the stage waits for its last job
+    second = run_job(core, first[-1], 112.0).started
+    # the two most accurate after 2 iterations go on, resuming at iteration 2
+    assert [j.config for j in second] == survivors(task(), 0, dict.fromkeys(range(4), 2))
+    assert [j.config for j in second] == [3, 1]  # 0.8 (1 - e^-2) > 0.9 (1 - e^-1)
+    assert all(j.start_iteration == 2 and j.target_iteration == 4 for j in second)
+    run_job(core, second[0].job_id, 120.0)
+    (last,) = run_job(core, second[1].job_id, 121.0).started
+    assert last.config == 3 and last.iterations == 4  # 0.8 (1 - e^-4) > 0.9 (1 - e^-2)
+    assert not core.finished
+    assert run_job(core, last.job_id, 130.0).started == [] and core.finished
+    stages = core.stage_rows()
+    assert [(s["index"], s["configs"], s["sct_s"]) for s in stages] == [
+        (0, "0 1 2 3", 12.0), (1, "3 1", 9.0), (2, "3", 9.0),
+    ]  # fmt: skip
+    (row,) = core.task_rows()
+    assert row["arrival_s"] == 100.0 and row["hpo_completion_s"] == 30.0
+    assert row["best_config"] == 3
+    assert row["bound_s"] == pytest.approx(sum(s["bound_s"] for s in stages))
+    configs = {r["config"]: r for r in core.config_rows()}
+    assert [configs[c]["trained"] for c in range(4)] == [2, 4, 2, 8]
+    # config 3 (tau 1) reaches 90 % at 2.3 iterations: its 3rd, at 120 s, 20 s after arrival
+    assert configs[3]["time_to_90pct_s"] == 20.0
+    assert configs[0]["time_to_90pct_s"] is None
+
+
+def test_misuse_is_refused():
+    core = HpoCore([task()], port_bps=1e9)
+    job = core.arrive(7, 0.0).started[0]
+    with pytest.raises(ValueError, match="arrived twice"):
+        core.arrive(7, 1.0)
+    with pytest.raises(ValueError, match="after 0 of 2 iterations"):
+        core.job_done(job.job_id, 1.0)
+    run_job(core, job.job_id, 1.0)
+    with pytest.raises(ValueError, match="more than its 2 iterations"):
+        core.iteration_done(job.job_id, 2.0)
+    with pytest.raises(ValueError, match="ended twice"):
+        core.job_done(job.job_id, 2.0)
+    with pytest.raises(ValueError, match="need a job manager"):
+        core.quantum(3.0)
+    with pytest.raises(ValueError, match="port_bps must be > 0"):
+        HpoCore([task()], port_bps=0)
+
+
+def test_with_a_job_manager_jobs_wait_for_their_gpus():
+    """One GPU per host, four 2-host jobs on 4 hosts: two run, two wait; a finished job's GPUs
+    go to a waiting one."""
+    gpus = GpuManager(make_gpu_policy("fifo"), servers=4, gpus_per_server=1, quantum_s=5.0)
+    core = HpoCore([task()], port_bps=1e9, gpus=gpus)
+    actions = core.arrive(7, 0.0)
+    (decision,) = actions.gpu
+    holding = [j.job_id for j in actions.started if j.holding]
+    assert len(holding) == 2 and {g.job_id for g in decision.start} == set(holding)
+    after = run_job(core, holding[0], 3.0)
+    assert after.started == [] and len(after.gpu) == 1
+    assert sum(j.holding for j in core.jobs.values() if j.finish_s is None) >= 1
+    assert core.gpu_stats(3.0)["gpu_utilisation"] > 0
+
+
+def test_accuracy_comes_from_the_curve_object():
+    curve = TabulatedCurve((0.2, 0.6, 0.65), iterations_per_epoch=2)
+    t = task()
+    t.curves[0] = curve
+    core = HpoCore([t], port_bps=1e9)
+    job = core.arrive(7, 0.0).started[0]
+    assert core.iteration_done(job.job_id, 1.0) == pytest.approx(curve.accuracy(1)) == 0.1
+    assert core.iteration_done(job.job_id, 2.0) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(
+    "curve", [LearningCurve(0.9, 12.5), TabulatedCurve((0.1, 0.5, 0.55), iterations_per_epoch=3)]
+)
+def test_curves_survive_json(curve):
+    again = curve_from_json(curve_to_json(curve))
+    assert again == curve
+    assert [again.accuracy(i) for i in range(12)] == [curve.accuracy(i) for i in range(12)]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nonsense", "must be JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"final_accuracy": 0.9}', "needs final_accuracy and tau_iterations"),
+        ('{"final_accuracy": 0.9, "tau_iterations": 0}', "tau_iterations must be > 0"),
+        ('{"epoch_accuracy": [], "iterations_per_epoch": 2}', "iterations_per_epoch > 0"),
+    ],
+)
+def test_bad_curves_are_named(text, message):
+    with pytest.raises(ValueError, match=message):
+        curve_from_json(text)
+
+
+def test_generated_workloads_run_on_the_core_alone():
+    """Any workload runs through the core with a trivial event order (all jobs of a stage end
+    at once), independent of any clock: the core needs no simulator."""
+    tasks = generate(8, 3, seed=9, configs_per_task=5, eta=2, min_iterations=2)
+    core = HpoCore(tasks, port_bps=1e9)
+    now = 0.0
+    pending = []
+    for t in tasks:
+        pending += core.arrive(t.task_id, now).started
+    while pending:
+        now += 1.0
+        job = pending.pop(0)
+        pending += run_job(core, job.job_id, now).started
+    assert core.finished
+    assert len(core.stage_rows()) == sum(len(t.plan) for t in tasks)
+
+
+# ---- percentiles: one definition ------------------------------------------------------------
+
+
+def test_percentile_is_nearest_rank():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0, 6.0]
+    assert percentile(values, 50) == 3.0  # the 3rd of 6
+    assert percentile(values, 95) == 6.0  # ceil(5.7) = the 6th: the largest of 6
+    assert percentile(values, 0) == 1.0 and percentile(values, 100) == 6.0
+    assert percentile([], 50) is None
+    assert nearest_rank_index(1000, 99.9) == 998  # no float noise: 999th of 1000
+    with pytest.raises(ValueError):
+        nearest_rank_index(3, 101)
+    # numpy's inverted_cdf is the same definition
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 20, 101):
+        data = rng.random(n).tolist()
+        for q in (1, 25, 50, 90, 95, 99, 100):
+            assert percentile(data, q) == np.percentile(data, q, method="inverted_cdf")
+
+
+def test_one_definition_everywhere():
+    assert controller.engine.percentile is percentile
+    summary = summarise([5.0, 1.0, 4.0, 2.0, 3.0, 6.0, None])
+    assert summary == {"count": 6, "mean": 3.5, "p50": 3.0, "p95": 6.0, "p99": 6.0, "max": 6.0}
+    assert summarise([None]) == {"count": 0}
