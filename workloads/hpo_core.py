@@ -10,9 +10,10 @@ the simulator (:mod:`simulator.hpo`, bytes through a simulated fabric) and the t
 (:mod:`workloads.testbed_driver`, worker processes on Mininet hosts) report the same metrics
 with the same definitions:
 
-- every time of a task counts from its **arrival**, the time the driver said it arrived
-  (time to 90 % / 95 % of a configuration's converged accuracy, best configuration identified,
-  HPO completion);
+- every time of a task counts from its **arrival**, the workload's ``arrival_s`` on the
+  driver's clock (time to 90 % / 95 % of a configuration's converged accuracy, best
+  configuration identified, HPO completion), so a driver that starts a task late (the testbed
+  launching another task's workers) counts the delay; ``start_s`` says when it started;
 - a stage's SCT runs from its start (its first jobs submitted) to its last job's end; a job's
   JCT from its stage's start to its own end;
 - lower bounds from :mod:`controller.bounds` (``bound_s``; ``ratio_to_bound`` = measured /
@@ -118,10 +119,11 @@ class ConfigRun:
 
 @dataclass
 class TaskRun:
-    """An HPO task: when it arrived (the origin of its times) and ended."""
+    """An HPO task: when it arrived (the origin of its times), started and ended."""
 
     task_id: int
     arrival_s: float
+    start_s: float
     finish_s: float | None = None
     bound_s: float = 0.0  # sum of its stages' bounds
 
@@ -179,11 +181,14 @@ class HpoCore:
     # ---- events -------------------------------------------------------------------------------
 
     def arrive(self, task_id: int, now_s: float) -> Actions:
-        """Task ``task_id`` arrives: its first stage starts with every configuration."""
+        """Task ``task_id`` starts (at or after its ``arrival_s``): its first stage starts
+        with every configuration."""
         if task_id in self.runs:
             raise ValueError(f"task {task_id} arrived twice")
         task = self.tasks[task_id]
-        self.runs[task_id] = TaskRun(task_id, now_s)
+        if now_s < task.arrival_s - 1e-9:
+            raise ValueError(f"task {task_id} started at {now_s} s, before its arrival")
+        self.runs[task_id] = TaskRun(task_id, task.arrival_s, now_s)
         return self._start_stage(task, 0, list(range(task.n_configs)), now_s)
 
     def iteration_done(self, job_id: int, now_s: float) -> float:
@@ -370,7 +375,7 @@ class HpoCore:
         from its task's arrival until it reached each fraction of it."""
         rows = []
         for (task_id, config), run in self.configs.items():
-            arrival = self.runs[task_id].arrival_s if task_id in self.runs else None
+            arrival = self.tasks[task_id].arrival_s
             row = {
                 "task_id": task_id,
                 "config": config,
@@ -407,7 +412,8 @@ class HpoCore:
             rows.append(
                 {
                     "task_id": task_id,
-                    "arrival_s": None if run is None else run.arrival_s,
+                    "arrival_s": task.arrival_s,
+                    "start_s": None if run is None else run.start_s,
                     "hpo_completion_s": completion,
                     "bound_s": None if run is None else run.bound_s,
                     "ratio_to_bound": _ratio(completion, None if run is None else run.bound_s),

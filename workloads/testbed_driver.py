@@ -210,7 +210,9 @@ class TestbedDriver:
     # ---- events -------------------------------------------------------------------------------
 
     def run(self, timeout_s: float = 3600) -> None:
-        """Run every task to completion (or raise after ``timeout_s``)."""
+        """Run every task to completion (or raise after ``timeout_s``); the clock (and the
+        workload's arrival times) start now."""
+        self.t0 = time.monotonic()
         pending = sorted(self.tasks.values(), key=lambda t: t.arrival_s)
         boundary = self.gpus.quantum_s if self.gpus is not None else None
         try:

@@ -32,7 +32,7 @@ def run_job(core: HpoCore, job_id: int, now_s: float):
 
 
 def test_stages_follow_successive_halving_and_times_count_from_arrival():
-    core = HpoCore([task()], port_bps=1e9)
+    core = HpoCore([task(arrival_s=100.0)], port_bps=1e9)
     actions = core.arrive(7, now_s=100.0)
     assert [j.config for j in actions.started] == [0, 1, 2, 3]
     assert all(j.start_iteration == 0 and j.iterations == 2 for j in actions.started)
@@ -54,7 +54,7 @@ def test_stages_follow_successive_halving_and_times_count_from_arrival():
         (0, "0 1 2 3", 12.0), (1, "3 1", 9.0), (2, "3", 9.0),
     ]  # fmt: skip
     (row,) = core.task_rows()
-    assert row["arrival_s"] == 100.0 and row["hpo_completion_s"] == 30.0
+    assert row["arrival_s"] == row["start_s"] == 100.0 and row["hpo_completion_s"] == 30.0
     assert row["best_config"] == 3
     assert row["bound_s"] == pytest.approx(sum(s["bound_s"] for s in stages))
     configs = {r["config"]: r for r in core.config_rows()}
@@ -67,6 +67,8 @@ def test_stages_follow_successive_halving_and_times_count_from_arrival():
 def test_misuse_is_refused():
     core = HpoCore([task()], port_bps=1e9)
     job = core.arrive(7, 0.0).started[0]
+    with pytest.raises(ValueError, match="before its arrival"):
+        HpoCore([task(arrival_s=5.0)], port_bps=1e9).arrive(7, 4.0)
     with pytest.raises(ValueError, match="arrived twice"):
         core.arrive(7, 1.0)
     with pytest.raises(ValueError, match="after 0 of 2 iterations"):
@@ -173,3 +175,18 @@ def test_one_definition_everywhere():
     summary = summarise([5.0, 1.0, 4.0, 2.0, 3.0, 6.0, None])
     assert summary == {"count": 6, "mean": 3.5, "p50": 3.0, "p95": 6.0, "p99": 6.0, "max": 6.0}
     assert summarise([None]) == {"count": 0}
+
+
+def test_a_late_start_counts_from_the_arrival():
+    """A driver busy elsewhere (the testbed launching another task's workers) starts a task
+    late: its times still count from the workload's arrival, and the delay shows."""
+    core = HpoCore([task(arrival_s=10.0)], port_bps=1e9)
+    pending = core.arrive(7, now_s=12.5).started
+    assert core.stages[pending[0].stage_id].start_s == 12.5
+    now = 12.5
+    while pending:
+        now += 1.0
+        pending += run_job(core, pending.pop(0).job_id, now).started
+    (row,) = core.task_rows()
+    assert (row["arrival_s"], row["start_s"]) == (10.0, 12.5)
+    assert row["hpo_completion_s"] == pytest.approx(now - 10.0)
