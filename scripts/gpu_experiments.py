@@ -110,7 +110,9 @@ def simulated(args, seed: int, hosts: int, network: str, gpu: str, search: str, 
     sim.run()
     summary = hpo_summary(driver)
     winners = {
-        row["task_id"]: row["best_config"] for row in driver.task_rows() if row["best_config"]
+        row["task_id"]: row["best_config"]
+        for row in driver.task_rows()
+        if row["best_config"] is not None  # configuration 0 wins too
     }
     to_90 = [
         row["time_to_90pct_s"]

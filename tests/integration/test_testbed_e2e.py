@@ -54,7 +54,7 @@ def structure(stages, jobs, configs, tasks) -> dict:
 
 def test_short_testbed_run(tmp_path):
     out = tmp_path / "testbed"
-    workload = dict(n_hosts=6, n_tasks=1, seed=3, configs_per_task=4, eta=2, min_iterations=3)
+    workload = dict(n_hosts=6, n_tasks=1, seed=1, configs_per_task=4, eta=2, min_iterations=3)
     run_testbed(
         out,
         "--hosts",
@@ -62,7 +62,7 @@ def test_short_testbed_run(tmp_path):
         "--tasks",
         "1",
         "--seed",
-        "3",
+        "1",
         "--configs",
         "4",
         "--eta",
