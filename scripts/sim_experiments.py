@@ -7,9 +7,13 @@ For every cluster size and load, one seeded HPO workload (successive halving, PS
 all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3) runs under every policy on a big switch of
 1 Gbit/s ports. Load 1 is two concurrent HPO tasks per 13 hosts (the testbed's workload);
 ``tasks = max(1, round(load * 2 * hosts / 13))``. Then a coflow trace runs under every policy
-(the shared resampled Facebook trace when present, else a generated one). Writes ``hpo.csv``,
-``trace.csv`` and PNG figures (average and p95 stage completion time, time to 90 % accuracy,
-trace CCT) to ``--out``, and prints a table as it goes.
+(the shared resampled Facebook trace when present, else a generated one). Writes ``hpo.csv``
+(one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
+and the ratio to fair sharing paired per seed with its CI), ``trace.csv`` and PNG figures
+(average and p95 stage completion time, time to 90 % accuracy relative to fair sharing with
+95 % error bars; trace CCT) to ``--out``. It prints each run as it goes, then per point the
+policies' average SCT and which one is clearly best (its interval clear of every other's:
+never with one seed).
 """
 
 from __future__ import annotations
@@ -29,7 +33,13 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from controller.metrics import summarise  # noqa: E402
+from controller.metrics import (  # noqa: E402
+    Interval,
+    clear_best,
+    mean_ci,
+    paired_ratio_ci,
+    summarise,
+)
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
@@ -40,6 +50,12 @@ from workloads.hpo import generate  # noqa: E402
 
 SHARED_TRACE = ROOT.parent / "shared" / "traces" / "fb-526coflows-16ports-load0.9.txt"
 CONFIGS, WORKERS = 9, 3
+BASELINE = "fair"
+METRICS = (
+    ("avg_sct_s", "average SCT"),
+    ("p95_sct_s", "p95 SCT"),
+    ("avg_time_to_90pct_s", "time to 90% accuracy"),
+)
 
 
 def hpo_runs(args, writer) -> list[dict]:
@@ -128,32 +144,86 @@ def trace_runs(args, trace_path: Path) -> list[dict]:
     return rows
 
 
-def plot_hpo(rows: list[dict], out: Path, args) -> list[Path]:
-    """Each metric relative to fair sharing at the same point (the workloads differ between
-    points, so absolute values do not compare across loads)."""
-    fair = {(r["hosts"], r["load"], r["seed"]): r for r in rows if r["policy"] == "fair"}
+def seed_summary(rows: list[dict]) -> list[dict]:
+    """Per (hosts, load, policy): each metric's mean and 95 % CI half-width over the seeds, and
+    its ratio to fair sharing's on the same seed (paired), mean and half-width."""
+    by_point: dict[tuple, dict[str, dict[int, dict]]] = {}
+    for r in rows:
+        point = by_point.setdefault((r["hosts"], r["load"], r["tasks"]), {})
+        point.setdefault(r["policy"], {})[r["seed"]] = r
+    out = []
+    for (hosts, load, tasks), policies in by_point.items():
+        base = policies.get(BASELINE, {})
+        for name, runs in policies.items():
+            row = {"hosts": hosts, "load": load, "tasks": tasks, "policy": name,
+                   "seeds": len(runs)}  # fmt: skip
+            for metric, _ in METRICS:
+                values = {seed: run[metric] for seed, run in runs.items()}
+                ci = mean_ci(values.values())
+                ratio = paired_ratio_ci(values, {s: b[metric] for s, b in base.items()})
+                row[metric] = None if ci is None else ci.mean
+                row[f"{metric}_ci95"] = None if ci is None else ci.half_width
+                row[f"{metric}_vs_{BASELINE}"] = None if ratio is None else ratio.mean
+                row[f"{metric}_vs_{BASELINE}_ci95"] = None if ratio is None else ratio.half_width
+            out.append(row)
+    return out
+
+
+def _print_points(rows: list[dict], summary: list[dict]) -> None:
+    """Per point, every policy's average SCT (mean +/- 95 % CI over the seeds) and its ratio
+    to fair sharing's, paired per seed. The seeds are different workloads, so policies are
+    compared on the paired ratios: the clear best is the one whose ratio interval lies clear of
+    every other's (fair's is exactly 1), if any."""
+    for point in sorted({(r["hosts"], r["load"], r["tasks"]) for r in summary}):
+        hosts, load, tasks = point
+        mine = {r["policy"]: r for r in summary if (r["hosts"], r["load"], r["tasks"]) == point}
+        absolute, ratios = {}, {}
+        for name, r in mine.items():
+            absolute[name] = mean_ci(
+                x["avg_sct_s"] for x in rows
+                if (x["hosts"], x["load"], x["tasks"], x["policy"]) == (*point, name)
+            )  # fmt: skip
+            if r[f"avg_sct_s_vs_{BASELINE}"] is not None:
+                half = r[f"avg_sct_s_vs_{BASELINE}_ci95"]
+                ratios[name] = Interval(r[f"avg_sct_s_vs_{BASELINE}"], half, r["seeds"])
+        seeds = max(r["seeds"] for r in mine.values())
+        print(f"\n{hosts} hosts, load {load} ({tasks} tasks), {seeds} seed(s): average SCT s, "
+              f"and / {BASELINE}'s paired per seed; clear best: "
+              f"{clear_best(ratios) or 'none (intervals overlap)'}")  # fmt: skip
+        for name in sorted(mine, key=lambda n: mine[n]["avg_sct_s"]):
+            ratio = ratios[name].format(3) if name in ratios else "-"
+            print(f"  {name:<10} {absolute[name].format(1):>18}   x {ratio}")
+
+
+def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
+    """Each metric relative to fair sharing at the same point, paired per seed (the workloads
+    differ between points, so absolute values do not compare across loads): the mean ratio
+    over the seeds with its 95 % interval as error bars."""
     paths = []
-    for metric, label in (
-        ("avg_sct_s", "average SCT / fair sharing's"),
-        ("p95_sct_s", "p95 SCT / fair sharing's"),
-        ("avg_time_to_90pct_s", "time to 90% accuracy / fair's"),
-    ):
+    width = 0.02 * (max(args.loads) - min(args.loads) or 1.0)
+    for metric, label in METRICS:
         fig, axes = plt.subplots(
             1, len(args.hosts), figsize=(4.5 * len(args.hosts), 3.6), squeeze=False
         )
         for ax, hosts in zip(axes[0], args.hosts, strict=True):
-            for name in args.policy:
-                points = []
-                for r in rows:
-                    base = fair.get((hosts, r["load"], r["seed"]), {}).get(metric)
-                    if r["hosts"] == hosts and r["policy"] == name and r[metric] and base:
-                        points.append((r["load"], r[metric] / base))
-                if points:
-                    ax.plot(*zip(*sorted(points), strict=True), marker="o", label=name)
+            for k, name in enumerate(args.policy):
+                points = sorted(
+                    (r["load"], r[f"{metric}_vs_{BASELINE}"], r[f"{metric}_vs_{BASELINE}_ci95"])
+                    for r in summary
+                    if r["hosts"] == hosts and r["policy"] == name
+                    and r[f"{metric}_vs_{BASELINE}"] is not None
+                )  # fmt: skip
+                if not points:
+                    continue
+                shift = (k - (len(args.policy) - 1) / 2) * width  # keep error bars apart
+                loads = [load + shift for load, _, _ in points]
+                errors = [0.0 if e is None or e != e else e for _, _, e in points]
+                ax.errorbar(loads, [m for _, m, _ in points], yerr=errors, marker="o",
+                            capsize=3, label=name)  # fmt: skip
             ax.axhline(1.0, color="grey", linewidth=0.8)
-            ax.set_title(f"{hosts} hosts")
+            ax.set_title(f"{hosts} hosts, {len(args.seeds)} seed(s), 95 % CI")
             ax.set_xlabel("load (1 = 2 HPO tasks per 13 hosts)")
-            ax.set_ylabel(label)
+            ax.set_ylabel(f"{label} / fair sharing's")
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.tight_layout()
@@ -213,6 +283,12 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         rows = hpo_runs(args, writer)
+    summary = seed_summary(rows)
+    with open(args.out / "hpo-summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(summary[0]))
+        writer.writeheader()
+        writer.writerows(summary)
+    _print_points(rows, summary)
     trace_path = args.trace or (
         SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
     )
@@ -221,11 +297,12 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(f, fieldnames=list(trace_rows[0]))
         writer.writeheader()
         writer.writerows(trace_rows)
-    figures = plot_hpo(rows, args.out, args) + [plot_trace(trace_rows, args.out)]
+    figures = plot_hpo(summary, args.out, args) + [plot_trace(trace_rows, args.out)]
     print(
         f"\nfinished in {time.perf_counter() - started:.0f} s; results and figures in {args.out}/:"
     )
-    for path in [args.out / "hpo.csv", args.out / "trace.csv", *figures]:
+    for path in [args.out / "hpo.csv", args.out / "hpo-summary.csv", args.out / "trace.csv",
+                 *figures]:  # fmt: skip
         print(f"  {path.name}")
     return 0
 

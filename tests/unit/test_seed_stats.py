@@ -1,0 +1,84 @@
+"""Results over seeds: mean +/- 95 % CI, paired ratios against a baseline, no winner where
+intervals overlap; and scripts/sim_experiments.py's summary built from them."""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.metrics import Interval, clear_best, mean_ci, paired_ratio_ci, t975
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_t_quantiles():
+    assert t975(1) == 12.706 and t975(2) == 4.303 and t975(30) == 2.042
+    assert t975(31) == pytest.approx(2.0395, abs=1e-3)
+    assert t975(120) == pytest.approx(1.9799, abs=1e-3)
+    assert t975(10**6) == pytest.approx(1.95996, abs=1e-4)
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def test_mean_and_interval():
+    ci = mean_ci([1.0, 2.0, 3.0, 4.0, None])
+    assert ci.n == 4 and ci.mean == 2.5
+    assert ci.half_width == pytest.approx(3.182 * statistics.stdev([1, 2, 3, 4]) / 2)
+    assert (ci.low, ci.high) == pytest.approx((2.5 - ci.half_width, 2.5 + ci.half_width))
+    one = mean_ci([7.0])
+    assert one.n == 1 and math.isnan(one.half_width) and one.format(1) == "7.0 (n=1)"
+    assert mean_ci([]) is None and mean_ci([None]) is None
+
+
+def test_ratios_are_paired_per_seed():
+    # policy A is 10 % better than the baseline on every seed although the seeds' workloads
+    # differ a lot: the paired ratio is tight, the absolute values are not
+    baseline = {1: 100.0, 2: 300.0, 3: 1000.0}
+    better = {seed: 0.9 * value for seed, value in baseline.items()}
+    ratio = paired_ratio_ci(better, baseline)
+    assert ratio.mean == pytest.approx(0.9) and ratio.half_width == pytest.approx(0.0)
+    assert mean_ci(better.values()).overlaps(mean_ci(baseline.values()))
+    # seeds missing on either side are left out
+    assert paired_ratio_ci({1: 50.0, 4: 1.0}, {1: 100.0, 2: 5.0}).n == 1
+
+
+def test_no_winner_where_intervals_overlap():
+    tight = {"a": Interval(0.8, 0.05, 5), "b": Interval(1.0, 0.0, 5)}
+    assert clear_best(tight) == "a"
+    assert clear_best(tight, lower_is_better=False) == "b"
+    assert clear_best({**tight, "c": Interval(0.86, 0.02, 5)}) is None  # a and c overlap
+    assert clear_best({"a": Interval(0.5, math.nan, 1), "b": Interval(1.0, 0.0, 1)}) is None
+    assert clear_best({"a": Interval(0.5, 0.1, 3)}) is None
+
+
+def test_sim_experiments_summarises_seeds(tmp_path):
+    out = tmp_path / "sim"
+    run = subprocess.run(
+        [sys.executable, "scripts/sim_experiments.py", "--hosts", "13", "--loads", "0.5",
+         "--seeds", "1", "2", "3", "--policy", "fair", "sincronia", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "3 seed(s)" in run.stdout and "clear best:" in run.stdout
+    with open(out / "hpo.csv", newline="") as f:
+        runs = list(csv.DictReader(f))
+    with open(out / "hpo-summary.csv", newline="") as f:
+        summary = {row["policy"]: row for row in csv.DictReader(f)}
+    assert set(summary) == {"fair", "sincronia"}  # one row per point and policy
+    sct = {(r["policy"], int(r["seed"])): float(r["avg_sct_s"]) for r in runs}
+    mine = [sct[("sincronia", seed)] for seed in (1, 2, 3)]
+    ratios = [sct[("sincronia", seed)] / sct[("fair", seed)] for seed in (1, 2, 3)]
+    row = summary["sincronia"]
+    assert int(row["seeds"]) == 3
+    assert float(row["avg_sct_s"]) == pytest.approx(statistics.mean(mine))
+    assert float(row["avg_sct_s_ci95"]) == pytest.approx(mean_ci(mine).half_width)
+    assert float(row["avg_sct_s_vs_fair"]) == pytest.approx(statistics.mean(ratios))
+    assert float(row["avg_sct_s_vs_fair_ci95"]) == pytest.approx(mean_ci(ratios).half_width)
+    assert float(summary["fair"]["avg_sct_s_vs_fair"]) == 1.0
+    assert (out / "hpo-avg_sct_s.png").stat().st_size > 0
