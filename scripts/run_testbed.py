@@ -10,7 +10,7 @@ registry), the one-switch testbed (userspace OVS, TCLink at ``--bw`` Mbit/s, 8 H
 switch port), and the HPO driver with its worker processes; collect stage/job completion times,
 time to 90 % / 95 % of converged accuracy, link utilisation and bytes per priority class; tear
 everything down (by handle and by name, also on Ctrl-C or an error). Bytes are divided by
-``--link-scale`` (real link rate over the emulated one, default 10 Gbit/s over ``--bw``) so that
+``--link-gbps / --bw`` (the modelled real link rate over the emulated one) so that
 every link keeps the real compute/communication ratio. With ``--gpu-policy`` every network
 policy also runs under each GPU time-sharing policy (the job manager of ``workloads/gpu.py``
 pauses and resumes the workers; ``none``: every job computes at once). Writes ``results.json``,
@@ -125,7 +125,8 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         "policy": label,
         "network_policy": policy,
         "gpu_policy": gpu_policy,
-        "link_bps": args.bw * 1e6,
+        "link_gbps": args.link_gbps,
+        "emulated_link_bps": args.bw * 1e6,
         "duration_s": duration,
         **driver.core.summary(driver.now()),
         "cct_s": summarise(driver.cct_s),
@@ -198,10 +199,11 @@ def main(argv=None) -> int:
     parser.add_argument("--min-iterations", type=positive(int), default=10)
     parser.add_argument("--workers", type=positive(int), default=3)
     parser.add_argument(
-        "--link-scale",
+        "--link-gbps",
         type=positive(float),
-        default=None,
-        help="real link rate / emulated one (default: 10 Gbit/s / --bw)",
+        default=10.0,
+        help="the modelled cluster's host link rate in Gbit/s, emulated at --bw: bytes are "
+        "divided by link-gbps / bw; the simulator's --link-gbps means the same (default: 10)",
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -221,8 +223,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.workers > args.hosts or args.eta < 2:
         parser.error("--workers must be <= --hosts and --eta >= 2")
-    if args.link_scale is None:
-        args.link_scale = 10e9 / (args.bw * 1e6)
+    args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
     args.surrogate = None
     if args.yahpo is not None:
         try:

@@ -79,6 +79,7 @@ def hpo_runs(args, writer) -> list[dict]:
                     result = hpo_summary(driver)
                     done += 1
                     row = {
+                        "link_gbps": args.link_gbps,
                         "hosts": hosts,
                         "load": load,
                         "tasks": tasks,
@@ -91,6 +92,7 @@ def hpo_runs(args, writer) -> list[dict]:
                         "avg_time_to_90pct_s": result["time_to_90pct_s"].get("mean"),
                         "avg_time_to_95pct_s": result["time_to_95pct_s"].get("mean"),
                         "avg_hpo_completion_s": result["hpo_completion_s"]["mean"],
+                        "busiest_port_busy": result["busiest_port_busy"],
                         "wall_s": time.perf_counter() - started,
                     }
                     rows.append(row)
@@ -138,6 +140,7 @@ def trace_runs(args, trace_path: Path) -> list[dict]:
                 "avg_cct_s": stats["mean"],
                 "p95_cct_s": stats["p95"],
                 "total_over_bound": sum(cct) / bound,
+                "link_gbps": args.link_gbps,
             }
         )
         print(f"  {name:<10} avg CCT {stats['mean']:8.3f} s  p95 {stats['p95']:8.3f} s", flush=True)
@@ -155,8 +158,8 @@ def seed_summary(rows: list[dict]) -> list[dict]:
     for (hosts, load, tasks), policies in by_point.items():
         base = policies.get(BASELINE, {})
         for name, runs in policies.items():
-            row = {"hosts": hosts, "load": load, "tasks": tasks, "policy": name,
-                   "seeds": len(runs)}  # fmt: skip
+            row = {"link_gbps": next(iter(runs.values()))["link_gbps"], "hosts": hosts,
+                   "load": load, "tasks": tasks, "policy": name, "seeds": len(runs)}  # fmt: skip
             for metric, _ in METRICS:
                 values = {seed: run[metric] for seed, run in runs.items()}
                 ci = mean_ci(values.values())
@@ -256,16 +259,23 @@ def main(argv=None) -> int:
     parser.add_argument("--loads", type=float, nargs="+", default=[0.5, 1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
-    parser.add_argument("--host-bps", type=float, default=1e9)
+    parser.add_argument(
+        "--link-gbps",
+        type=float,
+        default=1.0,
+        help="the modelled cluster's host link rate in Gbit/s (default: 1)",
+    )
     parser.add_argument("--trace", type=Path, help="coflow trace (default: the shared one)")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "sim")
     args = parser.parse_args(argv)
-    if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.host_bps <= 0:
-        parser.error(f"--hosts must be >= {WORKERS}, --loads and --host-bps > 0")
+    if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.link_gbps <= 0:
+        parser.error(f"--hosts must be >= {WORKERS}, --loads and --link-gbps > 0")
+    args.host_bps = args.link_gbps * 1e9
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(args.out / "hpo.csv", "w", newline="") as f:
         fields = [
+            "link_gbps",
             "hosts",
             "load",
             "tasks",
@@ -278,6 +288,7 @@ def main(argv=None) -> int:
             "avg_time_to_90pct_s",
             "avg_time_to_95pct_s",
             "avg_hpo_completion_s",
+            "busiest_port_busy",
             "wall_s",
         ]
         writer = csv.DictWriter(f, fieldnames=fields)

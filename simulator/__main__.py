@@ -170,10 +170,14 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         "(default); ideal: one level per rank, greedy in order",
     )
     parser.add_argument(
-        "--host-bps",
+        "--link-gbps",
         type=positive(float),
-        default=1e9,
-        help="capacity of every host link in bit/s (default: 1e9)",
+        default=1.0,
+        help="the modelled cluster's host link rate in Gbit/s, as on the testbed "
+        "(scripts/run_testbed.py --link-gbps) (default: 1)",
+    )
+    parser.add_argument(  # the same in bit/s, the older spelling
+        "--host-bps", type=positive(float), default=None, help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--hosts-per-leaf",
@@ -207,6 +211,7 @@ def run_trace(args) -> int:
         "trace": str(args.trace),
         "mode": args.mode,
         "offline": args.offline,
+        "link_gbps": args.host_bps / 1e9,
         "host_bps": args.host_bps,
         "lower_bound_total_cct_s": bound,
         "policies": {},
@@ -273,6 +278,7 @@ def run_hpo(args) -> int:
     summary = {
         "workload": dict(kwargs),
         "mode": args.mode,
+        "link_gbps": args.host_bps / 1e9,
         "host_bps": args.host_bps,
         "policies": {},
     }
@@ -342,6 +348,8 @@ def hpo_summary(driver: HpoDriver) -> dict:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.host_bps is None:
+        args.host_bps = args.link_gbps * 1e9
     if args.command == "trace":
         return run_trace(args)
     return run_hpo(args)

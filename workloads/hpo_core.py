@@ -20,7 +20,10 @@ with the same definitions:
   bound, never below 1): a job alone; a stage (the larger of its slowest job alone and its
   busiest port); a task (the sum of its stages' bounds: its stages run one after the other);
 - accuracy comes from the configuration's learning curve object (:mod:`workloads.curves`)
-  after the iterations it has trained over all its stages.
+  after the iterations it has trained over all its stages;
+- a port's **busy** share is the time its synchronisation bytes need at line rate over the
+  time any stage runs (:meth:`HpoCore.port_busy`): the regime a result belongs to (network-
+  bound where the busiest ports are mostly busy).
 
 The search is successive halving (:func:`workloads.hpo.survivors` picks who goes on); a task's
 ``plan`` lists its stages. Asynchronous searches (ASHA) will add their own rule for what
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 
 from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
 from controller.metrics import summarise
-from controller.model import Flow, Port, port_bytes
+from controller.model import EGRESS, Flow, Port, port_bytes
 from workloads.gpu import Decision, GpuJob, GpuManager
 from workloads.hpo import HpoTask, best_identified_s, survivors, sync_flows
 
@@ -311,6 +314,28 @@ class HpoCore:
         ends = [run.finish_s for run in self.runs.values() if run.finish_s is not None]
         return self.gpus.stats(max(ends, default=now_s))
 
+    def port_busy(self) -> dict[str, float]:
+        """Per host port (``"host3-out"``, ``"host3-in"``: workload host indices, from 0): the
+        bytes its jobs' completed synchronisations put through it, at line rate, over the time
+        during which at least one stage ran. Sorted busiest first."""
+        load: dict[Port, float] = {}
+        for job in self.jobs.values():
+            for port, size in job.sync_bytes.items():
+                load[port] = load.get(port, 0.0) + size * job.done
+        window = _union_length(
+            (s.start_s, s.finish_s) for s in self.stages.values() if s.finish_s is not None
+        )
+        if not window:
+            return {}
+        busy = {
+            f"host{host}-{'out' if direction == EGRESS else 'in'}": 8.0
+            * size
+            / self.port_bps
+            / window
+            for (host, direction), size in load.items()
+        }
+        return dict(sorted(busy.items(), key=lambda kv: -kv[1]))
+
     def summary(self, now_s: float) -> dict:
         """The run's metrics, summarised (:func:`controller.metrics.summarise`) from the rows:
         SCT, JCT, time to each accuracy fraction, HPO completion and best identified (from the
@@ -330,6 +355,11 @@ class HpoCore:
         result["best_identified_s"] = summarise([r["best_identified_s"] for r in tasks])
         result["stages"] = len(stages)
         result["gpu"] = self.gpu_stats(now_s)
+        busy = list(self.port_busy().values())
+        quarter = busy[: max(1, len(busy) // 4)]
+        result["port_bps"] = self.port_bps
+        result["busiest_port_busy"] = busy[0] if busy else math.nan
+        result["busiest_quarter_busy"] = sum(quarter) / len(quarter) if busy else math.nan
         return result
 
     def stage_rows(self) -> list[dict]:
@@ -422,6 +452,16 @@ class HpoCore:
                 }
             )
         return rows
+
+
+def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length covered by the ``(start, end)`` intervals."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def _ratio(measured: float | None, bound: float | None) -> float:

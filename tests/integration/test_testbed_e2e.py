@@ -105,7 +105,7 @@ def test_short_testbed_run(tmp_path):
         for stage in json.loads((out / name / "result.json").read_text())["stages"]:
             assert stage["sct_s"] >= stage["compute_s"]
         assert 0 < result["link_utilisation"] < 1
-        assert result["link_bps"] == 20e6
+        assert result["link_gbps"] == 10 and result["emulated_link_bps"] == 20e6
     # fair sharing puts every job at the top level; sincronia spreads them over levels
     fair = results["fair"]["bytes_per_class"]
     assert fair[level_classid(0)] >= 0.9 * sum(fair.values())
