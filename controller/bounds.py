@@ -15,11 +15,13 @@ single machine that must process all of its items' demand, so:
 
 HPO stages and jobs (:func:`job_lower_bound`, :func:`stage_lower_bound`): a job repeats
 ``iterations`` times "compute, then synchronise" and a synchronisation cannot start before its
-compute ends, so the job needs ``iterations x (compute + its synchronisation's bottleneck
-alone)``. A stage ends with its last job, so it needs the larger of its slowest job alone and,
-for every port, the time before any of its jobs can send there (one compute) plus all of the
-stage's bytes through that port at line rate. Both hold for any schedule, priority, GPU sharing
-or pause (those only add waiting), on the simulator and on the testbed.
+compute ends; a synchronisation is one or more coflows that run one after the other (a parameter
+server's push, then its pull), so the job needs ``iterations x (compute + the bottlenecks of its
+synchronisation's coflows, each alone)``. A stage ends with its last job, so it needs the larger
+of its slowest job alone and, for every port, the time before any of its jobs can send there
+(one compute) plus all of the stage's bytes through that port at line rate. Both hold for any
+schedule, priority, GPU sharing or pause (those only add waiting), on the simulator and on the
+testbed.
 """
 
 from __future__ import annotations
@@ -135,18 +137,28 @@ class JobDemand:
     Args:
         iterations: iterations to train, each a compute phase then a synchronisation.
         compute_s: compute time of one iteration.
-        sync_bytes: bytes one synchronisation puts through each port.
+        phases: the coflows of one synchronisation, run one after the other: bytes each puts
+            through each port.
     """
 
     iterations: int
     compute_s: float
-    sync_bytes: Mapping[Hashable, float]
+    phases: Sequence[Mapping[Hashable, float]]
+
+    @property
+    def sync_bytes(self) -> dict[Hashable, float]:
+        """Bytes one whole synchronisation puts through each port."""
+        total: dict[Hashable, float] = {}
+        for phase in self.phases:
+            for port, size in phase.items():
+                total[port] = total.get(port, 0.0) + size
+        return total
 
 
 def job_lower_bound(job: JobDemand, port_bps: float) -> float:
-    """``iterations x (compute + bottleneck of one synchronisation alone at line rate)``."""
-    bottleneck = 8.0 * max(job.sync_bytes.values(), default=0.0) / port_bps
-    return job.iterations * (job.compute_s + bottleneck)
+    """``iterations x (compute + the bottleneck of each synchronisation coflow alone)``."""
+    alone = sum(8.0 * max(phase.values(), default=0.0) / port_bps for phase in job.phases)
+    return job.iterations * (job.compute_s + alone)
 
 
 def stage_lower_bound(jobs: Sequence[JobDemand], port_bps: float) -> float:

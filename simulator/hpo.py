@@ -1,6 +1,7 @@
 """Run generated HPO workloads (``workloads.hpo``) in the simulator.
 
-Every job alternates compute (the model's per-iteration time) and its synchronisation coflow.
+Every job alternates compute (the model's per-iteration time) and its synchronisation: one
+coflow (ring all-reduce) or two one after the other (a parameter server's push, then pull).
 Stages, survivors, accuracies and result rows are the HPO core's (:mod:`workloads.hpo_core`,
 the testbed's too): this driver only moves simulated time and bytes and tells the core when an
 iteration or a job ends. The policy sees the jobs (progress, bytes per iteration per port) and
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from controller.model import Job, Stage
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
 from workloads.gpu import Decision, GpuManager
-from workloads.hpo import HpoTask, sync_flows
+from workloads.hpo import Flows, HpoTask, sync_phases
 from workloads.hpo_core import FRACTIONS, Actions, HpoCore, JobRun
 
 
@@ -30,6 +31,7 @@ from workloads.hpo_core import FRACTIONS, Actions, HpoCore, JobRun
 class _Progress:
     """What the simulator tracks of a job besides the core's state."""
 
+    phases: list[Flows]  # the coflows of one synchronisation, in order
     in_iteration: bool = False  # computing or synchronising
     resume_delay_s: float = 0.0  # restoring its state before its next compute
 
@@ -65,7 +67,7 @@ class HpoDriver:
         self._progress: dict[int, _Progress] = {}
         self._model_jobs: dict[int, Job] = {}
         self._model_stages: dict[int, Stage] = {}
-        self._coflow_job: dict[int, int] = {}
+        self._coflow_job: dict[int, tuple[int, int]] = {}  # coflow -> (job, phase)
         sim.jobs_and_stages = lambda: (self._model_jobs, self._model_stages)
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
@@ -84,7 +86,9 @@ class HpoDriver:
     def _carry_out(self, actions: Actions) -> None:
         """Start the jobs the core started, then apply its GPU decisions."""
         for job in actions.started:
-            self._progress[job.job_id] = _Progress()
+            task = self.tasks[job.task_id]
+            phases = sync_phases(task.pattern, job.hosts, task.model.sync_bytes)
+            self._progress[job.job_id] = _Progress(phases)
             if job.stage_id not in self._model_stages:
                 stage = self.core.stages[job.stage_id]
                 self._model_stages[job.stage_id] = Stage(
@@ -131,16 +135,20 @@ class HpoDriver:
             if not progress.in_iteration:
                 self._compute(job)
 
-    def _sync(self, job: JobRun) -> None:
-        task = self.tasks[job.task_id]
-        src, dst, size = sync_flows(task.pattern, job.hosts, task.model.sync_bytes)
+    def _sync(self, job: JobRun, phase: int = 0) -> None:
+        """Release coflow ``phase`` of the job's synchronisation."""
+        flows = self._progress[job.job_id].phases[phase]
         coflow_id = next(self._ids)
-        self._coflow_job[coflow_id] = job.job_id
-        self.sim.release(CoflowSpec(coflow_id, src, dst, size, job.job_id, job.stage_id))
+        self._coflow_job[coflow_id] = (job.job_id, phase)
+        self.sim.release(CoflowSpec(coflow_id, *flows, job.job_id, job.stage_id))
 
     def _coflow_done(self, record: CoflowRecord) -> None:
-        job_id = self._coflow_job.pop(record.coflow_id, None)
-        if job_id is None:
+        owner = self._coflow_job.pop(record.coflow_id, None)
+        if owner is None:
+            return
+        job_id, phase = owner
+        if phase + 1 < len(self._progress[job_id].phases):
+            self._sync(self.core.jobs[job_id], phase + 1)  # the pull follows the push
             return
         now = self.sim.now_s
         job = self.core.jobs[job_id]

@@ -7,9 +7,10 @@ keeps the best ``ceil(n_configs / eta**s)`` configurations and trains each for
 configuration of a stage is a *job*: data-parallel training on ``workers`` GPUs on distinct hosts,
 one synchronisation coflow per iteration (parameter server or ring all-reduce).
 
-Parameter server (one coflow per iteration): the PS sits on the job's first host; every worker on
-the other hosts pushes its gradient (the model's bytes) to the PS and pulls the model back.
-Ring all-reduce: each of the W workers sends 2 (W - 1) / W of the model's bytes to its successor.
+Parameter server (two coflows per iteration, one after the other): the PS sits on the job's first
+host; every worker on the other hosts pushes its gradient (the model's bytes) to the PS, and once
+the PS has every gradient it sends the updated model back (the pull). Ring all-reduce (one
+coflow): each of the W workers sends 2 (W - 1) / W of the model's bytes to its successor.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -28,25 +30,44 @@ PATTERNS = ("ps", "ring")
 SEARCHES = ("halving", "full")
 
 
-def sync_flows(pattern: str, hosts: list[int], model_bytes: float) -> tuple[np.ndarray, ...]:
-    """Flows (src, dst, bytes arrays) of one synchronisation of a job on ``hosts``."""
+class Flows(NamedTuple):
+    """Parallel arrays of flow sources, destinations and sizes in bytes (one coflow)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    size_bytes: np.ndarray
+
+
+def _flows(src: list[int], dst: list[int], size: list[float]) -> Flows:
+    return Flows(np.asarray(src), np.asarray(dst), np.asarray(size, dtype=float))
+
+
+def sync_phases(pattern: str, hosts: list[int], model_bytes: float) -> list[Flows]:
+    """The coflows of one synchronisation of a job on ``hosts``, in the order they must run:
+    a parameter server gathers every gradient (push) before it sends the model back (pull),
+    two coflows; a ring all-reduce exchanges with both neighbours at once, one coflow."""
+    if len(hosts) < 2:
+        what = "a parameter-server job needs at least 2 hosts (PS + 1 worker)"
+        raise ValueError(what if pattern == "ps" else f"a {pattern} job needs at least 2 hosts")
     if pattern == "ps":
-        if len(hosts) < 2:
-            raise ValueError("a parameter-server job needs at least 2 hosts (PS + 1 worker)")
-        ps, workers = hosts[0], hosts[1:]
-        src = workers + [ps] * len(workers)
-        dst = [ps] * len(workers) + workers
-        size = [model_bytes] * (2 * len(workers))
-    elif pattern == "ring":
-        if len(hosts) < 2:
-            raise ValueError("a ring all-reduce job needs at least 2 hosts")
+        ps, workers = hosts[0], list(hosts[1:])
+        push = _flows(workers, [ps] * len(workers), [model_bytes] * len(workers))
+        pull = _flows([ps] * len(workers), workers, [model_bytes] * len(workers))
+        return [push, pull]
+    if pattern == "ring":
         n = len(hosts)
-        src = hosts
-        dst = hosts[1:] + hosts[:1]
-        size = [2.0 * (n - 1) / n * model_bytes] * n
-    else:
+        return [_flows(list(hosts), list(hosts[1:]) + [hosts[0]],
+                       [2.0 * (n - 1) / n * model_bytes] * n)]  # fmt: skip
+    raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
+
+
+def sync_flows(pattern: str, hosts: list[int], model_bytes: float) -> Flows:
+    """Every flow of one synchronisation of a job on ``hosts`` (its phases together: what the
+    controller registers as the job's flows of an iteration)."""
+    if pattern not in PATTERNS:
         raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
-    return np.asarray(src), np.asarray(dst), np.asarray(size, dtype=float)
+    phases = sync_phases(pattern, hosts, model_bytes)
+    return Flows(*(np.concatenate([getattr(p, f) for p in phases]) for f in Flows._fields))
 
 
 def stage_plan(n_configs: int, eta: int, min_iterations: int) -> list[tuple[int, int]]:

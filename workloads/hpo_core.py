@@ -45,7 +45,7 @@ from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
 from controller.metrics import summarise
 from controller.model import EGRESS, Flow, Port, port_bytes
 from workloads.gpu import Decision, GpuJob, GpuManager
-from workloads.hpo import HpoTask, best_identified_s, survivors, sync_flows
+from workloads.hpo import HpoTask, best_identified_s, survivors, sync_phases
 
 FRACTIONS = (0.9, 0.95)
 
@@ -62,7 +62,7 @@ class JobRun:
         iterations: iterations to train in this stage.
         start_s: its stage's start.
         sync_bytes: bytes one synchronisation puts through each port (``controller.model``
-            ports of the workload host indices).
+            ports of the workload host indices), all its coflows together.
         bound_s: lower bound on its JCT.
     """
 
@@ -272,9 +272,12 @@ class HpoCore:
         demands = []
         for config in configs:
             hosts = list(task.hosts[config])
-            src, dst, size = sync_flows(task.pattern, hosts, task.model.sync_bytes)
-            flows = [Flow(int(s), int(d), float(b)) for s, d, b in zip(src, dst, size, strict=True)]
-            demand = JobDemand(iterations, compute_s, port_bytes(flows, remaining=False))
+            phases = [
+                port_bytes([Flow(int(s), int(d), float(b)) for s, d, b in zip(*phase, strict=True)],
+                           remaining=False)
+                for phase in sync_phases(task.pattern, hosts, task.model.sync_bytes)
+            ]  # fmt: skip
+            demand = JobDemand(iterations, compute_s, phases)
             demands.append(demand)
             trained = self.configs[(task.task_id, config)].trained
             job = JobRun(

@@ -54,6 +54,7 @@ class Worker:
         self.size = len(self.hosts)
         self.iteration = args.start_iteration
         self.bytes_sent = 0
+        self._sent_lock = threading.Lock()
         # Plain flags, set by the signal handlers: a handler that called Event.set() could run
         # while this very thread holds the Event's lock inside Event.wait() and deadlock.
         self.stop_requested = False
@@ -123,7 +124,8 @@ class Worker:
             n = min(left, CHUNK)
             sock.sendall(_ZEROS[:n])
             left -= n
-        self.bytes_sent += length
+        with self._sent_lock:  # parallel transfers add to it
+            self.bytes_sent += length
 
     def recv(self, sock: socket.socket) -> int:
         header = self.recv_exact(sock, HEADER.size)
@@ -181,31 +183,40 @@ class Worker:
             self.peers = [successor, predecessor]
 
     def synchronise(self) -> None:
+        """One synchronisation. Every coflow's flows run in parallel, as the simulator models
+        them: the PS receives every push at once, then (with every gradient in) sends the
+        model back to every worker at once; a ring rank sends and receives at once."""
         model = int(self.args.bytes)
         if self.args.pattern == "ps":
             if self.rank == 0:
-                for peer in self.peers:
-                    self.recv(peer)
-                for peer in self.peers:
-                    self.send(peer, model)
+                self.concurrently([lambda peer=peer: self.recv(peer) for peer in self.peers])
+                self.concurrently([lambda peer=peer: self.send(peer, model) for peer in self.peers])
             else:
                 self.send(self.peers[0], model)
                 self.recv(self.peers[0])
             return
         share = int(2 * (self.size - 1) / self.size * model)
         successor, predecessor = self.peers
+        self.concurrently([lambda: self.send(successor, share), lambda: self.recv(predecessor)])
+
+    @staticmethod
+    def concurrently(transfers: list) -> None:
+        """Run the transfers in parallel threads (the last in this one); raise the first
+        error any of them met once all have ended."""
         errors: list[BaseException] = []
 
-        def receive() -> None:
+        def guarded(transfer) -> None:
             try:
-                self.recv(predecessor)
-            except BaseException as exc:  # reported by the main thread
+                transfer()
+            except BaseException as exc:  # reported by the calling thread
                 errors.append(exc)
 
-        thread = threading.Thread(target=receive)
-        thread.start()
-        self.send(successor, share)
-        thread.join()
+        threads = [threading.Thread(target=guarded, args=(t,)) for t in transfers[:-1]]
+        for thread in threads:
+            thread.start()
+        guarded(transfers[-1])
+        for thread in threads:
+            thread.join()
         if errors:
             raise errors[0]
 

@@ -54,12 +54,16 @@ def test_two_ring_jobs_and_their_stage_bound(policy, mode):
 
 def test_stage_bound_is_the_larger_of_slowest_job_and_busiest_port():
     a, b = egress(0), ingress(1)
-    slow = JobDemand(iterations=10, compute_s=2.0, sync_bytes={a: 1e9 / 8, b: 1e9 / 8})
-    light = JobDemand(iterations=10, compute_s=0.5, sync_bytes={a: 1e9 / 8})
+    slow = JobDemand(iterations=10, compute_s=2.0, phases=[{a: 1e9 / 8, b: 1e9 / 8}])
+    light = JobDemand(iterations=10, compute_s=0.5, phases=[{a: 1e9 / 8}])
     assert job_lower_bound(slow, 1e9) == pytest.approx(30.0)
     # port a carries 20 s of bytes, not before 0.5 s; the slow job alone needs 30 s
     assert stage_lower_bound([slow, light], 1e9) == pytest.approx(30.0)
-    heavy = JobDemand(iterations=40, compute_s=0.1, sync_bytes={a: 1e9 / 8})
+    heavy = JobDemand(iterations=40, compute_s=0.1, phases=[{a: 1e9 / 8}])
+    # a parameter server's pull waits for its push: their bottlenecks add up
+    ps = JobDemand(iterations=10, compute_s=1.0, phases=[{b: 1e9 / 8}, {a: 1e9 / 8}])
+    assert ps.sync_bytes == {a: 1e9 / 8, b: 1e9 / 8}
+    assert job_lower_bound(ps, 1e9) == pytest.approx(10 * (1.0 + 1.0 + 1.0))
     assert stage_lower_bound([slow, heavy], 1e9) == pytest.approx(0.1 + 50.0)
     assert stage_lower_bound([], 1e9) == 0.0
 

@@ -11,7 +11,7 @@ from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.curves import LearningCurve, sample_curves
-from workloads.hpo import generate, stage_plan, survivors, sync_flows
+from workloads.hpo import HpoTask, generate, stage_plan, survivors, sync_flows, sync_phases
 from workloads.profiles import PROFILES
 
 
@@ -28,6 +28,12 @@ def test_sync_patterns():
     # PS on host 4: workers 1 and 2 push, then pull
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == [(1, 4), (2, 4), (4, 1), (4, 2)]
     assert size.tolist() == [100.0] * 4
+    # the PS sends the model back only once it has every gradient: push, then pull
+    push, pull = sync_phases("ps", [4, 1, 2], 100.0)
+    assert list(zip(push.src.tolist(), push.dst.tolist(), strict=True)) == [(1, 4), (2, 4)]
+    assert list(zip(pull.src.tolist(), pull.dst.tolist(), strict=True)) == [(4, 1), (4, 2)]
+    (ring,) = sync_phases("ring", [0, 1, 2, 3], 100.0)
+    assert ring.size_bytes.tolist() == pytest.approx([150.0] * 4)
     src, dst, size = sync_flows("ring", [0, 1, 2, 3], 100.0)
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == [(0, 1), (1, 2), (2, 3), (3, 0)]
     assert size.tolist() == pytest.approx([150.0] * 4)  # 2 (N - 1) / N of the model
@@ -122,3 +128,20 @@ def test_survivors_are_the_most_accurate():
     by_accuracy = sorted(range(4), key=lambda c: -task.curves[c].accuracy(3))
     assert survivors(task, 0, trained) == by_accuracy[:2]
     assert survivors(task, len(task.plan) - 1, {0: 12}) == []  # the last stage keeps nobody
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_parameter_server_pulls_after_it_pushes(policy):
+    """One PS job alone (PS + 2 workers, 1 Gbit/s, 125 MB model): every iteration is compute,
+    then both pushes through the PS's ingress (2 s), then both pulls through its egress (2 s),
+    as a real PS and the testbed's workers do it; its bound is exactly that."""
+    model = PROFILES["resnet50"].scaled(1.0)
+    model = type(model)("toy", params_millions=125e6 / 4e6, compute_s=0.5)
+    task = HpoTask(0, 0.0, model, "ps", [LearningCurve(0.9, 5.0)], [[0, 1, 2]], [(1, 10)])
+    sim = Simulator(Fabric(3, 1e9), make_policy(policy))
+    driver = HpoDriver(sim, [task])
+    sim.run()
+    (job,) = driver.job_rows()
+    assert job["jct_s"] == pytest.approx(10 * (0.5 + 2.0 + 2.0))
+    assert job["bound_s"] == pytest.approx(job["jct_s"])
+    assert len(sim.coflows) == 2 * 10  # a push and a pull per iteration
