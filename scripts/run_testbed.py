@@ -130,6 +130,7 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         "duration_s": duration,
         **driver.core.summary(driver.now()),
         "cct_s": summarise(driver.cct_s),
+        "job_startup_s": summarise(driver.startup_s.values()),
         "worker_signals": driver.signals_sent,
         "worker_pauses": driver.pauses,
         "bytes_sent_while_paused": driver.bytes_while_paused,

@@ -6,17 +6,17 @@ accuracy, ``tau`` the iterations to reach 63 % of it; 90 % is reached at ``tau *
 iterations. A tabulated curve (e.g. from the YAHPO LCBench surrogate, :mod:`workloads.yahpo`)
 interpolates accuracies given per epoch. Both travel as JSON (:func:`curve_to_json`,
 :func:`curve_from_json`), so a testbed worker evaluates the very curve the simulator does.
+No numpy here: 27 workers starting at once each import this module.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 import random
 from dataclasses import dataclass
-
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ class TabulatedCurve:
         if not 0 < fraction < 1:
             raise ValueError("fraction must be in (0, 1)")
         target = fraction * self.final_accuracy
-        running = np.maximum.accumulate(np.asarray(self.epoch_accuracy))
-        index = bisect.bisect_left(running.tolist(), target)
+        running = list(itertools.accumulate(self.epoch_accuracy, max))
+        index = bisect.bisect_left(running, target)
         if index >= len(self.epoch_accuracy):
             return math.inf
         before = 0.0 if index == 0 else self.epoch_accuracy[index - 1]

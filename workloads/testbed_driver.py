@@ -98,6 +98,8 @@ class TestbedDriver:
         self.progress = progress
         self.workers: dict[int, Workers] = {}
         self.cct_s: list[float] = []  # one synchronisation (coflow) per job iteration
+        # per job: seconds from its stage's start until every rank was connected and ready
+        self.startup_s: dict[int, float] = {}
         self.t0 = time.monotonic()
         self._buffers: dict[int, bytes] = {}
         self._owner: dict[int, tuple[JobRun, int]] = {}  # fd -> (job, rank)
@@ -301,6 +303,8 @@ class TestbedDriver:
                 raise RuntimeError(f"job {job.job_id} rank {rank} advanced while paused")
         if kind == "ready":
             workers.ready.add(rank)
+            if len(workers.ready) == len(workers.procs):
+                self.startup_s[job.job_id] = self.now() - job.start_s
             if self.gpus is not None and job.holding:
                 self.signal(job, rank)
         elif self.gpus is not None and (
