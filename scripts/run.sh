@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup.sh) and run the main experiment: one seeded HPO workload on the
-# 13-server Mininet testbed under fair, fifo-lm, sincronia, jpas and beamer. Run as root.
+# 13-server Mininet testbed (network-bound: 1 Gbit/s links modelled, ring all-reduce) under
+# fair, fifo-lm, sincronia, jpas and beamer, with the simulator beside it. Run as root.
 # Extra arguments go to scripts/run_testbed.py (see --help); results in results/testbed/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

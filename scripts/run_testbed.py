@@ -2,8 +2,12 @@
 
     sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
         [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
-        [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 10]
-        [--seed 1] [--out results/testbed]
+        [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
+        [--link-gbps 1] [--patterns ring] [--seeds 1] [--out results/testbed]
+
+The defaults are the main experiment: a network-bound cluster (1 Gbit/s links, ring
+all-reduce, the busiest ports mostly busy while stages run). The compute-bound point of the
+README is ``--link-gbps 10 --patterns ps ring --min-iterations 10``.
 
 For every policy: start OVS if needed, the controller (``python -m controller``, fresh
 registry), the one-switch testbed (userspace OVS, TCLink at ``--bw`` Mbit/s, 8 HTB classes per
@@ -13,8 +17,12 @@ everything down (by handle and by name, also on Ctrl-C or an error). Bytes are d
 ``--link-gbps / --bw`` (the modelled real link rate over the emulated one) so that
 every link keeps the real compute/communication ratio. With ``--gpu-policy`` every network
 policy also runs under each GPU time-sharing policy (the job manager of ``workloads/gpu.py``
-pauses and resumes the workers; ``none``: every job computes at once). Writes ``results.json``,
-``stages.csv`` and PNG figures to ``--out`` and prints a comparison table.
+pauses and resumes the workers; ``none``: every job computes at once). Every (policy, seed) runs
+on the testbed and, beside it, in the simulator on the same workload, seed, link rate and bytes.
+Writes ``<label>/seed-<N>/`` (result.json, stages / jobs / configs / tasks CSV, worker logs),
+``results.json`` (every run), ``summary.json`` (per policy over the seeds: mean +/- 95 % CI,
+the simulator's prediction, the ratio to fair sharing paired per seed, the clearly best policy
+if any, and provenance), ``stages.csv`` and ``testbed.png``, and prints the tables.
 """
 
 from __future__ import annotations
@@ -36,18 +44,56 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from controller.argtypes import positive  # noqa: E402
 from controller.launcher import ControllerProcess, free_port  # noqa: E402
-from controller.metrics import summarise  # noqa: E402
-from controller.policies import POLICIES  # noqa: E402
-from simulator.metrics import write_csv  # noqa: E402
+from controller.metrics import (  # noqa: E402
+    Interval,
+    clear_best,
+    mean_ci,
+    paired_ratio_ci,
+    summarise,
+)
+from controller.policies import POLICIES, make_policy  # noqa: E402
+from simulator.engine import Fabric, Simulator  # noqa: E402
+from simulator.hpo import HpoDriver  # noqa: E402
+from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
 from topologies import network  # noqa: E402
 from topologies.qos import class_bytes  # noqa: E402
 from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
-from workloads.hpo import generate  # noqa: E402
+from workloads.hpo import PATTERNS, generate  # noqa: E402
 from workloads.testbed_driver import TestbedDriver  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
 DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
+
+
+def workload(args) -> list:
+    """The seeded HPO workload of this run (bytes already divided by the link scale)."""
+    return generate(
+        args.hosts,
+        args.tasks,
+        seed=args.seed,
+        configs_per_task=args.configs,
+        eta=args.eta,
+        min_iterations=args.min_iterations,
+        workers=args.workers,
+        patterns=tuple(args.patterns),
+        link_scale=args.link_scale,
+        surrogate=args.surrogate,
+    )
+
+
+def simulate(policy: str, args, gpu_policy: str = "none") -> dict:
+    """The simulator's prediction for the same workload, seed, link rate and bytes (emulated
+    bytes at the emulated rate: the same seconds as real bytes at the modelled rate)."""
+    gpus = None
+    if gpu_policy != "none":
+        gpus = GpuManager(
+            make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
+        )
+    sim = Simulator(Fabric(args.hosts, args.bw * 1e6), make_policy(policy))
+    driver = HpoDriver(sim, workload(args), gpus=gpus)
+    sim.run()
+    return driver.core.summary(sim.now_s)
 
 
 def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
@@ -69,17 +115,7 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         ctl.wait_switch(timeout_s=30)
         ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
         before = {p: class_bytes(p) for p in ports}
-        tasks = generate(
-            args.hosts,
-            args.tasks,
-            seed=args.seed,
-            configs_per_task=args.configs,
-            eta=args.eta,
-            min_iterations=args.min_iterations,
-            workers=args.workers,
-            link_scale=args.link_scale,
-            surrogate=args.surrogate,
-        )
+        tasks = workload(args)
         hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
         gpus = None
         if gpu_policy != "none":
@@ -137,30 +173,100 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
         "bytes_per_class": per_class,
         "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
+        "simulated": simulate(policy, args, gpu_policy),
         "stages": stages,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
 
 
-def plot(results: list[dict], out: Path) -> Path:
-    names = [r["policy"] for r in results]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    panels = (
-        ("sct_s", "stage completion time (s)"),
-        ("time_to_90pct_s", "time to 90% (s)"),
-        ("best_identified_s", "best config identified (s)"),
-        ("hpo_completion_s", "HPO completion (s)"),
-    )
-    for ax, (key, label) in zip(axes, panels, strict=True):
-        ax.bar(names, [r[key].get("mean") or 0 for r in results], color="tab:blue", label="mean")
-        ax.scatter(
-            names, [r[key].get("p95") or 0 for r in results], color="tab:red", zorder=3, label="p95"
+BASELINE = "fair"
+PANELS = (
+    ("sct_s", "avg_sct_s", "average SCT (s)"),
+    ("time_to_90pct_s", "avg_time_to_90pct_s", "time to 90% (s)"),
+    ("best_identified_s", "avg_best_identified_s", "best config identified (s)"),
+    ("hpo_completion_s", "avg_hpo_completion_s", "HPO completion (s)"),
+)
+
+
+def _interval(values) -> dict | None:
+    ci = mean_ci(values)
+    return None if ci is None else {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
+
+
+def interval(entry: dict | None, digits: int = 1) -> str:
+    """``mean +/- ci95`` of a summary entry."""
+    if entry is None:
+        return "-"
+    return Interval(entry["mean"], entry["ci95"], entry["n"]).format(digits)
+
+
+def seed_summary(results: list[dict], args, argv) -> dict:
+    """Per policy (pair) over the seeds: each metric's mean +/- 95 % CI on the testbed, the
+    simulator's on the same workloads, and the average SCT relative to fair sharing's, paired
+    per seed; the clearly best policy, if any; where the results come from."""
+    labels = list(dict.fromkeys(r["policy"] for r in results))
+    by_label = {label: {r["seed"]: r for r in results if r["policy"] == label} for label in labels}
+    base = by_label.get(BASELINE, {})
+    policies, ratios = {}, {}
+    for label, runs in by_label.items():
+        entry = {"seeds": sorted(runs)}
+        for key, name, _ in PANELS:
+            entry[name] = _interval(r[key].get("mean") for r in runs.values())
+        entry["sim_avg_sct_s"] = _interval(r["simulated"]["sct_s"].get("mean")
+                                           for r in runs.values())  # fmt: skip
+        entry["sim_over_testbed_avg_sct"] = _interval(
+            r["simulated"]["sct_s"]["mean"] / r["sct_s"]["mean"] for r in runs.values()
         )
+        entry["busiest_port_busy"] = _interval(r["busiest_port_busy"] for r in runs.values())
+        if base:
+            ratio = paired_ratio_ci(
+                {s: r["sct_s"].get("mean") for s, r in runs.items()},
+                {s: r["sct_s"].get("mean") for s, r in base.items()},
+            )
+            if ratio is not None:
+                ratios[label] = ratio
+                entry[f"avg_sct_vs_{BASELINE}"] = {"mean": ratio.mean, "ci95": ratio.half_width,
+                                                   "n": ratio.n}  # fmt: skip
+        policies[label] = entry
+    return {
+        "provenance": provenance(argv),
+        "link_gbps": args.link_gbps,
+        "emulated_link_bps": args.bw * 1e6,
+        "workload": {
+            "hosts": args.hosts,
+            "tasks": args.tasks,
+            "configs": args.configs,
+            "eta": args.eta,
+            "min_iterations": args.min_iterations,
+            "workers": args.workers,
+            "patterns": args.patterns,
+            "seeds": args.seeds,
+        },  # fmt: skip
+        "policies": policies,
+        "clear_best_avg_sct": clear_best(ratios),
+    }
+
+
+def plot(summary: dict, out: Path) -> Path:
+    """Per policy: each metric's mean over the seeds with its 95 % CI (testbed), and the
+    simulator's mean average SCT on the same workloads."""
+    names = list(summary["policies"])
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
+    for ax, (_, key, label) in zip(axes, PANELS, strict=True):
+        entries = [summary["policies"][n][key] for n in names]
+        means = [e["mean"] if e else 0 for e in entries]
+        errors = [0 if not e or e["ci95"] != e["ci95"] else e["ci95"] for e in entries]
+        ax.bar(names, means, yerr=errors, capsize=3, color="tab:blue", label="testbed")
+        if key == "avg_sct_s":
+            sim = [summary["policies"][n]["sim_avg_sct_s"]["mean"] for n in names]
+            ax.scatter(names, sim, color="tab:orange", zorder=3, label="simulator")
+            ax.legend()
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
         ax.tick_params(axis="x", rotation=30)
-    axes[0].legend()
+    seeds = len(summary["workload"]["seeds"])
+    fig.suptitle(f"{summary['link_gbps']:g} Gbit/s modelled, {seeds} seed(s), 95 % CI")
     fig.tight_layout()
     path = out / "testbed.png"
     fig.savefig(path, dpi=120)
@@ -197,16 +303,35 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", type=positive(int), default=2)
     parser.add_argument("--configs", type=positive(int), default=9)
     parser.add_argument("--eta", type=int, default=3)
-    parser.add_argument("--min-iterations", type=positive(int), default=10)
+    parser.add_argument(
+        "--min-iterations",
+        type=positive(int),
+        default=3,
+        help="iterations of the first stage (default: 3, then 9 and 27 with eta 3)",
+    )
     parser.add_argument("--workers", type=positive(int), default=3)
+    parser.add_argument(
+        "--patterns",
+        nargs="+",
+        default=["ring"],
+        choices=PATTERNS,
+        help="synchronisation patterns to draw from (default: ring; a parameter server keeps "
+        "its ports at most about half busy, see README)",
+    )
     parser.add_argument(
         "--link-gbps",
         type=positive(float),
-        default=10.0,
+        default=1.0,
         help="the modelled cluster's host link rate in Gbit/s, emulated at --bw: bytes are "
-        "divided by link-gbps / bw; the simulator's --link-gbps means the same (default: 10)",
+        "divided by link-gbps / bw; the simulator's --link-gbps means the same (default: 1)",
     )
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="workload seeds, each run under every policy (default: 1)",
+    )
     parser.add_argument(
         "--yahpo",
         type=Path,
@@ -222,6 +347,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "testbed")
     args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
     if args.workers > args.hosts or args.eta < 2:
         parser.error("--workers must be <= --hosts and --eta >= 2")
     args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
@@ -239,33 +365,53 @@ def main(argv=None) -> int:
 
     subprocess.run(["bash", str(ROOT / "scripts" / "ovs.sh"), "start"], check=True)
     results = []
-    for policy in args.policy:
-        for gpu_policy in args.gpu_policy:
-            label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
-            print(f"== {label}", flush=True)
-            results.append(run_policy(policy, args, args.out / label, gpu_policy))
+    for seed in args.seeds:
+        args.seed = seed  # the workload's
+        for policy in args.policy:
+            for gpu_policy in args.gpu_policy:
+                label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+                print(f"== {label}, seed {seed}", flush=True)
+                result = run_policy(policy, args, args.out / label / f"seed-{seed}", gpu_policy)
+                results.append({"seed": seed, **result})
     with open(args.out / "stages.csv", "w", newline="") as f:
-        rows = [{"policy": r["policy"], **s} for r in results for s in r["stages"]]
+        rows = [{"policy": r["policy"], "seed": r["seed"], **s} for r in results
+                for s in r["stages"]]  # fmt: skip
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    summary = [{k: v for k, v in r.items() if k != "stages"} for r in results]
-    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
-    figure = plot(results, args.out)
+    runs = [{k: v for k, v in r.items() if k != "stages"} for r in results]
+    (args.out / "results.json").write_text(json.dumps(runs, indent=2))
+    summary = seed_summary(results, args, argv)
+    write_json(args.out / "summary.json", summary)
+    figure = plot(summary, args.out)
     print(
-        f"\n{'policy':<17} {'avg SCT':>8} {'p95 SCT':>8} {'to 90%':>7} {'best id':>8} "
-        f"{'HPO end':>8} {'link':>6} {'GPU':>5} {'preempt':>7}"
+        f"\n{'policy':<17} {'seed':>4} {'avg SCT':>8} {'sim SCT':>8} {'sim/bed':>7} {'p95 SCT':>8} "
+        f"{'to 90%':>7} {'best id':>8} {'HPO end':>8} {'busiest':>7} {'GPU':>5} {'preempt':>7}"
     )
     for r in results:
         gpu = r["gpu"] or {}
+        bed, sim = r["sct_s"].get("mean"), r["simulated"]["sct_s"].get("mean")
         print(
-            f"{r['policy']:<17} {fmt(r['sct_s'].get('mean')):>8} {fmt(r['sct_s'].get('p95')):>8} "
-            f"{fmt(r['time_to_90pct_s'].get('mean')):>7} "
+            f"{r['policy']:<17} {r['seed']:>4} {fmt(bed):>8} {fmt(sim):>8} "
+            f"{(sim / bed if bed and sim else float('nan')):>7.2f} "
+            f"{fmt(r['sct_s'].get('p95')):>8} {fmt(r['time_to_90pct_s'].get('mean')):>7} "
             f"{fmt(r['best_identified_s'].get('mean')):>8} "
-            f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['link_utilisation']:>6.1%} "
+            f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['busiest_port_busy']:>7.0%} "
             f"{fmt_pct(gpu.get('gpu_utilisation')):>5} {gpu.get('preemptions', '-'):>7}"
         )
-    print(f"results: {args.out}/results.json, stages.csv, {figure.name}")
+    print(
+        f"(link {args.link_gbps:g} Gbit/s modelled at {args.bw:g} Mbit/s; sim: the simulator on "
+        "the same workload, seed, link rate and bytes; busiest: the busiest port's busy share)"
+    )
+    print(f"\nover {len(args.seeds)} seed(s): average SCT s (mean +/- 95 % CI), and / "
+          f"{BASELINE}'s paired per seed")  # fmt: skip
+    for label, entry in summary["policies"].items():
+        ratio = entry.get(f"avg_sct_vs_{BASELINE}")
+        versus = interval(ratio, 3) if ratio else "-"
+        print(f"  {label:<17} testbed {interval(entry['avg_sct_s']):>16}  simulator "
+              f"{interval(entry['sim_avg_sct_s']):>16}  x {versus}")  # fmt: skip
+    print(f"  clearly best: {summary['clear_best_avg_sct'] or 'none (intervals overlap)'}")
+    print(f"results: {args.out}/results.json, summary.json, stages.csv, {figure.name}")
     return 0
 
 

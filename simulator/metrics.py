@@ -65,3 +65,44 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def provenance(argv: list[str] | None = None) -> dict:
+    """Where a result comes from: git commit (and whether tracked files had changes), the
+    command line (``argv``: the arguments after the script, default this process's), Python
+    and package versions, and the machine."""
+    import importlib.metadata
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str | None:
+        try:
+            run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                 timeout=10)  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return run.stdout.strip() if run.returncode == 0 else None
+
+    versions = {}
+    for package in ("numpy", "numba", "matplotlib", "ryu", "mininet", "hypothesis"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": None if status is None else bool(status),
+        "command": [sys.executable, *(sys.argv if argv is None else [sys.argv[0], *argv])],
+        "python": platform.python_version(),
+        "packages": versions,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.machine(),
+            "cpus": os.cpu_count(),
+        },
+    }

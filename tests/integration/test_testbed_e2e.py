@@ -61,7 +61,7 @@ def test_short_testbed_run(tmp_path):
         "6",
         "--tasks",
         "1",
-        "--seed",
+        "--seeds",
         "1",
         "--configs",
         "4",
@@ -74,6 +74,11 @@ def test_short_testbed_run(tmp_path):
         "sincronia",
         "--timeout",
         "300",
+        "--link-gbps",
+        "10",
+        "--patterns",
+        "ps",
+        "ring",
     )
     # The simulator on the same workload and seed (same link rate and bytes) runs the same
     # stages, jobs and configurations, and writes the same metrics with the same columns.
@@ -84,17 +89,23 @@ def test_short_testbed_run(tmp_path):
         sim.run()
         simulated = [driver.stage_rows(), driver.job_rows(), driver.config_rows(),
                      driver.task_rows()]  # fmt: skip
-        measured = [read_csv(out / policy / f"{name}.csv") for name in files]
+        measured = [read_csv(out / policy / "seed-1" / f"{name}.csv") for name in files]
         for name, sim_rows, bed_rows in zip(files, simulated, measured, strict=True):
             assert list(bed_rows[0]) == list(sim_rows[0]), name
         sim_rows = [[{k: str(v) for k, v in row.items()} for row in rows] for rows in simulated]
         assert structure(*measured) == structure(*sim_rows), policy
         # the testbed never beats a lower bound either
         for name in ("stages", "jobs", "tasks"):
-            for row in read_csv(out / policy / f"{name}.csv"):
+            for row in read_csv(out / policy / "seed-1" / f"{name}.csv"):
                 assert float(row["ratio_to_bound"]) >= 1.0, (policy, name, row)
     results = {r["policy"]: r for r in json.loads((out / "results.json").read_text())}
     assert set(results) == {"fair", "sincronia"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["provenance"]["git_commit"]) == 40 and summary["link_gbps"] == 10
+    assert set(summary["policies"]) == {"fair", "sincronia"}
+    assert summary["clear_best_avg_sct"] is None  # one seed: no interval, no winner
+    for entry in summary["policies"].values():
+        assert entry["avg_sct_s"]["n"] == 1 and entry["sim_avg_sct_s"]["mean"] > 0
     for name, result in results.items():
         per_class = result["bytes_per_class"]
         job_bytes = sum(per_class.get(level_classid(level), 0) for level in range(7))
@@ -102,7 +113,7 @@ def test_short_testbed_run(tmp_path):
         assert job_bytes >= 0.9 * total, (name, per_class)  # the workers' traffic was marked
         assert result["controller"]["switch_errors"] == 0
         assert result["sct_s"]["count"] == 3  # stages of 4, 2 and 1 configurations
-        for stage in json.loads((out / name / "result.json").read_text())["stages"]:
+        for stage in json.loads((out / name / "seed-1" / "result.json").read_text())["stages"]:
             assert stage["sct_s"] >= stage["compute_s"]
         assert 0 < result["link_utilisation"] < 1
         assert result["link_gbps"] == 10 and result["emulated_link_bps"] == 20e6
@@ -147,6 +158,11 @@ def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
         "2",
         "--timeout",
         "240",
+        "--link-gbps",
+        "10",
+        "--patterns",
+        "ps",
+        "ring",
     )
     [result] = json.loads((out / "results.json").read_text())
     assert result["policy"] == "fair+hermes" and result["sct_s"]["count"] == 6
@@ -157,7 +173,7 @@ def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
     assert result["worker_pauses"] >= 1 and result["bytes_sent_while_paused"] == 0
     assert result["best_identified_s"]["count"] == 2  # both tasks ended with a winner
     # no stage ended before its compute time
-    for stage in json.loads((out / "fair+hermes" / "result.json").read_text())["stages"]:
+    for stage in json.loads((out / "fair+hermes" / "seed-1" / "result.json").read_text())["stages"]:
         assert stage["sct_s"] >= stage["compute_s"]
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "workloads.worker --job" not in procs

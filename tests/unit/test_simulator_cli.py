@@ -49,3 +49,27 @@ def test_help_explains_the_options():
     assert result.returncode == 0
     for option in ("--policy", "--mode", "--offline", "--hosts-per-leaf", "--out"):
         assert option in result.stdout
+
+
+def test_link_rate_is_one_flag_stated_in_the_results(tmp_path):
+    """``--link-gbps`` is the modelled cluster (``--host-bps``, in bit/s, the older spelling);
+    HPO results state it with the busiest ports' busy shares: the default workload keeps its
+    busiest port far busier at 1 Gbit/s than at 10."""
+    busy = {}
+    for gbps in ("1", "10"):
+        out = tmp_path / gbps
+        result = sim_cli("hpo", "--hosts", "13", "--tasks", "2", "--policy", "fair",
+                         "--link-gbps", gbps, "--out", str(out))  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["link_gbps"] == float(gbps) and summary["host_bps"] == float(gbps) * 1e9
+        fair = summary["policies"]["fair"]
+        assert fair["busiest_port_busy"] >= fair["busiest_quarter_busy"] > 0
+        busy[gbps] = fair["busiest_port_busy"]
+    assert busy["1"] > 0.5 > 0.4 > busy["10"]
+    result = sim_cli("hpo", "--hosts", "13", "--tasks", "2", "--policy", "fair",
+                     "--host-bps", "1e9", "--out", str(tmp_path / "old"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "old" / "summary.json").read_text())["link_gbps"] == 1.0
+    result = sim_cli("hpo", "--link-gbps", "0")
+    assert result.returncode == 2 and "must be > 0" in result.stderr
