@@ -7,10 +7,10 @@ smallest (the 1st for p = 0), always an observed value, never an interpolation b
 report). With few values this matters: the p95 of 6 stage times is the largest of them.
 
 Across seeds: a result is a mean with its two-sided **95 % confidence interval** (Student's t
-with n - 1 degrees of freedom, :func:`mean_ci`); a comparison against a baseline is the mean of
-the **per-seed ratios** (paired: the same workload under both policies) with its interval
-(:func:`paired_ratio_ci`); a policy is called best only if its interval lies clear of every
-other's (:func:`clear_best`).
+with n - 1 degrees of freedom, :func:`mean_ci`); a comparison against a baseline is the
+geometric mean of the **per-seed ratios** (paired: the same workload under both policies) with
+its interval, from the log-ratios (:func:`paired_ratio_ci`); a policy is called best only if its
+interval lies clear of every other's (:func:`clear_best`).
 """
 
 from __future__ import annotations
@@ -74,32 +74,32 @@ def t975(df: int) -> float:
 
 @dataclass(frozen=True)
 class Interval:
-    """A mean over ``n`` seeds and its 95 % confidence interval (``low`` = ``high`` = mean and
-    ``half_width`` NaN when n = 1: one seed gives no interval)."""
+    """A mean over ``n`` seeds and its 95 % confidence interval ``[low, high]`` (both the mean
+    when n = 1: one seed gives no interval). Ratios have asymmetric intervals."""
 
     mean: float
-    half_width: float
+    low: float
+    high: float
     n: int
 
     @property
-    def low(self) -> float:
-        return self.mean - (0.0 if math.isnan(self.half_width) else self.half_width)
-
-    @property
-    def high(self) -> float:
-        return self.mean + (0.0 if math.isnan(self.half_width) else self.half_width)
+    def half_width(self) -> float:
+        """Half the interval's width (NaN for one seed)."""
+        return math.nan if self.n < 2 else (self.high - self.low) / 2
 
     def overlaps(self, other: Interval) -> bool:
         """Whether the intervals share a point (with one seed: always, nothing is separated)."""
-        if math.isnan(self.half_width) or math.isnan(other.half_width):
+        if self.n < 2 or other.n < 2:
             return True
         return self.low <= other.high and other.low <= self.high
 
     def format(self, digits: int = 2) -> str:
-        """``mean +/- half_width`` (``mean (n=1)`` for one seed)."""
-        if math.isnan(self.half_width):
+        """``mean +/- half_width``, ``mean [low, high]`` when asymmetric, ``mean (n=1)``."""
+        if self.n < 2:
             return f"{self.mean:.{digits}f} (n=1)"
-        return f"{self.mean:.{digits}f} +/- {self.half_width:.{digits}f}"
+        if math.isclose(self.mean - self.low, self.high - self.mean, rel_tol=1e-6, abs_tol=1e-12):
+            return f"{self.mean:.{digits}f} +/- {self.half_width:.{digits}f}"
+        return f"{self.mean:.{digits}f} [{self.low:.{digits}f}, {self.high:.{digits}f}]"
 
 
 def mean_ci(values: Iterable[float | None]) -> Interval | None:
@@ -110,21 +110,28 @@ def mean_ci(values: Iterable[float | None]) -> Interval | None:
     n = len(data)
     mean = math.fsum(data) / n
     if n == 1:
-        return Interval(mean, math.nan, 1)
+        return Interval(mean, mean, mean, 1)
     variance = math.fsum((x - mean) ** 2 for x in data) / (n - 1)
-    return Interval(mean, t975(n - 1) * math.sqrt(variance / n), n)
+    half = t975(n - 1) * math.sqrt(variance / n)
+    return Interval(mean, mean - half, mean + half, n)
 
 
 def paired_ratio_ci(
     values: Mapping[Hashable, float | None], baseline: Mapping[Hashable, float | None]
 ) -> Interval | None:
-    """Mean and 95 % interval of ``values[seed] / baseline[seed]`` over the seeds both have."""
-    ratios = [
-        values[k] / baseline[k]
+    """Ratio of ``values`` to ``baseline`` over the seeds both have, paired per seed: the
+    geometric mean of the per-seed ratios and its 95 % interval, computed on their logarithms
+    (ratios multiply: X / Y is then exactly the inverse of Y / X, and the interval is never
+    below 0)."""
+    logs = [
+        math.log(values[k] / baseline[k])
         for k in values
-        if values[k] is not None and baseline.get(k) not in (None, 0)
+        if values[k] is not None and values[k] > 0 and (baseline.get(k) or 0) > 0
     ]
-    return mean_ci(ratios)
+    ci = mean_ci(logs)
+    if ci is None:
+        return None
+    return Interval(math.exp(ci.mean), math.exp(ci.low), math.exp(ci.high), ci.n)
 
 
 def clear_best(intervals: Mapping[str, Interval | None], lower_is_better: bool = True):

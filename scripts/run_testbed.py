@@ -198,7 +198,11 @@ def interval(entry: dict | None, digits: int = 1) -> str:
     """``mean +/- ci95`` of a summary entry."""
     if entry is None:
         return "-"
-    return Interval(entry["mean"], entry["ci95"], entry["n"]).format(digits)
+    if "low" in entry:
+        return Interval(entry["mean"], entry["low"], entry["high"], entry["n"]).format(digits)
+    half = 0.0 if entry["n"] < 2 else entry["ci95"]
+    mean = entry["mean"]
+    return Interval(mean, mean - half, mean + half, entry["n"]).format(digits)
 
 
 def seed_summary(results: list[dict], args, argv) -> dict:
@@ -228,8 +232,8 @@ def seed_summary(results: list[dict], args, argv) -> dict:
             )
             if ratio is not None:
                 ratios[label] = ratio
-                entry["avg_sct_vs_baseline"] = {"mean": ratio.mean, "ci95": ratio.half_width,
-                                                "n": ratio.n}  # fmt: skip
+                entry["avg_sct_vs_baseline"] = {"mean": ratio.mean, "low": ratio.low,
+                                                "high": ratio.high, "n": ratio.n}  # fmt: skip
         policies[label] = entry
     return {
         "provenance": provenance(argv),

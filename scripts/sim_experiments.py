@@ -9,11 +9,11 @@ all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3) runs under every policy on
 ``tasks = max(1, round(load * 2 * hosts / 13))``. Then a coflow trace runs under every policy
 (the shared resampled Facebook trace when present, else a generated one). Writes ``hpo.csv``
 (one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
-and the ratio to fair sharing paired per seed with its CI), ``trace.csv`` and PNG figures
-(average and p95 stage completion time, time to 90 % accuracy relative to fair sharing with
-95 % error bars; trace CCT) to ``--out``. It prints each run as it goes, then per point the
-policies' average SCT and which one is clearly best (its interval clear of every other's:
-never with one seed).
+and the ratio to fair sharing paired per seed: geometric mean with its CI), ``trace.csv`` and
+PNG figures (average and p95 stage completion time, time to 90 % accuracy relative to fair
+sharing with 95 % error bars; trace CCT) to ``--out``. It prints each run as it goes, then per
+point the policies' average SCT and which one is clearly best (its interval clear of every
+other's: never with one seed).
 """
 
 from __future__ import annotations
@@ -167,7 +167,8 @@ def seed_summary(rows: list[dict]) -> list[dict]:
                 row[metric] = None if ci is None else ci.mean
                 row[f"{metric}_ci95"] = None if ci is None else ci.half_width
                 row[f"{metric}_vs_{BASELINE}"] = None if ratio is None else ratio.mean
-                row[f"{metric}_vs_{BASELINE}_ci95"] = None if ratio is None else ratio.half_width
+                row[f"{metric}_vs_{BASELINE}_low"] = None if ratio is None else ratio.low
+                row[f"{metric}_vs_{BASELINE}_high"] = None if ratio is None else ratio.high
             out.append(row)
     return out
 
@@ -187,8 +188,9 @@ def _print_points(rows: list[dict], summary: list[dict]) -> None:
                 if (x["hosts"], x["load"], x["tasks"], x["policy"]) == (*point, name)
             )  # fmt: skip
             if r[f"avg_sct_s_vs_{BASELINE}"] is not None:
-                half = r[f"avg_sct_s_vs_{BASELINE}_ci95"]
-                ratios[name] = Interval(r[f"avg_sct_s_vs_{BASELINE}"], half, r["seeds"])
+                ratios[name] = Interval(r[f"avg_sct_s_vs_{BASELINE}"],
+                                        r[f"avg_sct_s_vs_{BASELINE}_low"],
+                                        r[f"avg_sct_s_vs_{BASELINE}_high"], r["seeds"])  # fmt: skip
         seeds = max(r["seeds"] for r in mine.values())
         print(f"\n{hosts} hosts, load {load} ({tasks} tasks), {seeds} seed(s): average SCT s, "
               f"and / {BASELINE}'s paired per seed; clear best: "
@@ -200,8 +202,8 @@ def _print_points(rows: list[dict], summary: list[dict]) -> None:
 
 def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
     """Each metric relative to fair sharing at the same point, paired per seed (the workloads
-    differ between points, so absolute values do not compare across loads): the mean ratio
-    over the seeds with its 95 % interval as error bars."""
+    differ between points, so absolute values do not compare across loads): the geometric mean
+    ratio over the seeds with its 95 % interval as error bars."""
     paths = []
     width = 0.02 * (max(args.loads) - min(args.loads) or 1.0)
     for metric, label in METRICS:
@@ -210,18 +212,21 @@ def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
         )
         for ax, hosts in zip(axes[0], args.hosts, strict=True):
             for k, name in enumerate(args.policy):
+                key = f"{metric}_vs_{BASELINE}"
                 points = sorted(
-                    (r["load"], r[f"{metric}_vs_{BASELINE}"], r[f"{metric}_vs_{BASELINE}_ci95"])
+                    (r["load"], r[key], r[f"{key}_low"], r[f"{key}_high"])
                     for r in summary
-                    if r["hosts"] == hosts and r["policy"] == name
-                    and r[f"{metric}_vs_{BASELINE}"] is not None
+                    if r["hosts"] == hosts and r["policy"] == name and r[key] is not None
                 )  # fmt: skip
                 if not points:
                     continue
                 shift = (k - (len(args.policy) - 1) / 2) * width  # keep error bars apart
-                loads = [load + shift for load, _, _ in points]
-                errors = [0.0 if e is None or e != e else e for _, _, e in points]
-                ax.errorbar(loads, [m for _, m, _ in points], yerr=errors, marker="o",
+                loads = [load + shift for load, *_ in points]
+                errors = [
+                    [m - low for _, m, low, _ in points],
+                    [high - m for _, m, _, high in points],
+                ]
+                ax.errorbar(loads, [m for _, m, *_ in points], yerr=errors, marker="o",
                             capsize=3, label=name)  # fmt: skip
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(f"{hosts} hosts, {len(args.seeds)} seed(s), 95 % CI")

@@ -46,15 +46,23 @@ def test_ratios_are_paired_per_seed():
     assert mean_ci(better.values()).overlaps(mean_ci(baseline.values()))
     # seeds missing on either side are left out
     assert paired_ratio_ci({1: 50.0, 4: 1.0}, {1: 100.0, 2: 5.0}).n == 1
+    # ratios multiply: geometric mean, interval from the log-ratios, never below 0, and
+    # X / Y is the inverse of Y / X
+    a, b = {1: 1.0, 2: 10.0, 3: 2.0}, {1: 5.0, 2: 1.0, 3: 2.0}
+    ab, ba = paired_ratio_ci(a, b), paired_ratio_ci(b, a)
+    assert ab.mean == pytest.approx(statistics.geometric_mean([0.2, 10.0, 1.0]))
+    assert ab.mean * ba.mean == pytest.approx(1.0)
+    assert ab.low * ba.high == pytest.approx(1.0) and ab.low > 0
+    assert ab.format(2) == f"{ab.mean:.2f} [{ab.low:.2f}, {ab.high:.2f}]"
 
 
 def test_no_winner_where_intervals_overlap():
-    tight = {"a": Interval(0.8, 0.05, 5), "b": Interval(1.0, 0.0, 5)}
+    tight = {"a": Interval(0.8, 0.75, 0.85, 5), "b": Interval(1.0, 1.0, 1.0, 5)}
     assert clear_best(tight) == "a"
     assert clear_best(tight, lower_is_better=False) == "b"
-    assert clear_best({**tight, "c": Interval(0.86, 0.02, 5)}) is None  # a and c overlap
-    assert clear_best({"a": Interval(0.5, math.nan, 1), "b": Interval(1.0, 0.0, 1)}) is None
-    assert clear_best({"a": Interval(0.5, 0.1, 3)}) is None
+    assert clear_best({**tight, "c": Interval(0.86, 0.84, 0.88, 5)}) is None  # a, c overlap
+    assert clear_best({"a": Interval(0.5, 0.5, 0.5, 1), "b": Interval(1.0, 1.0, 1.0, 1)}) is None
+    assert clear_best({"a": Interval(0.5, 0.4, 0.6, 3)}) is None
 
 
 def test_sim_experiments_summarises_seeds(tmp_path):
@@ -74,11 +82,13 @@ def test_sim_experiments_summarises_seeds(tmp_path):
     sct = {(r["policy"], int(r["seed"])): float(r["avg_sct_s"]) for r in runs}
     mine = [sct[("sincronia", seed)] for seed in (1, 2, 3)]
     ratios = [sct[("sincronia", seed)] / sct[("fair", seed)] for seed in (1, 2, 3)]
+    logs = mean_ci([math.log(r) for r in ratios])
     row = summary["sincronia"]
     assert int(row["seeds"]) == 3
     assert float(row["avg_sct_s"]) == pytest.approx(statistics.mean(mine))
     assert float(row["avg_sct_s_ci95"]) == pytest.approx(mean_ci(mine).half_width)
-    assert float(row["avg_sct_s_vs_fair"]) == pytest.approx(statistics.mean(ratios))
-    assert float(row["avg_sct_s_vs_fair_ci95"]) == pytest.approx(mean_ci(ratios).half_width)
+    assert float(row["avg_sct_s_vs_fair"]) == pytest.approx(statistics.geometric_mean(ratios))
+    assert float(row["avg_sct_s_vs_fair_low"]) == pytest.approx(math.exp(logs.low))
+    assert float(row["avg_sct_s_vs_fair_high"]) == pytest.approx(math.exp(logs.high))
     assert float(summary["fair"]["avg_sct_s_vs_fair"]) == 1.0
     assert (out / "hpo-avg_sct_s.png").stat().st_size > 0
