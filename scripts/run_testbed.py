@@ -82,16 +82,21 @@ def workload(args) -> list:
     )
 
 
-def simulate(policy: str, args, gpu_policy: str = "none") -> dict:
+def job_manager(args, gpu_policy: str) -> GpuManager | None:
+    """A fresh GPU job manager for ``gpu_policy`` (``None`` for ``none``); resuming a paused
+    worker costs nothing on the testbed."""
+    if gpu_policy == "none":
+        return None
+    return GpuManager(
+        make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
+    )
+
+
+def simulate(policy: str, args, tasks: list, gpu_policy: str = "none") -> dict:
     """The simulator's prediction for the same workload, seed, link rate and bytes (emulated
     bytes at the emulated rate: the same seconds as real bytes at the modelled rate)."""
-    gpus = None
-    if gpu_policy != "none":
-        gpus = GpuManager(
-            make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
-        )
     sim = Simulator(Fabric(args.hosts, args.bw * 1e6), make_policy(policy))
-    driver = HpoDriver(sim, workload(args), gpus=gpus)
+    driver = HpoDriver(sim, tasks, gpus=job_manager(args, gpu_policy))
     sim.run()
     return driver.core.summary(sim.now_s)
 
@@ -117,11 +122,7 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         before = {p: class_bytes(p) for p in ports}
         tasks = workload(args)
         hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
-        gpus = None
-        if gpu_policy != "none":
-            gpus = GpuManager(
-                make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
-            )
+        gpus = job_manager(args, gpu_policy)
         driver = TestbedDriver(
             hosts,
             ctl.client,
@@ -173,7 +174,7 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
         "bytes_per_class": per_class,
         "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
-        "simulated": simulate(policy, args, gpu_policy),
+        "simulated": simulate(policy, args, tasks, gpu_policy),
         "stages": stages,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from controller.model import Job, Stage
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
 from workloads.gpu import Decision, GpuManager
-from workloads.hpo import Flows, HpoTask, sync_phases
+from workloads.hpo import HpoTask
 from workloads.hpo_core import FRACTIONS, Actions, HpoCore, JobRun
 
 
@@ -31,7 +31,6 @@ from workloads.hpo_core import FRACTIONS, Actions, HpoCore, JobRun
 class _Progress:
     """What the simulator tracks of a job besides the core's state."""
 
-    phases: list[Flows]  # the coflows of one synchronisation, in order
     in_iteration: bool = False  # computing or synchronising
     resume_delay_s: float = 0.0  # restoring its state before its next compute
 
@@ -86,9 +85,7 @@ class HpoDriver:
     def _carry_out(self, actions: Actions) -> None:
         """Start the jobs the core started, then apply its GPU decisions."""
         for job in actions.started:
-            task = self.tasks[job.task_id]
-            phases = sync_phases(task.pattern, job.hosts, task.model.sync_bytes)
-            self._progress[job.job_id] = _Progress(phases)
+            self._progress[job.job_id] = _Progress()
             if job.stage_id not in self._model_stages:
                 stage = self.core.stages[job.stage_id]
                 self._model_stages[job.stage_id] = Stage(
@@ -137,7 +134,7 @@ class HpoDriver:
 
     def _sync(self, job: JobRun, phase: int = 0) -> None:
         """Release coflow ``phase`` of the job's synchronisation."""
-        flows = self._progress[job.job_id].phases[phase]
+        flows = job.phases[phase]
         coflow_id = next(self._ids)
         self._coflow_job[coflow_id] = (job.job_id, phase)
         self.sim.release(CoflowSpec(coflow_id, *flows, job.job_id, job.stage_id))
@@ -147,7 +144,7 @@ class HpoDriver:
         if owner is None:
             return
         job_id, phase = owner
-        if phase + 1 < len(self._progress[job_id].phases):
+        if phase + 1 < len(self.core.jobs[job_id].phases):
             self._sync(self.core.jobs[job_id], phase + 1)  # the pull follows the push
             return
         now = self.sim.now_s

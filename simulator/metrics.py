@@ -6,7 +6,12 @@ definition simulator, testbed and controller share."""
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +76,6 @@ def provenance(argv: list[str] | None = None) -> dict:
     """Where a result comes from: git commit (and whether tracked files had changes), the
     command line (``argv``: the arguments after the script, default this process's), Python
     and package versions, and the machine."""
-    import importlib.metadata
-    import os
-    import platform
-    import subprocess
-    import sys
-
     root = Path(__file__).resolve().parents[1]
 
     def git(*args: str) -> str | None:

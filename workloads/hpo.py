@@ -46,26 +46,27 @@ def sync_phases(pattern: str, hosts: list[int], model_bytes: float) -> list[Flow
     """The coflows of one synchronisation of a job on ``hosts``, in the order they must run:
     a parameter server gathers every gradient (push) before it sends the model back (pull),
     two coflows; a ring all-reduce exchanges with both neighbours at once, one coflow."""
+    if pattern not in PATTERNS:
+        raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
     if len(hosts) < 2:
-        what = "a parameter-server job needs at least 2 hosts (PS + 1 worker)"
-        raise ValueError(what if pattern == "ps" else f"a {pattern} job needs at least 2 hosts")
+        raise ValueError(
+            "a parameter-server job needs at least 2 hosts (PS + 1 worker)"
+            if pattern == "ps"
+            else "a ring all-reduce job needs at least 2 hosts"
+        )
     if pattern == "ps":
         ps, workers = hosts[0], list(hosts[1:])
         push = _flows(workers, [ps] * len(workers), [model_bytes] * len(workers))
         pull = _flows([ps] * len(workers), workers, [model_bytes] * len(workers))
         return [push, pull]
-    if pattern == "ring":
-        n = len(hosts)
-        return [_flows(list(hosts), list(hosts[1:]) + [hosts[0]],
-                       [2.0 * (n - 1) / n * model_bytes] * n)]  # fmt: skip
-    raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
+    n = len(hosts)
+    return [_flows(list(hosts), list(hosts[1:]) + [hosts[0]],
+                   [2.0 * (n - 1) / n * model_bytes] * n)]  # fmt: skip
 
 
 def sync_flows(pattern: str, hosts: list[int], model_bytes: float) -> Flows:
     """Every flow of one synchronisation of a job on ``hosts`` (its phases together: what the
     controller registers as the job's flows of an iteration)."""
-    if pattern not in PATTERNS:
-        raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
     phases = sync_phases(pattern, hosts, model_bytes)
     return Flows(*(np.concatenate([getattr(p, f) for p in phases]) for f in Flows._fields))
 

@@ -45,7 +45,7 @@ from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
 from controller.metrics import summarise
 from controller.model import EGRESS, Flow, Port, port_bytes
 from workloads.gpu import Decision, GpuJob, GpuManager
-from workloads.hpo import HpoTask, best_identified_s, survivors, sync_phases
+from workloads.hpo import Flows, HpoTask, best_identified_s, survivors, sync_phases
 
 FRACTIONS = (0.9, 0.95)
 
@@ -58,6 +58,8 @@ class JobRun:
         job_id: unique over the run (stages and jobs share one id sequence).
         task_id, stage_id, config: where it belongs.
         hosts: workload host indices of its workers (the PS or first ring rank first).
+        phases: the coflows of one synchronisation between those hosts, in the order they
+            run (:func:`workloads.hpo.sync_phases`).
         start_iteration: iterations its configuration trained before this stage.
         iterations: iterations to train in this stage.
         start_s: its stage's start.
@@ -71,6 +73,7 @@ class JobRun:
     stage_id: int
     config: int
     hosts: list[int]
+    phases: list[Flows]
     start_iteration: int
     iterations: int
     start_s: float
@@ -235,9 +238,9 @@ class HpoCore:
     @property
     def finished(self) -> bool:
         """Whether every task has ended."""
-        return all(run.finish_s is not None for run in self.runs.values()) and len(
-            self.runs
-        ) == len(self.tasks)
+        return len(self.runs) == len(self.tasks) and all(
+            run.finish_s is not None for run in self.runs.values()
+        )
 
     # ---- decisions ----------------------------------------------------------------------------
 
@@ -272,17 +275,17 @@ class HpoCore:
         demands = []
         for config in configs:
             hosts = list(task.hosts[config])
-            phases = [
+            phases = sync_phases(task.pattern, hosts, task.model.sync_bytes)
+            demand = JobDemand(iterations, compute_s, [
                 port_bytes([Flow(int(s), int(d), float(b)) for s, d, b in zip(*phase, strict=True)],
                            remaining=False)
-                for phase in sync_phases(task.pattern, hosts, task.model.sync_bytes)
-            ]  # fmt: skip
-            demand = JobDemand(iterations, compute_s, phases)
+                for phase in phases
+            ])  # fmt: skip
             demands.append(demand)
             trained = self.configs[(task.task_id, config)].trained
             job = JobRun(
-                self._new_id(), task.task_id, stage.stage_id, config, hosts, trained, iterations,
-                now_s, dict(demand.sync_bytes), job_lower_bound(demand, self.port_bps),
+                self._new_id(), task.task_id, stage.stage_id, config, hosts, phases, trained,
+                iterations, now_s, demand.sync_bytes, job_lower_bound(demand, self.port_bps),
             )  # fmt: skip
             self.jobs[job.job_id] = job
             stage.job_ids.append(job.job_id)

@@ -34,7 +34,7 @@ from pathlib import Path
 from workloads.client import ControllerClient
 from workloads.curves import curve_to_json
 from workloads.gpu import Decision, GpuManager
-from workloads.hpo import HpoTask, sync_flows
+from workloads.hpo import HpoTask
 from workloads.hpo_core import Actions, HpoCore, JobRun
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,10 +147,10 @@ class TestbedDriver:
 
     def start_job(self, task: HpoTask, job: JobRun) -> None:
         hosts = [self.hosts[i] for i in job.hosts]
-        src, dst, size = sync_flows(task.pattern, list(range(len(hosts))), task.model.sync_bytes)
         flows = [
-            {"src": hosts[s].IP(), "dst": hosts[d].IP(), "bytes": float(b)}
-            for s, d, b in zip(src, dst, size, strict=True)
+            {"src": self.hosts[s].IP(), "dst": self.hosts[d].IP(), "bytes": float(b)}
+            for phase in job.phases
+            for s, d, b in zip(*phase, strict=True)
         ]
         first_port = base_port(job.job_id)
         self.client.put_job(
