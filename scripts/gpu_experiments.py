@@ -3,6 +3,10 @@ scheduling together.
 
     .venv/bin/python scripts/gpu_experiments.py [--seeds 1 2] [--hosts 64] [--out results/gpu]
 
+It prints every run, then per setting and policy the mean +/- 95 % CI over the seeds, and part
+3's pairs relative to (fair, fifo), paired per seed (geometric mean [95 % CI]); the same goes to
+``summary.json``.
+
 Three parts, every one on seeded workloads where few configurations are good (the case Hermes
 targets), printing a table as it goes:
 
@@ -44,6 +48,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from controller.argtypes import positive  # noqa: E402
+from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
@@ -185,6 +190,51 @@ def fmt(value, spec=".1f") -> str:
 def mean_of(rows, key):
     values = [r[key] for r in rows if r[key] is not None]
     return statistics.mean(values) if values else None
+
+
+REPORTED = ("best_identified_s", "best_to_90pct_s", "hpo_completion_s")
+PAIR_METRICS = ("avg_sct_s", "best_identified_s", "hpo_completion_s")
+
+
+def half_width(rows, key) -> float | None:
+    """Half the 95 % CI of ``key``'s mean over the rows' seeds (NaN for one seed)."""
+    ci = mean_ci(r[key] for r in rows)
+    return None if ci is None else ci.half_width
+
+
+def interval(rows, key) -> str:
+    """``mean +/- half`` of ``key`` over the rows' seeds."""
+    ci = mean_ci(r[key] for r in rows)
+    return "-" if ci is None else ci.format(1)
+
+
+def key_parts(key: str) -> tuple:
+    """(part, search, hosts) of a summary key such as ``cluster/full/64``."""
+    part, search, hosts = key.split("/")
+    return part, search, 0 if hosts == "no-network" else int(hosts)
+
+
+def pair_ratios(rows) -> dict:
+    """Part 3: every pair's metrics relative to (fair, fifo) on the same hosts and seed."""
+    out: dict = {}
+    for hosts in sorted({r["hosts"] for r in rows if r["part"] == "pairs"}):
+        groups = dict(grouped(rows, "pairs", "halving", hosts))
+        base = groups.get("fair+fifo", [])
+        out[hosts] = {}
+        for label, group in groups.items():
+            if label == "fair+fifo":
+                continue
+            out[hosts][label] = {}
+            for key in PAIR_METRICS:
+                ratio = paired_ratio_ci({r["seed"]: r[key] for r in group},
+                                        {r["seed"]: r[key] for r in base})  # fmt: skip
+                out[hosts][label][key] = {
+                    "mean": None if ratio is None else ratio.mean,
+                    "low": None if ratio is None else ratio.low,
+                    "high": None if ratio is None else ratio.high,
+                    "text": "-" if ratio is None else ratio.format(2),
+                }
+    return out
 
 
 def label_of(part: str, network: str, gpu: str) -> str:
@@ -370,18 +420,29 @@ def main(argv=None) -> int:
     for part, search, hosts in sorted({(r["part"], r["search"], r["hosts"]) for r in rows}):
         key = f"{part}/{search}/{hosts or 'no-network'}"
         summary[key] = {
-            label: {k: mean_of(group, k) for k in FIELDS[6:13]}
+            label: {
+                **{k: mean_of(group, k) for k in FIELDS[6:13]},
+                "ci95": {k: half_width(group, k) for k in REPORTED},
+                "seeds": len(group),
+            }
             for label, group in grouped(rows, part, search, hosts)
         }
+    summary["pairs_vs_fair_fifo"] = pair_ratios(rows)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print("\nmeans over seeds (s): best identified / best at 90% / HPO completion")
-    for key, by_label in summary.items():
-        cells = ", ".join(
-            f"{label} {fmt(m['best_identified_s'])} / {fmt(m['best_to_90pct_s'])} / "
-            f"{fmt(m['hpo_completion_s'])}"
-            for label, m in by_label.items()
-        )
-        print(f"  {key}: {cells}")
+    print("\nmean +/- 95 % CI over seeds (s): best identified / best at 90% / HPO completion")
+    for key in summary:
+        if key == "pairs_vs_fair_fifo":
+            continue
+        print(f"  {key}:")
+        for label, group in grouped(rows, *key_parts(key)):
+            cells = " / ".join(interval(group, k) for k in REPORTED)
+            print(f"    {label:<14} {cells}  ({len(group)} seeds)")
+    print("\npairs relative to fair+fifo, paired per seed (geometric mean [95 % CI]): "
+          "avg SCT / best identified / HPO completion")  # fmt: skip
+    for hosts, by_label in summary["pairs_vs_fair_fifo"].items():
+        for label, ratios in by_label.items():
+            cells = " / ".join(ratios[k]["text"] for k in PAIR_METRICS)
+            print(f"  {hosts:>4} hosts {label:<14} {cells}")
     figures = plot(rows, args.out, args)
     print(f"\nwrote {args.out}/gpu.csv, summary.json, " + ", ".join(p.name for p in figures))
     print(f"total {time.perf_counter() - started:.0f} s")
