@@ -4,6 +4,7 @@ intervals overlap; and scripts/sim_experiments.py's summary built from them."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 import subprocess
@@ -92,3 +93,38 @@ def test_sim_experiments_summarises_seeds(tmp_path):
     assert float(row["avg_sct_s_vs_fair_high"]) == pytest.approx(math.exp(logs.high))
     assert float(summary["fair"]["avg_sct_s_vs_fair"]) == 1.0
     assert (out / "hpo-avg_sct_s.png").stat().st_size > 0
+
+
+def test_gpu_experiments_report_intervals(tmp_path):
+    """scripts/gpu_experiments.py: mean +/- 95 % CI per policy over the seeds, and the pairs
+    relative to (fair, fifo) paired per seed, recomputed here from its own per-run CSV."""
+    out = tmp_path / "gpu"
+    run = subprocess.run(
+        [sys.executable, "scripts/gpu_experiments.py", "--hosts", "13", "--tasks", "1",
+         "--seeds", "1", "2", "--compute-seeds", "1", "2", "3", "--configs-alone", "16",
+         "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "mean +/- 95 % CI over seeds" in run.stdout
+    with open(out / "gpu.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    summary = json.loads((out / "summary.json").read_text())
+
+    def values(part, label, key):
+        return {int(r["seed"]): float(r[key]) for r in rows
+                if r["part"] == part and r["hosts"] in ("0", "13")
+                and (r["gpu"] if part != "pairs" else f"{r['network']}+{r['gpu']}") == label
+                and r["search"] in ("full", "halving") and r[key] not in ("", "None")}  # fmt: skip
+
+    hermes = summary["compute/full/no-network"]["hermes"]
+    assert hermes["seeds"] == 3
+    best = values("compute", "hermes", "best_to_90pct_s")
+    assert hermes["best_to_90pct_s"] == pytest.approx(statistics.mean(best.values()))
+    assert hermes["ci95"]["best_to_90pct_s"] == pytest.approx(mean_ci(best.values()).half_width)
+    ratio = summary["pairs_vs_fair_fifo"]["13"]["beamer+hermes"]["avg_sct_s"]
+    expected = paired_ratio_ci(values("pairs", "beamer+hermes", "avg_sct_s"),
+                               values("pairs", "fair+fifo", "avg_sct_s"))  # fmt: skip
+    assert (ratio["mean"], ratio["low"], ratio["high"]) == pytest.approx(
+        (expected.mean, expected.low, expected.high)
+    )
