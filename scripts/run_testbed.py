@@ -30,6 +30,8 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,11 +54,13 @@ from controller.metrics import (  # noqa: E402
     summarise,
 )
 from controller.policies import POLICIES, make_policy  # noqa: E402
+from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
 from topologies import network  # noqa: E402
-from topologies.qos import class_bytes  # noqa: E402
+from topologies.host_qos import HostPriorities  # noqa: E402
+from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
 from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import PATTERNS, generate  # noqa: E402
@@ -92,17 +96,53 @@ def job_manager(args, gpu_policy: str) -> GpuManager | None:
     )
 
 
-def simulate(policy: str, args, tasks: list, gpu_policy: str = "none") -> dict:
+def host_class_bytes(host) -> dict[str, int]:
+    """Bytes sent by each class of a Mininet host's egress (its HTB, or its shaper's root)."""
+    return parse_class_bytes(host.cmd(f"tc -s class show dev {host.defaultIntf().name}"))
+
+
+TCP_COUNTERS = ("RetransSegs", "OutSegs", "TCPTimeouts", "TCPLossProbes", "TCPSACKReorder")
+
+
+def tcp_counters(host) -> dict[str, int]:
+    """The host's TCP counters of :data:`TCP_COUNTERS` (its namespace's ``/proc/net/snmp`` and
+    ``/proc/net/netstat``): retransmissions and timeouts say where TCP, not the schedule, lost
+    time."""
+    return parse_tcp_counters(host.cmd("cat /proc/net/snmp /proc/net/netstat"))
+
+
+def parse_tcp_counters(text: str) -> dict[str, int]:
+    """:data:`TCP_COUNTERS` from ``/proc/net/snmp`` and ``/proc/net/netstat`` text (pairs of a
+    header line and a value line per protocol)."""
+    counters: dict[str, int] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines, lines[1:], strict=False):
+        head, _, rest = names.partition(":")
+        if head in ("Tcp", "TcpExt") and values.startswith(head + ":"):
+            counters.update(zip(rest.split(), map(int, values.split()[1:]), strict=True))
+    return {key: counters.get(key, 0) for key in TCP_COUNTERS}
+
+
+def simulate(
+    policy: str, args, tasks: list, gpu_policy: str = "none", overheads: Overheads | None = None
+) -> dict:
     """The simulator's prediction for the same workload, seed, link rate and bytes (emulated
-    bytes at the emulated rate: the same seconds as real bytes at the modelled rate)."""
-    sim = Simulator(Fabric(args.hosts, args.bw * 1e6), make_policy(policy))
-    driver = HpoDriver(sim, tasks, gpus=job_manager(args, gpu_policy))
+    bytes at the emulated rate: the same seconds as real bytes at the modelled rate), with the
+    testbed's measured ``overheads`` if given."""
+    overheads = overheads or Overheads()
+    sim = Simulator(Fabric(args.hosts, args.bw * 1e6 * overheads.goodput), make_policy(policy))
+    driver = HpoDriver(
+        sim, tasks, gpus=job_manager(args, gpu_policy), job_startup_s=overheads.job_startup_s
+    )
     sim.run()
     return driver.core.summary(sim.now_s)
 
 
-def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
-    """One policy (pair) end to end; everything started here is stopped before returning."""
+def run_policy(
+    policy: str, args, out: Path, gpu_policy: str = "none", tasks: list | None = None
+) -> dict:
+    """One policy (pair) end to end on ``tasks`` (default: the seeded workload of ``args``);
+    everything started here is stopped before returning."""
     out.mkdir(parents=True, exist_ok=True)
     topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
     hosts_file = out / "hosts.json"
@@ -116,12 +156,20 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
     net = None
     try:
         ctl.start()
-        net = network.start(topo, ofp_port, args.bw)
+        net = network.start(topo, ofp_port, args.bw, host_priorities=args.host_priorities)
         ctl.wait_switch(timeout_s=30)
         ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
         before = {p: class_bytes(p) for p in ports}
-        tasks = workload(args)
+        tasks = workload(args) if tasks is None else tasks
         hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
+        host_before = {h.name: host_class_bytes(h) for h in hosts}
+        tcp_before = {h.name: tcp_counters(h) for h in hosts}
+        agent = None
+        if args.host_priorities:
+            agent = HostPriorities(
+                {h.IP(): (h.defaultIntf().name, network.tc_runner(h)) for h in hosts},
+                lambda: ctl.client.rules()["desired"]["flows"],
+            )
         gpus = job_manager(args, gpu_policy)
         driver = TestbedDriver(
             hosts,
@@ -131,11 +179,14 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
             progress=lambda m: print(f"  {m}"),
             gpus=gpus,
             log_dir=out / "logs",
+            host_priorities=agent,
         )
         started = time.monotonic()
         driver.run(timeout_s=args.timeout)
         duration = time.monotonic() - started
         after = {p: class_bytes(p) for p in ports}
+        host_after = {h.name: host_class_bytes(h) for h in hosts}
+        tcp_after = {h.name: tcp_counters(h) for h in hosts}
         stats = ctl.client.stats()
     finally:
         if net is not None:
@@ -149,12 +200,19 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
                 total += count - before[port].get(cls, 0)
             else:
                 per_class[cls] = per_class.get(cls, 0) + count - before[port].get(cls, 0)
+    host_per_class: dict[str, int] = {}
+    for name, counts in host_after.items():
+        for cls, count in counts.items():
+            if cls != "1:1":
+                delta = count - host_before[name].get(cls, 0)
+                host_per_class[cls] = host_per_class.get(cls, 0) + delta
     stages = driver.stage_rows()
     for name, rows in (
         ("stages", stages),
         ("jobs", driver.job_rows()),
         ("configs", driver.config_rows()),
         ("tasks", driver.task_rows()),
+        ("iterations", driver.iteration_rows),
     ):
         write_csv(out / f"{name}.csv", rows)
     label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
@@ -173,8 +231,19 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none") -> dict:
         "bytes_sent_while_paused": driver.bytes_while_paused,
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
         "bytes_per_class": per_class,
+        "host_priorities": args.host_priorities,
+        "host_bytes_per_class": host_per_class,
+        "host_filter_updates": agent.updates if agent else 0,
+        "tcp": {
+            key: sum(tcp_after[h][key] - tcp_before[h][key] for h in tcp_after)
+            for key in TCP_COUNTERS
+        },
         "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
         "simulated": simulate(policy, args, tasks, gpu_policy),
+        "overheads": args.overheads.to_json() if args.overheads else None,
+        "simulated_calibrated": (
+            simulate(policy, args, tasks, gpu_policy, args.overheads) if args.overheads else None
+        ),
         "stages": stages,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
@@ -225,6 +294,14 @@ def seed_summary(results: list[dict], args, argv) -> dict:
         entry["sim_over_testbed_avg_sct"] = _interval(
             r["simulated"]["sct_s"]["mean"] / r["sct_s"]["mean"] for r in runs.values()
         )
+        if all(r["simulated_calibrated"] for r in runs.values()):
+            entry["calibrated_sim_avg_sct_s"] = _interval(
+                r["simulated_calibrated"]["sct_s"].get("mean") for r in runs.values()
+            )
+            entry["calibrated_sim_over_testbed_avg_sct"] = _interval(
+                r["simulated_calibrated"]["sct_s"]["mean"] / r["sct_s"]["mean"]
+                for r in runs.values()
+            )
         entry["busiest_port_busy"] = _interval(r["busiest_port_busy"] for r in runs.values())
         if base:
             ratio = paired_ratio_ci(
@@ -240,6 +317,8 @@ def seed_summary(results: list[dict], args, argv) -> dict:
         "provenance": provenance(argv),
         "link_gbps": args.link_gbps,
         "emulated_link_bps": args.bw * 1e6,
+        "host_priorities": args.host_priorities,
+        "overheads": args.overheads.to_json() if args.overheads else None,
         "workload": {
             "hosts": args.hosts,
             "tasks": args.tasks,
@@ -290,8 +369,9 @@ def fmt_pct(value) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """The experiment's command line (``scripts/calibrate.py`` shares it)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--policy", nargs="+", default=DEFAULT_POLICIES, choices=sorted(POLICIES))
     parser.add_argument(
         "--gpu-policy",
@@ -334,6 +414,13 @@ def main(argv=None) -> int:
         "divided by link-gbps / bw; the simulator's --link-gbps means the same (default: 1)",
     )
     parser.add_argument(
+        "--no-host-priorities",
+        dest="host_priorities",
+        action="store_false",
+        help="hosts send FIFO and only the switch enforces the levels (the default also "
+        "serves them on every host's egress, as the simulator does on every port)",
+    )
+    parser.add_argument(
         "--seeds",
         type=int,
         nargs="+",
@@ -353,9 +440,21 @@ def main(argv=None) -> int:
         default=900,
         help="seconds per policy before giving up (default 900)",
     )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="JSON",
+        help="the testbed's measured overheads (scripts/calibrate.py's calibration.json): the "
+        "simulator beside every run then also predicts with them (default: raw model only)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "testbed")
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Parse and check the command line, derive the link scale, load the surrogate and the
+    calibration, and make sure this runs as root with OVS up."""
     args = parser.parse_args(argv)
-    argv = sys.argv[1:] if argv is None else argv
     if args.workers > args.hosts or args.eta < 2:
         parser.error("--workers must be <= --hosts and --eta >= 2")
     args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
@@ -365,13 +464,21 @@ def main(argv=None) -> int:
             args.surrogate = LcBench(args.yahpo, args.yahpo_task)
         except YahpoError as exc:
             parser.error(str(exc))
-    import os
-
+    args.overheads = None
+    if args.calibration is not None:
+        try:
+            args.overheads = Overheads.load(args.calibration)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--calibration {args.calibration}: {exc}")
     if os.geteuid() != 0:
         parser.error("run as root (Mininet and Open vSwitch need it)")
-    import subprocess
-
     subprocess.run(["bash", str(ROOT / "scripts" / "ovs.sh"), "start"], check=True)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(build_parser(), argv)
+    argv = sys.argv[1:] if argv is None else argv
     results = []
     for seed in args.seeds:
         args.seed = seed  # the workload's
@@ -416,8 +523,13 @@ def main(argv=None) -> int:
     for label, entry in summary["policies"].items():
         ratio = entry.get("avg_sct_vs_baseline")
         versus = interval(ratio, 3) if ratio else "-"
+        calibrated = ""
+        if "calibrated_sim_avg_sct_s" in entry:
+            predicted = interval(entry["calibrated_sim_avg_sct_s"])
+            over = interval(entry["calibrated_sim_over_testbed_avg_sct"], 2)
+            calibrated = f"  calibrated {predicted:>16} (/bed {over})"
         print(f"  {label:<17} testbed {interval(entry['avg_sct_s']):>16}  simulator "
-              f"{interval(entry['sim_avg_sct_s']):>16}  x {versus}")  # fmt: skip
+              f"{interval(entry['sim_avg_sct_s']):>16}{calibrated}  x {versus}")  # fmt: skip
     print(f"  clearly best: {summary['clear_best_avg_sct'] or 'none (intervals overlap)'}")
     print(f"results: {args.out}/results.json, summary.json, stages.csv, {figure.name}")
     return 0

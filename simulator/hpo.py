@@ -32,7 +32,7 @@ class _Progress:
     """What the simulator tracks of a job besides the core's state."""
 
     in_iteration: bool = False  # computing or synchronising
-    resume_delay_s: float = 0.0  # restoring its state before its next compute
+    resume_delay_s: float = 0.0  # starting up or restoring its state before its next compute
 
 
 class HpoDriver:
@@ -43,6 +43,8 @@ class HpoDriver:
         tasks: the workload.
         fractions: accuracy fractions whose time-to-reach is recorded (of converged accuracy).
         gpus: the job manager sharing the GPUs (servers = the fabric's hosts), or ``None``.
+        job_startup_s: seconds from a job's start until it can compute (launching its
+            workers and connecting them; the testbed's is measured by ``scripts/calibrate.py``).
     """
 
     def __init__(
@@ -51,13 +53,17 @@ class HpoDriver:
         tasks: list[HpoTask],
         fractions=FRACTIONS,
         gpus: GpuManager | None = None,
+        job_startup_s: float = 0.0,
     ) -> None:
+        if not job_startup_s >= 0:
+            raise ValueError("job_startup_s must be >= 0")
         if gpus is not None and gpus.servers != sim.fabric.n_hosts:
             raise ValueError(
                 f"the job manager has {gpus.servers} servers, the fabric {sim.fabric.n_hosts} hosts"
             )
         self.sim = sim
         self.gpus = gpus
+        self.job_startup_s = job_startup_s
         # stages, jobs and coflows share one id sequence
         self._ids = itertools.count(1)
         self.core = HpoCore(tasks, sim.fabric.host_bps, gpus, fractions, self._ids.__next__)
@@ -85,7 +91,7 @@ class HpoDriver:
     def _carry_out(self, actions: Actions) -> None:
         """Start the jobs the core started, then apply its GPU decisions."""
         for job in actions.started:
-            self._progress[job.job_id] = _Progress()
+            self._progress[job.job_id] = _Progress(resume_delay_s=self.job_startup_s)
             if job.stage_id not in self._model_stages:
                 stage = self.core.stages[job.stage_id]
                 self._model_stages[job.stage_id] = Stage(
@@ -128,7 +134,7 @@ class HpoDriver:
             job = self.core.jobs[gpu_job.job_id]
             progress = self._progress[job.job_id]
             if gpu_job.job_id in decision.delayed:
-                progress.resume_delay_s = self.gpus.resume_cost_s
+                progress.resume_delay_s = max(progress.resume_delay_s, self.gpus.resume_cost_s)
             if not progress.in_iteration:
                 self._compute(job)
 

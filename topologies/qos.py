@@ -30,8 +30,11 @@ def level_classid(level: int) -> str:
     return f"1:{LEVEL_CLASS_BASE + level:x}"
 
 
-def htb_commands(dev: str, rate_bps: float) -> list[list[str]]:
-    """``tc`` commands (argument lists) that give ``dev`` the 8 priority classes."""
+def htb_commands(dev: str, rate_bps: float, dscp_pref: int = 1) -> list[list[str]]:
+    """``tc`` commands (argument lists) that give ``dev`` the 8 priority classes.
+
+    ``dscp_pref`` is the ``tc`` preference of the filters that choose a class by DSCP; a host's
+    egress puts them after its per-job filters (:mod:`topologies.host_qos`)."""
     if rate_bps <= 0:
         raise ValueError("rate_bps must be > 0")
     rate = f"{int(rate_bps)}bit"
@@ -54,14 +57,14 @@ def htb_commands(dev: str, rate_bps: float) -> list[list[str]]:
         tos = LEVEL_DSCP[level] << 2
         cmds.append(
             ["tc", "filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip",
-             "prio", "1", "handle", f"800::{level + 1:x}", "u32",
+             "prio", str(dscp_pref), "handle", f"800::{level + 1:x}", "u32",
              "match", "ip", "tos", f"0x{tos:02x}", "0xfc", "flowid", classid]
         )  # fmt: skip
     return cmds
 
 
 def apply_htb(devs: Sequence[str], rate_bps: float) -> None:
-    """Install the priority classes on every device in ``devs`` (needs root)."""
+    """Install the priority classes on every device in ``devs`` (root namespace, needs root)."""
     for dev in devs:
         for cmd in htb_commands(dev, rate_bps):
             result = subprocess.run(cmd, capture_output=True, text=True)

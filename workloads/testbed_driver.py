@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topologies.host_qos import HostPriorities
 from workloads.client import ControllerClient
 from workloads.curves import curve_to_json
 from workloads.gpu import Decision, GpuManager
@@ -69,6 +70,8 @@ class TestbedDriver:
         gpus: the job manager sharing the hosts' GPUs (servers = ``hosts``), or ``None``: every
             job computes as soon as it starts.
         log_dir: folder for every worker's stderr (``None``: discarded).
+        host_priorities: keeps the hosts' egress classes in step with the controller's rules
+            (``None``: hosts send FIFO, only the switch enforces levels).
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class TestbedDriver:
         progress=print,
         gpus: GpuManager | None = None,
         log_dir: Path | None = None,
+        host_priorities: HostPriorities | None = None,
     ) -> None:
         self.log_dir = log_dir
+        self.host_priorities = host_priorities
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
         if gpus is not None and gpus.servers != len(hosts):
@@ -98,6 +103,8 @@ class TestbedDriver:
         self.progress = progress
         self.workers: dict[int, Workers] = {}
         self.cct_s: list[float] = []  # one synchronisation (coflow) per job iteration
+        # every rank's every iteration: when it was reported and how long its synchronisation took
+        self.iteration_rows: list[dict] = []
         # per job: seconds from its stage's start until every rank was connected and ready
         self.startup_s: dict[int, float] = {}
         self.t0 = time.monotonic()
@@ -228,7 +235,9 @@ class TestbedDriver:
                 if boundary is not None and self.now() >= boundary:
                     self.apply(self.core.quantum(self.now()))
                     boundary = self.now() + self.gpus.quantum_s
-                self.poll(0.2)
+                if self.host_priorities is not None:
+                    self.host_priorities.maybe_refresh()
+                self.poll(0.1 if self.host_priorities is not None else 0.2)
         finally:
             self.stop_all()
 
@@ -291,8 +300,13 @@ class TestbedDriver:
         workers = self.workers[job.job_id]
         if kind == "error":
             raise RuntimeError(f"job {job.job_id} rank {rank}: {event.get('message')}")
-        if kind == "iteration" and event["iteration"] >= job.target_iteration:
-            workers.last.add(rank)
+        if kind == "iteration":
+            self.iteration_rows.append(
+                {"job_id": job.job_id, "rank": rank, "iteration": event["iteration"],
+                 "at_s": self.now(), "sync_s": event["sync_s"]}
+            )  # fmt: skip
+            if event["iteration"] >= job.target_iteration:
+                workers.last.add(rank)
         if kind == "paused":
             self._paused_at[(job.job_id, rank)] = (event["iteration"], event["bytes_sent"])
         elif kind == "resumed" and (job.job_id, rank) in self._paused_at:

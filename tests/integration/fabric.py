@@ -105,6 +105,22 @@ class NetnsFabric:
         path.write_text(json.dumps(entries))
         return path
 
+    def host_dev(self, host: str) -> str:
+        """The host's own end of its link (its egress)."""
+        return f"{self.prefix}{host}e"
+
+    def tc_batch(self, host: str, lines: list[str]) -> None:
+        """Run ``tc -batch`` lines inside the host's namespace (a host agent's runner)."""
+        result = subprocess.run(
+            ["ip", "netns", "exec", self.ns(host), "tc", "-force", "-batch", "-"],
+            input="\n".join(lines) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"tc -batch in {host}: {result.stderr.strip()}")
+
     def popen(self, host: str, *argv: str) -> subprocess.Popen:
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.ns(host), *argv],

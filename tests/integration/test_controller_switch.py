@@ -14,7 +14,8 @@ import subprocess
 import pytest
 
 from tests.conftest import needs_root_and
-from topologies.qos import class_bytes, level_classid
+from topologies.host_qos import GENERATION_PREFS, HostPriorities, host_batch
+from topologies.qos import class_bytes, level_classid, parse_class_bytes
 
 from .fabric import ControllerProcess, NetnsFabric, free_port, sh, wait_for
 
@@ -243,6 +244,70 @@ def test_htb_classes_really_prioritise(fabric, controller):
     print(f"level 0: {rates[0] / 1e6:.1f} Mbit/s, level 1: {rates[1] / 1e6:.1f} Mbit/s")
     assert rates[0] > 3 * rates[1]
     assert rates[0] + rates[1] > 0.7 * 20e6
+
+
+def test_a_hosts_egress_serves_the_controllers_levels(fabric, controller):
+    """h1 sends to h2 and h3 at once: only h1's own 20 Mbit/s egress is shared, and the host
+    agent gives the more urgent job most of it (the switch ports are not the bottleneck)."""
+    client = controller.client
+    client.set_policy("sincronia")
+    client.put_job(1, flows=job_flows("h1", "h2", 1e6), tcp_ports=[JOB_PORT], iteration_budget=5)
+    client.put_job(
+        2, flows=job_flows("h1", "h3", 8e6), tcp_ports=[JOB_PORT + 1], iteration_budget=5
+    )
+    wait_for(lambda: len(marks(fabric)) == 8, what="both jobs' rules, both directions")
+    dev = fabric.host_dev("h1")
+    fabric.tc_batch("h1", host_batch(dev, 20e6))
+    agent = HostPriorities(
+        {fabric.hosts["h1"]: (dev, lambda lines: fabric.tc_batch("h1", lines))},
+        lambda: client.rules()["desired"]["flows"],
+    )
+    try:
+        assert agent.refresh() == 1
+        shown = fabric.run("h1", "tc", "filter", "show", "dev", dev).stdout
+        assert shown.count(f"flowid {level_classid(0)}") == 2  # job 1's port, both directions
+        assert shown.count(f"flowid {level_classid(1)}") == 2
+        before = parse_class_bytes(fabric.run("h1", "tc", "-s", "class", "show", "dev", dev).stdout)
+        servers = [
+            fabric.popen(h, "iperf3", "-s", "-1", "-p", str(p))
+            for h, p in (("h2", JOB_PORT), ("h3", JOB_PORT + 1))
+        ]
+        for h, p in (("h2", JOB_PORT), ("h3", JOB_PORT + 1)):
+            wait_for(lambda h=h, p=p: f":{p}" in fabric.run(h, "ss", "-ltn").stdout, what="server")
+        clients = [
+            fabric.popen("h1", "iperf3", "-c", ip, "-p", str(p), "-t", "3", "-J")
+            for ip, p in (("10.0.0.2", JOB_PORT), ("10.0.0.3", JOB_PORT + 1))
+        ]
+        rates = [received_bps(proc) for proc in clients]
+        for server in servers:
+            server.wait(timeout=10)
+        after = parse_class_bytes(fabric.run("h1", "tc", "-s", "class", "show", "dev", dev).stdout)
+        sent = {c: after[c] - before.get(c, 0) for c in after}
+        print(f"level 0: {rates[0] / 1e6:.1f} Mbit/s, level 1: {rates[1] / 1e6:.1f} Mbit/s")
+        assert rates[0] > 3 * rates[1]
+        assert rates[0] + rates[1] > 0.7 * 20e6
+        assert sent[level_classid(0)] > 3 * sent[level_classid(1)] > 0
+        assert sent[level_classid(7)] < 0.01 * sent[level_classid(0)]  # nothing unclassified
+
+        # job 2 becomes the urgent one: the agent swaps the classes on the host
+        client.put_job(
+            2, flows=job_flows("h1", "h3", 1e5), tcp_ports=[JOB_PORT + 1], iteration_budget=5
+        )
+        wait_for(lambda: agent.refresh() == 1, what="the host's filters to change")
+        shown = fabric.run("h1", "tc", "filter", "show", "dev", dev).stdout
+        assert shown.count(f"flowid {level_classid(0)}") == 2
+        assert shown.count(f"flowid {level_classid(1)}") == 2
+        assert f"pref {GENERATION_PREFS[1]} " not in shown  # the old generation is gone
+    finally:
+        fabric.run("h1", "tc", "qdisc", "del", "dev", dev, "root")
+
+
+def received_bps(proc) -> float:
+    """What an ``iperf3 -J`` client's receiver got, in bit/s."""
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    received = out.split('"sum_received"')[1]
+    return float(re.search(r'"bits_per_second":\s*([\d.e+]+)', received).group(1))
 
 
 def test_nothing_left_running(fabric, controller):

@@ -24,6 +24,7 @@ def run(
     resume_cost_s=0.0,
     host_bps=1e12,
     network="fair",
+    job_startup_s=0.0,
 ):
     sim = Simulator(Fabric(hosts, host_bps), make_policy(network))
     gpus = None
@@ -31,7 +32,7 @@ def run(
         gpus = GpuManager(
             make_gpu_policy(gpu_policy), hosts, gpus_per_host, quantum_s, resume_cost_s
         )
-    driver = HpoDriver(sim, tasks, gpus=gpus)
+    driver = HpoDriver(sim, tasks, gpus=gpus, job_startup_s=job_startup_s)
     sim.run()
     return driver
 
@@ -68,6 +69,20 @@ def test_resume_cost_delays_the_resumed_job():
     assert driver.gpu_stats()["preemption_cost_s"] == pytest.approx(
         0.5 * sum(j.resumes for j in driver.gpus.jobs.values())
     )
+
+
+def test_job_startup_delays_every_jobs_first_compute_once():
+    # two stages of successive halving: each stage's jobs start up once, 2 s each
+    curves = [LearningCurve(0.9, 5.0), LearningCurve(0.5, 50.0)]
+    task = HpoTask(0, 0.0, TINY, "ring", curves, [[0, 1], [2, 3]], [(2, 3), (1, 6)], 2)
+    plain = finish_times(run([task]))
+    assert plain == pytest.approx([3.0, 3.0, 9.0], abs=0.01)
+    assert finish_times(run([task], job_startup_s=2.0)) == pytest.approx([5.0, 5.0, 13.0], abs=0.01)
+    # with a job manager the start-up and a resume are not paid twice
+    shared = finish_times(run([task], "fifo", job_startup_s=2.0, resume_cost_s=0.5))
+    assert shared == pytest.approx([5.0, 5.0, 13.0], abs=0.01)
+    with pytest.raises(ValueError, match="job_startup_s"):
+        run([task], job_startup_s=-1.0)
 
 
 def test_hermes_runs_the_fast_converging_job_first():

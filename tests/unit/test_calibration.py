@@ -1,0 +1,99 @@
+"""The testbed's measured overheads in the simulator, and the testbed's diagnostics."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from controller.policies import make_policy
+from simulator.calibration import Overheads
+from simulator.engine import Fabric, Simulator
+from simulator.hpo import HpoDriver
+from workloads.hpo import generate
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+spec = importlib.util.spec_from_file_location("run_testbed", ROOT / "scripts" / "run_testbed.py")
+run_testbed = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(run_testbed)
+
+
+def test_overheads_load_and_refuse_nonsense(tmp_path):
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"overheads": {"job_startup_s": 1.5, "goodput": 0.93}}))
+    assert Overheads.load(path) == Overheads(1.5, 0.93)
+    for text, message in (
+        ("{", "not JSON"),
+        ("[]", "expected"),
+        ('{"overheads": {"goodput": 0.9}}', "expected"),
+        ('{"overheads": {"job_startup_s": "1", "goodput": 0.9}}', "numbers"),
+        ('{"overheads": {"job_startup_s": 1, "goodput": 1.5}}', "goodput"),
+        ('{"overheads": {"job_startup_s": -1, "goodput": 0.5}}', "job_startup_s"),
+        ('{"overheads": {"job_startup_s": NaN, "goodput": 0.5}}', "job_startup_s"),
+    ):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            Overheads.load(path)
+
+
+def test_overheads_slow_the_prediction_by_what_they_say():
+    # a lone ring job: goodput g stretches only its network time, start-up adds once
+    tasks = generate(6, 1, seed=3, configs_per_task=1, min_iterations=10, patterns=("ring",))
+    args = Namespace(hosts=6, bw=20, gpus_per_host=1, quantum=5.0)
+    raw = run_testbed.simulate("fair", args, tasks)
+    calibrated = run_testbed.simulate("fair", args, tasks, overheads=Overheads(2.0, 0.8))
+    sim = Simulator(Fabric(6, 20e6), make_policy("fair"))
+    driver = HpoDriver(sim, tasks)
+    sim.run()
+    (job,) = driver.jobs.values()
+    compute = tasks[0].model.compute_s * job.iterations
+    network = job.finish_s - job.start_s - compute
+    assert raw["sct_s"]["mean"] == pytest.approx(compute + network)
+    assert calibrated["sct_s"]["mean"] == pytest.approx(2.0 + compute + network / 0.8)
+
+
+def test_tcp_counters_are_read_from_proc_text():
+    text = (
+        "Ip: Forwarding DefaultTTL\nIp: 1 64\n"
+        "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 1000 12\n"
+        "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes\nTcpExt: 0 3 7\n"
+    )
+    assert run_testbed.parse_tcp_counters(text) == {
+        "RetransSegs": 12,
+        "OutSegs": 1000,
+        "TCPTimeouts": 3,
+        "TCPLossProbes": 7,
+        "TCPSACKReorder": 0,
+    }
+
+
+def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one():
+    def run(policy, seed, bed, sim, calibrated):
+        return {
+            "policy": policy,
+            "seed": seed,
+            "sct_s": {"mean": bed},
+            "time_to_90pct_s": {"mean": 1.0},
+            "best_identified_s": {"mean": 1.0},
+            "hpo_completion_s": {"mean": 1.0},
+            "busiest_port_busy": 0.7,
+            "simulated": {"sct_s": {"mean": sim}},
+            "simulated_calibrated": {"sct_s": {"mean": calibrated}},
+        }
+
+    results = [run("fair", 1, 10.0, 8.0, 9.5), run("fair", 2, 20.0, 16.0, 19.0)]
+    args = Namespace(
+        link_gbps=1.0, bw=20, host_priorities=True, overheads=Overheads(1.0, 0.9), hosts=13,
+        tasks=2, configs=9, eta=3, min_iterations=3, workers=3, patterns=["ring"], seeds=[1, 2],
+    )  # fmt: skip
+    summary = run_testbed.seed_summary(results, args, ["--seeds", "1", "2"])
+    fair = summary["policies"]["fair"]
+    assert fair["sim_over_testbed_avg_sct"]["mean"] == pytest.approx(0.8)
+    assert fair["calibrated_sim_over_testbed_avg_sct"]["mean"] == pytest.approx(0.95)
+    assert fair["calibrated_sim_avg_sct_s"]["mean"] == pytest.approx(14.25)
+    assert summary["overheads"] == {"job_startup_s": 1.0, "goodput": 0.9}
