@@ -22,6 +22,7 @@ predicts every policy with them (:mod:`simulator.calibration`).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ from simulator.metrics import provenance, write_json  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 
 POLICY = "fair"
+LONE_ITERATIONS = 20
 
 
 def lone_job(args, pattern: str) -> list:
@@ -76,29 +78,18 @@ def measured_iteration_s(out: Path) -> float:
     return (times[-1] - times[0]) / (len(times) - 1)
 
 
-def main(argv=None) -> int:
-    parser = run_testbed.build_parser(__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--iterations",
-        type=positive(int),
-        default=20,
-        help="iterations of the lone job (default 20)",
-    )
-    parser.set_defaults(policy=[POLICY], out=ROOT / "results" / "calibration")
-    args = run_testbed.parse(parser, argv)
-    argv = sys.argv[1:] if argv is None else argv
+def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATIONS) -> dict:
+    """Measure the overheads on the testbed of ``args`` (run_testbed's, after ``parse``) into
+    ``out`` (``calibration.json`` and each measurement's run); returns what it wrote."""
+    args = argparse.Namespace(**{**vars(args), "iterations": iterations, "overheads": None})
     args.seed = args.seeds[0]
-    args.calibration = None
-    args.overheads = None
-
     lone = {}
     for pattern in args.patterns:
         tasks = lone_job(args, pattern)
-        out = args.out / f"lone-{pattern}"
-        print(f"== lone {pattern} job, {args.iterations} iterations", flush=True)
-        run_testbed.run_policy(POLICY, args, out, tasks=tasks)
+        print(f"== calibration: a lone {pattern} job, {iterations} iterations", flush=True)
+        run_testbed.run_policy(POLICY, args, out / f"lone-{pattern}", tasks=tasks)
         compute_s = tasks[0].model.compute_s
-        bed = measured_iteration_s(out)
+        bed = measured_iteration_s(out / f"lone-{pattern}")
         sim = simulated_iteration_s(args, lone_job(args, pattern))
         lone[pattern] = {
             "compute_s": compute_s,
@@ -109,10 +100,9 @@ def main(argv=None) -> int:
         print(f"  iteration {bed:.3f} s on the testbed, {sim:.3f} s simulated "
               f"(compute {compute_s:.3f} s): goodput {lone[pattern]['goodput']:.3f}")  # fmt: skip
 
-    print(f"== burst: {args.tasks} x {args.configs} jobs started at once", flush=True)
-    burst_args = type(args)(**{**vars(args), "min_iterations": 1})
-    result = run_testbed.run_policy(POLICY, burst_args, args.out / "burst")
-    startup = result["job_startup_s"]
+    print(f"== calibration: {args.tasks} x {args.configs} jobs started at once", flush=True)
+    burst_args = argparse.Namespace(**{**vars(args), "min_iterations": 1})
+    startup = run_testbed.run_policy(POLICY, burst_args, out / "burst")["job_startup_s"]
     goodput = sum(entry["goodput"] for entry in lone.values()) / len(lone)
     overheads = Overheads(job_startup_s=startup["mean"], goodput=goodput)
     calibration = {
@@ -124,10 +114,25 @@ def main(argv=None) -> int:
         "lone_jobs": lone,
         "burst_job_startup_s": startup,
     }
-    path = args.out / "calibration.json"
-    write_json(path, calibration)
-    print(f"job start-up {overheads.job_startup_s:.2f} s (mean of {startup['count']} jobs, p95 "
+    write_json(out / "calibration.json", calibration)
+    print(f"  job start-up {overheads.job_startup_s:.2f} s (mean of {startup['count']} jobs, p95 "
           f"{startup['p95']:.2f} s); goodput {overheads.goodput:.3f} of the line rate")  # fmt: skip
+    return calibration
+
+
+def main(argv=None) -> int:
+    parser = run_testbed.build_parser(__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--iterations",
+        type=positive(int),
+        default=LONE_ITERATIONS,
+        help=f"iterations of the lone job (default {LONE_ITERATIONS})",
+    )
+    parser.set_defaults(policy=[POLICY], out=ROOT / "results" / "calibration")
+    args = run_testbed.parse(parser, argv)
+    argv = sys.argv[1:] if argv is None else argv
+    calibrate(args, args.out, argv, args.iterations)
+    path = args.out / "calibration.json"
     print(f"wrote {path}; use: scripts/run_testbed.py --calibration {path}")
     return 0
 

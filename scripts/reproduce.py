@@ -1,6 +1,8 @@
 """Each paper's claim in its own setting, over seeds, in one report.
 
     .venv/bin/python scripts/reproduce.py --simulator-only [--seeds 5] [--out results/report]
+    sudo .venv/bin/python scripts/reproduce.py --quick   # plus one testbed seed (root)
+    sudo .venv/bin/python scripts/reproduce.py           # plus three testbed seeds (root)
 
 For every claim: the paper's statement (from its abstract: the Beamer, JPAS and Hermes
 algorithms here are reconstructions from their abstracts), the setting it is measured in here,
@@ -8,18 +10,24 @@ our value as a ratio to the baseline paired per seed (geometric mean over the se
 95 % CI, :mod:`controller.metrics`), and a verdict decided by a fixed rule: **reproduced** if the
 interval lies entirely on the claimed side of 1, **opposite** if entirely on the other side,
 **not reproduced** if it contains 1; a claim against several baselines is **partly**
-reproduced if it holds against some. Writes ``REPORT.md``, ``summary.json`` (with provenance)
-and ``claims.png`` to ``--out``.
+reproduced if it holds against some; a comparison that needs an interval and has one seed is
+**inconclusive**. Writes ``REPORT.md``, ``summary.json`` (with provenance) and ``claims.png``
+to ``--out``.
 
-Only the simulator's claims run today (``--simulator-only``); the testbed's come with the
-network-bound testbed experiment once it enforces priorities on the hosts' sending links (see
-the README's testbed results).
+``--quick`` and the full mode also run the main testbed experiment (``scripts/run_testbed.py
+--calibrate``: the testbed's overheads measured first, then the 13-host network-bound workload
+under every network policy, with the simulator beside it) into ``<out>/testbed/``, add Beamer's
+claim on the testbed, and a table of the simulator's prediction against the testbed per policy.
+Times here: ``--simulator-only`` about 2 minutes, ``--quick`` about 14, full about 35.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -54,12 +62,15 @@ class Comparison:
     baseline: str
     ratio: Interval | None
     lower_is_better: bool = True
+    needs_interval: bool = False  # one seed of a noisy measurement decides nothing
 
     @property
     def verdict(self) -> str:
         r = self.ratio
         if r is None:
             return "not measured"
+        if self.needs_interval and r.n < 2:
+            return "inconclusive"
         # one sample (a single trace) has no interval: its point decides
         low, high = (r.mean, r.mean) if r.n < 2 else (r.low, r.high)
         good, bad = (high < 1, low > 1) if self.lower_is_better else (low > 1, high < 1)
@@ -85,7 +96,9 @@ class Claim:
         verdicts = {c.verdict for c in self.comparisons}
         if len(verdicts) == 1:
             return verdicts.pop()
-        return "partly" if "reproduced" in verdicts else "not reproduced"
+        if "reproduced" in verdicts:
+            return "partly"
+        return "inconclusive" if "inconclusive" in verdicts else "not reproduced"
 
 
 def hpo_summary(policy: str, seed: int, host_bps: float, **workload) -> dict:
@@ -96,9 +109,84 @@ def hpo_summary(policy: str, seed: int, host_bps: float, **workload) -> dict:
     return driver.core.summary(sim.now_s)
 
 
-def compare(values: dict[str, dict[int, float]], claimed: str, baselines, lower=True):
+def compare(values: dict[str, dict[int, float]], claimed: str, baselines, lower=True, **kw):
     """The claimed policy's ratio to each baseline, paired per seed."""
-    return [Comparison(b, paired_ratio_ci(values[claimed], values[b]), lower) for b in baselines]
+    return [
+        Comparison(b, paired_ratio_ci(values[claimed], values[b]), lower, **kw) for b in baselines
+    ]
+
+
+TESTBED_POLICIES = ("beamer", "sincronia", "fifo-lm", "fair", "jpas")
+AGREEMENT = 0.15  # the simulator should predict the testbed's average SCT within this
+
+
+def run_testbed_experiment(seeds: list[int], out: Path, progress) -> dict:
+    """The main testbed experiment, calibrated, as ``scripts/run_testbed.py`` runs it (root);
+    returns its ``summary.json`` with the per-run results under ``"runs"``."""
+    command = [
+        sys.executable, str(ROOT / "scripts" / "run_testbed.py"), "--calibrate",
+        "--policy", *TESTBED_POLICIES, "--seeds", *map(str, seeds), "--out", str(out),
+    ]  # fmt: skip
+    progress(f"testbed: {' '.join(command[1:])}")
+    run = subprocess.run(command, cwd=ROOT, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"the testbed experiment failed (exit {run.returncode}); see above")
+    summary = json.loads((out / "summary.json").read_text())
+    summary["runs"] = json.loads((out / "results.json").read_text())
+    return summary
+
+
+def beamer_testbed(testbed: dict) -> Claim:
+    """Beamer's claim on the testbed's main experiment."""
+    values = {p: {} for p in TESTBED_POLICIES}
+    for run in testbed["runs"]:
+        values[run["policy"]][run["seed"]] = run["sct_s"]["mean"]
+    w = testbed["workload"]
+    return Claim(
+        "Beamer (testbed)", "He et al., IEEE TNSM 19(2), 2022",
+        "stage-aware coflow scheduling lowers the average SCT against Sincronia, FIFO-LM and "
+        "per-flow fair sharing",
+        f"Mininet testbed, {w['hosts']} hosts on one switch, {testbed['link_gbps']:g} Gbit/s "
+        f"modelled at {testbed['emulated_link_bps'] / 1e6:g} Mbit/s, {w['tasks']} tasks of "
+        f"successive halving ({w['configs']} configurations, eta {w['eta']}, "
+        f"{w['min_iterations']} iterations first, {'/'.join(w['patterns'])}), "
+        f"{len(w['seeds'])} seed(s), priorities at the switch",
+        "average SCT, Beamer / baseline",
+        compare(values, "beamer", ("sincronia", "fifo-lm", "fair"), needs_interval=True),
+    )  # fmt: skip
+
+
+def agreement(testbed: dict) -> list[dict]:
+    """Per policy: the testbed's average SCT, the simulator's raw and calibrated predictions,
+    and whether the calibrated one is within :data:`AGREEMENT`; plus, for every pair of
+    policies whose testbed intervals separate, whether the calibrated simulator ranks them the
+    same."""
+    rows = []
+    policies = testbed["policies"]
+    for name, entry in policies.items():
+        calibrated = entry.get("calibrated_sim_over_testbed_avg_sct")
+        rows.append({
+            "policy": name,
+            "testbed": entry["avg_sct_s"],
+            "simulator": entry["sim_avg_sct_s"],
+            "calibrated": entry.get("calibrated_sim_avg_sct_s"),
+            "calibrated_over_testbed": calibrated,
+            "within": None if calibrated is None
+            else abs(calibrated["mean"] - 1) <= AGREEMENT,
+        })  # fmt: skip
+    for row in rows:
+        row["ranking"] = []
+        bed = row["testbed"]
+        for other in rows:
+            theirs = other["testbed"]
+            if other is row or bed["n"] < 2 or theirs["n"] < 2 or row["calibrated"] is None:
+                continue
+            if bed["mean"] + bed["ci95"] < theirs["mean"] - theirs["ci95"]:  # clearly faster
+                row["ranking"].append({
+                    "faster_than": other["policy"],
+                    "simulator_agrees": row["calibrated"]["mean"] < other["calibrated"]["mean"],
+                })  # fmt: skip
+    return rows
 
 
 def beamer(seeds, progress) -> Claim:
@@ -203,8 +291,55 @@ def varys(progress) -> Claim:
     )  # fmt: skip
 
 
-def report(claims: list[Claim], meta: dict, out: Path) -> Path:
-    """``REPORT.md``: one row per claim, the comparisons, provenance."""
+def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
+    """The simulator-against-testbed section of ``REPORT.md``."""
+    overheads = testbed.get("overheads") or {}
+    lines = [
+        "",
+        "## The simulator against the testbed",
+        "",
+        f"Main testbed experiment, average SCT in s, mean +/- 95 % CI over seeds "
+        f"{testbed['workload']['seeds']}. *Simulator*: the fluid model on the same workload, "
+        "seed, link rate and bytes; *calibrated*: the same with the testbed's overheads, "
+        f"measured once before the runs and the same for every policy (job start-up "
+        f"{overheads.get('job_startup_s', float('nan')):.2f} s, goodput "
+        f"{overheads.get('goodput', float('nan')):.3f} of the line rate; "
+        "`scripts/calibrate.py`). Target: calibrated within "
+        f"{AGREEMENT:.0%} of the testbed.",
+        "",
+        "| policy | testbed | simulator | calibrated | calibrated / testbed | within "
+        f"{AGREEMENT:.0%} | ranking where the testbed separates policies |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        ranking = (
+            "; ".join(
+                f"faster than {r['faster_than']}: simulator "
+                + ("agrees" if r["simulator_agrees"] else "disagrees")
+                for r in row["ranking"]
+            )
+            or "-"
+        )
+        within = "-" if row["within"] is None else "yes" if row["within"] else "no"
+        lines.append(
+            f"| {row['policy']} | {_fmt(row['testbed'])} | {_fmt(row['simulator'])} | "
+            f"{_fmt(row['calibrated'])} | {_fmt(row['calibrated_over_testbed'], 2)} | {within} | "
+            f"{ranking} |"
+        )
+    return lines
+
+
+def _fmt(entry: dict | None, digits: int = 1) -> str:
+    if entry is None:
+        return "-"
+    if entry["n"] < 2:
+        return f"{entry['mean']:.{digits}f} (n=1)"
+    return f"{entry['mean']:.{digits}f} +/- {entry['ci95']:.{digits}f}"
+
+
+def report(claims: list[Claim], meta: dict, out: Path, testbed: dict | None = None) -> Path:
+    """``REPORT.md``: one row per claim, the comparisons, the simulator against the testbed,
+    provenance."""
     lines = [
         "# Reproduction report",
         "",
@@ -232,12 +367,15 @@ def report(claims: list[Claim], meta: dict, out: Path) -> Path:
                   for label, r in c.context]  # fmt: skip
     if notes:
         lines += ["", "Notes:", *notes]
+    if testbed is not None:
+        lines += agreement_lines(agreement(testbed), testbed)
     p = meta["provenance"]
     lines += [
         "",
         "## Provenance",
         "",
-        f"- mode: {meta['mode']}; seeds: {meta['seeds']}; wall time: {meta['wall_s']:.0f} s",
+        f"- mode: {meta['mode']}; seeds: {meta['seeds']}; testbed seeds: "
+        f"{meta['testbed_seeds'] or '-'}; wall time: {meta['wall_s']:.0f} s",
         f"- git commit: {p['git_commit']}"
         + (" (with uncommitted changes)" if p["git_dirty"] else ""),  # fmt: skip
         f"- command: `{' '.join(p['command'])}`",
@@ -258,7 +396,7 @@ def plot(claims: list[Claim], out: Path) -> Path:
             if x.ratio is not None]  # fmt: skip
     fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
     for i, (_, r) in enumerate(rows):
-        error = [[r.mean - r.low], [r.high - r.mean]]
+        error = [[0.0], [0.0]] if r.n < 2 else [[r.mean - r.low], [r.high - r.mean]]
         ax.errorbar(r.mean, i, xerr=error, fmt="o", capsize=4, color="tab:blue")
     ax.set_xscale("log")
     ax.set_yticks(range(len(rows)), [label for label, _ in rows])
@@ -275,13 +413,22 @@ def plot(claims: list[Claim], out: Path) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--simulator-only",
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--simulator-only", action="store_true", help="only the simulator's claims (no root)"
+    )
+    mode.add_argument(
+        "--quick",
         action="store_true",
-        required=True,
-        help="the simulator's claims (the only mode so far)",
+        help="the simulator's claims and one seed of the main testbed experiment (root)",
     )
     parser.add_argument("--seeds", type=int, default=5, help="seeds per claim (default: 5)")
+    parser.add_argument(
+        "--testbed-seeds",
+        type=int,
+        nargs="+",
+        help="seeds of the testbed experiment (default: 1 with --quick, else 1 2 3)",
+    )
     parser.add_argument(
         "--claims",
         nargs="+",
@@ -293,6 +440,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 2:
         parser.error("--seeds must be >= 2 (an interval needs two)")
+    mode = "simulator-only" if args.simulator_only else "quick" if args.quick else "full"
+    if args.testbed_seeds is None:
+        args.testbed_seeds = [1] if args.quick else [1, 2, 3]
+    if mode != "simulator-only" and os.geteuid() != 0:
+        parser.error(f"the {mode} mode runs the testbed: run as root (or use --simulator-only)")
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = list(range(1, args.seeds + 1))
     started = time.perf_counter()
@@ -307,13 +459,18 @@ def main(argv=None) -> int:
         "varys": lambda: varys(progress),
     }
     claims = [runners[name]() for name in args.claims]
+    testbed = None
+    if mode != "simulator-only":
+        testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)
+        claims.append(beamer_testbed(testbed))
     meta = {
-        "mode": "simulator-only",
+        "mode": mode,
         "seeds": seeds,
+        "testbed_seeds": None if testbed is None else args.testbed_seeds,
         "wall_s": time.perf_counter() - started,
         "provenance": provenance(sys.argv[1:] if argv is None else argv),
     }
-    path = report(claims, meta, args.out)
+    path = report(claims, meta, args.out, testbed)
     plot(claims, args.out)
     write_json(
         args.out / "summary.json",
@@ -344,6 +501,7 @@ def main(argv=None) -> int:
                 }
                 for c in claims
             ],
+            "simulator_vs_testbed": None if testbed is None else agreement(testbed),
         },
     )
     print()

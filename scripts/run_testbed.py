@@ -3,7 +3,8 @@
     sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
         [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
-        [--link-gbps 1] [--patterns ring] [--seeds 1] [--out results/testbed]
+        [--link-gbps 1] [--patterns ring] [--seeds 1] [--host-priorities]
+        [--calibrate | --calibration JSON] [--out results/testbed]
 
 The defaults are the main experiment: a network-bound cluster (1 Gbit/s links, ring
 all-reduce, the busiest ports mostly busy while stages run). The compute-bound point of the
@@ -18,8 +19,14 @@ everything down (by handle and by name, also on Ctrl-C or an error). Bytes are d
 every link keeps the real compute/communication ratio. With ``--gpu-policy`` every network
 policy also runs under each GPU time-sharing policy (the job manager of ``workloads/gpu.py``
 pauses and resumes the workers; ``none``: every job computes at once). Every (policy, seed) runs
-on the testbed and, beside it, in the simulator on the same workload, seed, link rate and bytes.
-Writes ``<label>/seed-<N>/`` (result.json, stages / jobs / configs / tasks CSV, worker logs),
+on the testbed and, beside it, in the simulator on the same workload, seed, link rate and bytes:
+the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
+``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
+measured job start-up and goodput (:mod:`simulator.calibration`, the same for every policy).
+``--host-priorities`` also serves the levels on every host's egress (:mod:`topologies.host_qos`).
+Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
+stages / jobs / configs / tasks CSV, iterations.csv: every rank's every synchronisation, worker
+logs),
 ``results.json`` (every run), ``summary.json`` (per policy over the seeds: mean +/- 95 % CI,
 the simulator's prediction, the ratio to fair sharing paired per seed, the clearly best policy
 if any, and provenance), ``stages.csv`` and ``testbed.png``, and prints the tables.
@@ -365,6 +372,10 @@ def fmt(value) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def fmt_ratio(value, reference) -> str:
+    return "-" if not value or not reference else f"{value / reference:.2f}"
+
+
 def fmt_pct(value) -> str:
     return "-" if value is None else f"{value:.0%}"
 
@@ -414,11 +425,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         "divided by link-gbps / bw; the simulator's --link-gbps means the same (default: 1)",
     )
     parser.add_argument(
-        "--no-host-priorities",
-        dest="host_priorities",
-        action="store_false",
-        help="hosts send FIFO and only the switch enforces the levels (the default also "
-        "serves them on every host's egress, as the simulator does on every port)",
+        "--host-priorities",
+        action="store_true",
+        help="also serve the controller's levels on every host's egress, as the simulator does "
+        "on every port (default: hosts send FIFO, the switch enforces the levels; see README "
+        "for what each does to TCP)",
     )
     parser.add_argument(
         "--seeds",
@@ -446,6 +457,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         metavar="JSON",
         help="the testbed's measured overheads (scripts/calibrate.py's calibration.json): the "
         "simulator beside every run then also predicts with them (default: raw model only)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="first measure the overheads (scripts/calibrate.py) into <out>/calibration/ and "
+        "predict with them",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "testbed")
     return parser
@@ -477,8 +494,16 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    args = parse(build_parser(), argv)
+    parser = build_parser()
+    args = parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
+    if args.calibrate:
+        if args.calibration is not None:
+            parser.error("--calibrate and --calibration exclude each other")
+        import calibrate  # noqa: PLC0415 (it imports this module)
+
+        measured = calibrate.calibrate(args, args.out / "calibration", argv)
+        args.overheads = Overheads(**measured["overheads"])
     results = []
     for seed in args.seeds:
         args.seed = seed  # the workload's
@@ -500,23 +525,27 @@ def main(argv=None) -> int:
     write_json(args.out / "summary.json", summary)
     figure = plot(summary, args.out)
     print(
-        f"\n{'policy':<17} {'seed':>4} {'avg SCT':>8} {'sim SCT':>8} {'sim/bed':>7} {'p95 SCT':>8} "
-        f"{'to 90%':>7} {'best id':>8} {'HPO end':>8} {'busiest':>7} {'GPU':>5} {'preempt':>7}"
+        f"\n{'policy':<17} {'seed':>4} {'avg SCT':>8} {'sim SCT':>8} {'sim/bed':>7} "
+        f"{'cal/bed':>7} {'p95 SCT':>8} {'to 90%':>7} {'best id':>8} {'HPO end':>8} "
+        f"{'busiest':>7} {'RTOs':>6} {'GPU':>5} {'preempt':>7}"
     )
     for r in results:
         gpu = r["gpu"] or {}
         bed, sim = r["sct_s"].get("mean"), r["simulated"]["sct_s"].get("mean")
+        calibrated = (r["simulated_calibrated"] or {}).get("sct_s", {}).get("mean")
         print(
             f"{r['policy']:<17} {r['seed']:>4} {fmt(bed):>8} {fmt(sim):>8} "
-            f"{(sim / bed if bed and sim else float('nan')):>7.2f} "
+            f"{fmt_ratio(sim, bed):>7} {fmt_ratio(calibrated, bed):>7} "
             f"{fmt(r['sct_s'].get('p95')):>8} {fmt(r['time_to_90pct_s'].get('mean')):>7} "
             f"{fmt(r['best_identified_s'].get('mean')):>8} "
             f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['busiest_port_busy']:>7.0%} "
+            f"{r['tcp']['TCPTimeouts']:>6} "
             f"{fmt_pct(gpu.get('gpu_utilisation')):>5} {gpu.get('preemptions', '-'):>7}"
         )
     print(
         f"(link {args.link_gbps:g} Gbit/s modelled at {args.bw:g} Mbit/s; sim: the simulator on "
-        "the same workload, seed, link rate and bytes; busiest: the busiest port's busy share)"
+        "the same workload, seed, link rate and bytes; cal: with the measured overheads; "
+        "busiest: the busiest port's busy share; RTOs: the hosts' TCP timeouts)"
     )
     print(f"\nover {len(args.seeds)} seed(s): average SCT s (mean +/- 95 % CI), and / "
           f"{summary['baseline'] or BASELINE}'s paired per seed")  # fmt: skip

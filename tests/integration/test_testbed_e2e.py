@@ -177,3 +177,38 @@ def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
         assert stage["sct_s"] >= stage["compute_s"]
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "workloads.worker --job" not in procs
+
+
+def test_calibrated_run_with_host_priorities(tmp_path):
+    """``--calibrate`` measures the testbed's overheads first (scripts/calibrate.py at a small
+    size) and predicts with them; with ``--host-priorities`` the hosts' egress serves the levels
+    and their bytes per class are counted."""
+    out = tmp_path / "testbed"
+    run_testbed(
+        out, "--hosts", "4", "--tasks", "1", "--configs", "3", "--timeout", "240", "--eta", "3",
+        "--min-iterations", "2", "--policy", "sincronia", "--host-priorities", "--calibrate",
+    )  # fmt: skip
+    measured = json.loads((out / "calibration" / "calibration.json").read_text())
+    lone = measured["lone_jobs"]["ring"]
+    # the testbed is never faster than the fluid model of the same lone job
+    assert lone["testbed_iteration_s"] >= lone["simulated_iteration_s"] * 0.98
+    overheads = measured["overheads"]
+    assert 0.5 < overheads["goodput"] <= 1.0 and 0 < overheads["job_startup_s"] < 10
+    assert measured["burst_job_startup_s"]["count"] >= 3
+    assert len(measured["provenance"]["git_commit"]) == 40
+
+    [result] = json.loads((out / "results.json").read_text())
+    assert result["host_priorities"] and result["host_filter_updates"] >= 1
+    assert result["overheads"] == overheads
+    raw, calibrated = result["simulated"]["sct_s"]["mean"], result["simulated_calibrated"]
+    assert calibrated["sct_s"]["mean"] > raw  # the overheads only add time
+    per_class = result["host_bytes_per_class"]
+    job_bytes = sum(per_class.get(level_classid(level), 0) for level in range(7))
+    assert job_bytes >= 0.9 * sum(per_class.values()), per_class  # the hosts classified them
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["host_priorities"] and summary["overheads"] == overheads
+    assert summary["policies"]["sincronia"]["calibrated_sim_avg_sct_s"]["n"] == 1
+    rows = read_csv(out / "sincronia" / "seed-1" / "iterations.csv")
+    assert {r["rank"] for r in rows} == {"0", "1", "2"}
+    assert all(float(r["sync_s"]) > 0 for r in rows)
+    assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode == 2

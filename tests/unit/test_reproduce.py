@@ -65,3 +65,71 @@ def test_simulator_only_report(tmp_path):
     bad = subprocess.run([sys.executable, "scripts/reproduce.py", "--simulator-only", "--seeds",
                           "1"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "--seeds must be >= 2" in bad.stderr
+
+
+def test_one_testbed_seed_decides_nothing():
+    one = Interval(0.8, float("nan"), float("nan"), 1)
+    assert reproduce.Comparison("fair", one, needs_interval=True).verdict == "inconclusive"
+    assert reproduce.Comparison("fair", one).verdict == "reproduced"  # a single trace
+    claim = reproduce.Claim(
+        "X", "p", "s", "s", "m", [reproduce.Comparison("fair", one, needs_interval=True)]
+    )
+    assert claim.verdict == "inconclusive"
+
+
+def a_testbed_summary():
+    def entry(mean, ci95, n=3):
+        return {"mean": mean, "ci95": ci95, "n": n}
+
+    def policy(bed, sim, calibrated):
+        return {
+            "avg_sct_s": bed,
+            "sim_avg_sct_s": entry(sim, 0.5),
+            "calibrated_sim_avg_sct_s": entry(calibrated, 0.5),
+            "calibrated_sim_over_testbed_avg_sct": entry(calibrated / bed["mean"], 0.01),
+        }
+
+    return {
+        "link_gbps": 1.0,
+        "emulated_link_bps": 20e6,
+        "overheads": {"job_startup_s": 1.8, "goodput": 0.9},
+        "workload": {
+            "hosts": 13,
+            "tasks": 2,
+            "configs": 9,
+            "eta": 3,
+            "min_iterations": 3,
+            "patterns": ["ring"],
+            "seeds": [1, 2, 3],
+        },  # fmt: skip
+        "policies": {
+            "fair": policy(entry(32.0, 1.0), 28.0, 32.5),
+            "beamer": policy(entry(28.0, 1.0), 24.0, 27.0),  # clearly faster than fair
+            "sincronia": policy(entry(33.0, 4.5), 29.0, 40.0),  # 21 % off, overlaps fair
+        },
+    }
+
+
+def test_agreement_checks_the_calibrated_prediction_and_the_separated_rankings():
+    rows = {row["policy"]: row for row in reproduce.agreement(a_testbed_summary())}
+    assert rows["fair"]["within"] and rows["beamer"]["within"]
+    assert rows["sincronia"]["within"] is False
+    # only beamer's interval lies clear of another's (fair's; sincronia's overlaps both)
+    assert rows["beamer"]["ranking"] == [{"faster_than": "fair", "simulator_agrees": True}]
+    assert rows["fair"]["ranking"] == [] and rows["sincronia"]["ranking"] == []
+    lines = reproduce.agreement_lines(list(rows.values()), a_testbed_summary())
+    assert any("| beamer | 28.0 +/- 1.0 | 24.0 +/- 0.5 | 27.0 +/- 0.5 |" in line for line in lines)
+    assert any("faster than fair: simulator agrees" in line for line in lines)
+
+
+def test_beamer_on_the_testbed_is_paired_per_seed():
+    runs = [
+        {"policy": p, "seed": seed, "sct_s": {"mean": base * factor}}
+        for seed, base in ((1, 30.0), (2, 40.0), (3, 35.0))
+        for p, factor in (("beamer", 0.9), ("sincronia", 1.0), ("fifo-lm", 1.0), ("fair", 1.0),
+                          ("jpas", 1.1))
+    ]  # fmt: skip
+    claim = reproduce.beamer_testbed({**a_testbed_summary(), "runs": runs})
+    assert [c.baseline for c in claim.comparisons] == ["sincronia", "fifo-lm", "fair"]
+    assert all(c.ratio.mean == pytest.approx(0.9) and c.ratio.n == 3 for c in claim.comparisons)
+    assert claim.verdict == "reproduced" and "3 seed(s)" in claim.setting
