@@ -1,14 +1,14 @@
 """Measure the testbed's systematic overheads, the same for every policy (``calibration.json``).
 
     sudo .venv/bin/python scripts/calibrate.py [--hosts 13] [--bw 20] [--link-gbps 1]
-        [--patterns ring] [--iterations 20] [--out results/calibration]
+        [--patterns ring] [--calibration-iterations 20] [--out results/calibration]
 
 Two workloads in which no scheduling decision matters, under fair sharing, on the testbed of
 ``scripts/run_testbed.py`` (same flags, same regime):
 
-1. **goodput**: one lone job per synchronisation pattern, ``--iterations`` iterations. Its
-   iteration time after the first (start-up excluded) against the simulator's for the same job:
-   ``goodput = (simulated iteration - compute) / (measured iteration - compute)``, the payload
+1. **goodput**: one lone job per synchronisation pattern, ``--calibration-iterations``
+   iterations. Its iteration time after the first (start-up excluded) against the simulator's
+   for the same job: ``goodput = (simulated iteration - compute) / (measured iteration - compute)``, the payload
    rate the testbed reaches over the line rate (headers, ACKs, TCP ramp-up per
    synchronisation);
 2. **job start-up**: a burst like the main workload's first stage (``--tasks`` x ``--configs``
@@ -33,7 +33,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import run_testbed  # noqa: E402
 
-from controller.argtypes import positive  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
@@ -42,11 +41,11 @@ from simulator.metrics import provenance, write_json  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 
 POLICY = "fair"
-LONE_ITERATIONS = 20
+LONE_ITERATIONS = 20  # run_testbed.py --calibration-iterations
 
 
 def lone_job(args, pattern: str) -> list:
-    """One task of one configuration: a single job of ``--iterations`` iterations."""
+    """One task of one configuration: a single job of ``args.iterations`` iterations."""
     return generate(
         args.hosts,
         1,
@@ -122,16 +121,10 @@ def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATION
 
 def main(argv=None) -> int:
     parser = run_testbed.build_parser(__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--iterations",
-        type=positive(int),
-        default=LONE_ITERATIONS,
-        help=f"iterations of the lone job (default {LONE_ITERATIONS})",
-    )
     parser.set_defaults(policy=[POLICY], out=ROOT / "results" / "calibration")
     args = run_testbed.parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
-    calibrate(args, args.out, argv, args.iterations)
+    calibrate(args, args.out, argv, args.calibration_iterations)
     path = args.out / "calibration.json"
     print(f"wrote {path}; use: scripts/run_testbed.py --calibration {path}")
     return 0

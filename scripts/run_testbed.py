@@ -464,6 +464,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         help="first measure the overheads (scripts/calibrate.py) into <out>/calibration/ and "
         "predict with them",
     )
+    parser.add_argument(
+        "--calibration-iterations",
+        type=positive(int),
+        default=20,
+        help="iterations of the calibration's lone job (default 20)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "testbed")
     return parser
 
@@ -502,7 +508,9 @@ def main(argv=None) -> int:
             parser.error("--calibrate and --calibration exclude each other")
         import calibrate  # noqa: PLC0415 (it imports this module)
 
-        measured = calibrate.calibrate(args, args.out / "calibration", argv)
+        measured = calibrate.calibrate(
+            args, args.out / "calibration", argv, args.calibration_iterations
+        )
         args.overheads = Overheads(**measured["overheads"])
     results = []
     for seed in args.seeds:

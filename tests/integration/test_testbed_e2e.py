@@ -186,7 +186,8 @@ def test_calibrated_run_with_host_priorities(tmp_path):
     out = tmp_path / "testbed"
     run_testbed(
         out, "--hosts", "4", "--tasks", "1", "--configs", "3", "--timeout", "240", "--eta", "3",
-        "--min-iterations", "2", "--policy", "sincronia", "--host-priorities", "--calibrate",
+        "--min-iterations", "1", "--policy", "sincronia", "--host-priorities", "--calibrate",
+        "--calibration-iterations", "5",
     )  # fmt: skip
     measured = json.loads((out / "calibration" / "calibration.json").read_text())
     lone = measured["lone_jobs"]["ring"]
