@@ -8,7 +8,7 @@ Two workloads in which no scheduling decision matters, under fair sharing, on th
 
 1. **goodput**: one lone job per synchronisation pattern, ``--calibration-iterations``
    iterations. Its iteration time after the first (start-up excluded) against the simulator's
-   for the same job: ``goodput = (simulated iteration - compute) / (measured iteration - compute)``, the payload
+   for the same job, ``goodput = (simulated - compute) / (measured - compute)``: the payload
    rate the testbed reaches over the line rate (headers, ACKs, TCP ramp-up per
    synchronisation);
 2. **job start-up**: a burst like the main workload's first stage (``--tasks`` x ``--configs``

@@ -33,6 +33,10 @@ from topologies.qos import htb_commands, level_classid
 # filters that send every unmatched (unmarked, DSCP 0) packet to the lowest class.
 GENERATION_PREFS = (2, 3)
 HOST_DSCP_PREF = 10
+# Mininet's TCLink shaper on a host (tbf, 15 kB burst, 15 * 8 / bw ms of latency) holds about
+# 30 kB, 20 full-size packets, at any rate; a class queues no more, so that serving levels on the
+# host changes the order in which its packets leave, not how much it buffers.
+HOST_QUEUE_PACKETS = 20
 
 PORT_FIELDS = {"tcp_dst": "dport", "tcp_src": "sport"}
 
@@ -87,8 +91,12 @@ def filter_batch(dev: str, filters: Iterable[HostFilter], pref: int) -> list[str
 
 def host_batch(dev: str, rate_bps: float) -> list[str]:
     """``tc -batch`` lines that give a host's egress ``dev`` the 8 priority classes, with the
-    DSCP filters after the per-rule filters of :class:`HostPriorities`."""
-    return [" ".join(cmd[1:]) for cmd in htb_commands(dev, rate_bps, dscp_pref=HOST_DSCP_PREF)]
+    DSCP filters after the per-rule filters of :class:`HostPriorities`, each class queueing at
+    most what the FIFO shaper it replaces would (:data:`HOST_QUEUE_PACKETS`)."""
+    commands = htb_commands(
+        dev, rate_bps, dscp_pref=HOST_DSCP_PREF, queue_packets=HOST_QUEUE_PACKETS
+    )
+    return [" ".join(cmd[1:]) for cmd in commands]
 
 
 def delete_batch(dev: str, pref: int) -> list[str]:

@@ -30,11 +30,14 @@ def level_classid(level: int) -> str:
     return f"1:{LEVEL_CLASS_BASE + level:x}"
 
 
-def htb_commands(dev: str, rate_bps: float, dscp_pref: int = 1) -> list[list[str]]:
+def htb_commands(
+    dev: str, rate_bps: float, dscp_pref: int = 1, queue_packets: int | None = None
+) -> list[list[str]]:
     """``tc`` commands (argument lists) that give ``dev`` the 8 priority classes.
 
     ``dscp_pref`` is the ``tc`` preference of the filters that choose a class by DSCP; a host's
-    egress puts them after its per-job filters (:mod:`topologies.host_qos`)."""
+    egress puts them after its per-job filters (:mod:`topologies.host_qos`). ``queue_packets``
+    bounds every class's FIFO (default: the device's ``txqueuelen``, 1000 packets)."""
     if rate_bps <= 0:
         raise ValueError("rate_bps must be > 0")
     rate = f"{int(rate_bps)}bit"
@@ -54,6 +57,11 @@ def htb_commands(dev: str, rate_bps: float, dscp_pref: int = 1) -> list[list[str
             ["tc", "class", "replace", "dev", dev, "parent", "1:1", "classid", classid, "htb",
              "rate", floor, "ceil", rate, "prio", str(level)]
         )  # fmt: skip
+        if queue_packets is not None:
+            cmds.append(
+                ["tc", "qdisc", "replace", "dev", dev, "parent", classid,
+                 "handle", f"{LEVEL_CLASS_BASE + level:x}:", "pfifo", "limit", str(queue_packets)]
+            )  # fmt: skip
         tos = LEVEL_DSCP[level] << 2
         cmds.append(
             ["tc", "filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip",
