@@ -8,9 +8,11 @@ from controller.schedule import Schedule
 from topologies.host_qos import (
     GENERATION_PREFS,
     HOST_DSCP_PREF,
+    HOST_QUEUE_PACKETS,
     HostFilter,
     HostPriorities,
     filter_batch,
+    host_batch,
     host_filters,
 )
 from topologies.qos import htb_commands, level_classid
@@ -99,3 +101,13 @@ def test_the_agent_adds_the_new_generation_before_deleting_the_old_and_skips_unc
         f"filter del dev dev2 parent 1: protocol ip prio {GENERATION_PREFS[0]} u32"
     ]
     assert agent.updates == 9 and agent.polls == 4
+
+
+def test_a_hosts_classes_buffer_no_more_than_the_shaper_they_replace():
+    lines = host_batch("h1-eth0", 20e6)
+    queues = [line for line in lines if " pfifo " in line]
+    assert len(queues) == 8
+    assert all(line.endswith(f"pfifo limit {HOST_QUEUE_PACKETS}") for line in queues)
+    assert queues[0].startswith(f"qdisc replace dev h1-eth0 parent {level_classid(0)} ")
+    # a switch port keeps its device's queue
+    assert not any("pfifo" in cmd for cmd in htb_commands("s1-eth1", 20e6))
