@@ -133,3 +133,40 @@ def test_beamer_on_the_testbed_is_paired_per_seed():
     assert [c.baseline for c in claim.comparisons] == ["sincronia", "fifo-lm", "fair"]
     assert all(c.ratio.mean == pytest.approx(0.9) and c.ratio.n == 3 for c in claim.comparisons)
     assert claim.verdict == "reproduced" and "3 seed(s)" in claim.setting
+
+
+def test_report_from_a_finished_testbed_experiment(tmp_path):
+    """--testbed-results: the testbed's claim and the agreement table come from a folder, with
+    that experiment's provenance; the brute-force rows come with the simulator's claims."""
+    testbed = tmp_path / "testbed"
+    testbed.mkdir()
+    summary = a_testbed_summary()
+    command = ["python", "scripts/run_testbed.py", "--seeds", "1"]
+    summary["provenance"] = {"git_commit": "a" * 40, "git_dirty": False, "command": command}
+    runs = [{"policy": p, "seed": 1, "sct_s": {"mean": 30.0}}
+            for p in ("beamer", "sincronia", "fifo-lm", "fair", "jpas")]  # fmt: skip
+    summary["workload"]["seeds"] = [1]
+    (testbed / "summary.json").write_text(json.dumps(summary))
+    (testbed / "results.json").write_text(json.dumps(runs))
+    out = tmp_path / "report"
+    run = subprocess.run(
+        [sys.executable, "scripts/reproduce.py", "--testbed-results", str(testbed), "--seeds",
+         "2", "--claims", "optimum", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = (out / "REPORT.md").read_text()
+    assert "| BSSI (Sincronia) (" in report and "| Beamer vs brute force (" in report
+    assert "| Beamer (testbed) (" in report and "**inconclusive**" in report  # one seed
+    assert "## The simulator against the testbed" in report
+    assert f"testbed experiment: git commit {'a' * 40}" in report
+    result = json.loads((out / "summary.json").read_text())
+    assert result["mode"] == "testbed results given" and result["testbed_seeds"] == [1]
+    verdicts = {c["name"]: c["verdict"] for c in result["claims"]}
+    assert verdicts["BSSI (Sincronia)"] == verdicts["Beamer vs brute force"] == "reproduced"
+    assert len(result["simulator_vs_testbed"]) == 3
+    missing = subprocess.run(
+        [sys.executable, "scripts/reproduce.py", "--testbed-results", str(tmp_path / "none")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "no summary.json there" in missing.stderr
