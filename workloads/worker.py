@@ -108,8 +108,13 @@ class Worker:
         while True:
             self.check_stop()
             try:
-                sock = socket.create_connection(address, timeout=2.0)
-                sock.settimeout(None)  # the 2 s were for connecting; a peer may compute longer
+                # A refused connection (peer not listening yet) returns at once and is retried;
+                # a slow handshake (SYN-ACKs queued behind more urgent traffic) is waited for,
+                # not abandoned: the peer may already have accepted it, and a retry would leave
+                # it reading from a connection this side resets.
+                left = max(1.0, deadline - time.monotonic())
+                sock = socket.create_connection(address, timeout=left)
+                sock.settimeout(None)  # the timeout was for connecting; a peer may compute longer
                 return sock
             except OSError as exc:
                 if time.monotonic() > deadline:
