@@ -89,7 +89,7 @@ def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATION
         run_testbed.run_policy(POLICY, args, out / f"lone-{pattern}", tasks=tasks)
         compute_s = tasks[0].model.compute_s
         bed = measured_iteration_s(out / f"lone-{pattern}")
-        sim = simulated_iteration_s(args, lone_job(args, pattern))
+        sim = simulated_iteration_s(args, tasks)
         lone[pattern] = {
             "compute_s": compute_s,
             "testbed_iteration_s": bed,

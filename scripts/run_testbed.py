@@ -103,6 +103,18 @@ def job_manager(args, gpu_policy: str) -> GpuManager | None:
     )
 
 
+ROOT_CLASS = "1:1"
+
+
+def class_deltas(before: dict[str, dict], after: dict[str, dict]) -> dict[str, int]:
+    """Bytes each HTB class sent between two readings, summed over the devices read."""
+    sent: dict[str, int] = {}
+    for device, counts in after.items():
+        for cls, count in counts.items():
+            sent[cls] = sent.get(cls, 0) + count - before[device].get(cls, 0)
+    return sent
+
+
 def host_class_bytes(host) -> dict[str, int]:
     """Bytes sent by each class of a Mininet host's egress (its HTB, or its shaper's root)."""
     return parse_class_bytes(host.cmd(f"tc -s class show dev {host.defaultIntf().name}"))
@@ -199,20 +211,10 @@ def run_policy(
         if net is not None:
             network.stop(net)
         ctl.stop()
-    per_class: dict[str, int] = {}
-    total = 0
-    for port in ports:
-        for cls, count in after[port].items():
-            if cls == "1:1":
-                total += count - before[port].get(cls, 0)
-            else:
-                per_class[cls] = per_class.get(cls, 0) + count - before[port].get(cls, 0)
-    host_per_class: dict[str, int] = {}
-    for name, counts in host_after.items():
-        for cls, count in counts.items():
-            if cls != "1:1":
-                delta = count - host_before[name].get(cls, 0)
-                host_per_class[cls] = host_per_class.get(cls, 0) + delta
+    per_class = class_deltas(before, after)
+    total = per_class.pop(ROOT_CLASS, 0)  # the port's root class counts every byte once
+    host_per_class = class_deltas(host_before, host_after)
+    host_per_class.pop(ROOT_CLASS, None)
     stages = driver.stage_rows()
     for name, rows in (
         ("stages", stages),

@@ -228,17 +228,7 @@ def test_htb_classes_really_prioritise(fabric, controller):
         fabric.popen(h, "iperf3", "-c", "10.0.0.2", "-p", str(p), "-t", "3", "-J")
         for h, p in (("h1", JOB_PORT), ("h3", JOB_PORT + 1))
     ]
-    rates = []
-    for proc in clients:
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-        rates.append(
-            float(
-                re.search(r'"bits_per_second":\s*([\d.e+]+)', out.split('"sum_received"')[1]).group(
-                    1
-                )
-            )
-        )
+    rates = [received_bps(proc) for proc in clients]
     for server in servers:
         server.wait(timeout=10)
     print(f"level 0: {rates[0] / 1e6:.1f} Mbit/s, level 1: {rates[1] / 1e6:.1f} Mbit/s")

@@ -43,13 +43,18 @@ def test_claim_verdict_over_baselines():
     assert reproduce.Claim("X", "p", "s", "s", "m", [unclear]).verdict == "not reproduced"
 
 
-def test_simulator_only_report(tmp_path):
-    out = tmp_path / "report"
-    run = subprocess.run(
-        [sys.executable, "scripts/reproduce.py", "--simulator-only", "--seeds", "2",
-         "--claims", "jpas", "hermes", "--out", str(out)],
+def run_reproduce(*args: str) -> subprocess.CompletedProcess:
+    """scripts/reproduce.py as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "scripts/reproduce.py", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+
+
+def test_simulator_only_report(tmp_path):
+    out = tmp_path / "report"
+    run = run_reproduce("--simulator-only", "--seeds", "2", "--claims", "jpas", "hermes",
+                        "--out", str(out))  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     report = (out / "REPORT.md").read_text()
     assert "| JPAS (Zhou et al., JNCA 158, 2020) |" in report and "| Hermes (" in report
@@ -62,8 +67,7 @@ def test_simulator_only_report(tmp_path):
             assert comparison["n"] == 2 and 0 < comparison["low"] <= comparison["high"]
             assert comparison["verdict"] in ("reproduced", "not reproduced", "opposite")
     assert (out / "claims.png").stat().st_size > 0
-    bad = subprocess.run([sys.executable, "scripts/reproduce.py", "--simulator-only", "--seeds",
-                          "1"], cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    bad = run_reproduce("--simulator-only", "--seeds", "1")
     assert bad.returncode == 2 and "--seeds must be >= 2" in bad.stderr
 
 
@@ -149,11 +153,8 @@ def test_report_from_a_finished_testbed_experiment(tmp_path):
     (testbed / "summary.json").write_text(json.dumps(summary))
     (testbed / "results.json").write_text(json.dumps(runs))
     out = tmp_path / "report"
-    run = subprocess.run(
-        [sys.executable, "scripts/reproduce.py", "--testbed-results", str(testbed), "--seeds",
-         "2", "--claims", "optimum", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    run = run_reproduce("--testbed-results", str(testbed), "--seeds", "2", "--claims",
+                        "optimum", "--out", str(out))  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     report = (out / "REPORT.md").read_text()
     assert "| BSSI (Sincronia) (" in report and "| Beamer vs brute force (" in report
@@ -165,8 +166,5 @@ def test_report_from_a_finished_testbed_experiment(tmp_path):
     verdicts = {c["name"]: c["verdict"] for c in result["claims"]}
     assert verdicts["BSSI (Sincronia)"] == verdicts["Beamer vs brute force"] == "reproduced"
     assert len(result["simulator_vs_testbed"]) == 3
-    missing = subprocess.run(
-        [sys.executable, "scripts/reproduce.py", "--testbed-results", str(tmp_path / "none")],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+    missing = run_reproduce("--testbed-results", str(tmp_path / "none"))
     assert missing.returncode == 2 and "no summary.json there" in missing.stderr
