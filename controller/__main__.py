@@ -11,22 +11,21 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import sys
 from pathlib import Path
 
 from controller.argtypes import positive, tcp_port
 from controller.model import HostPort
-from controller.policies import POLICIES
+from controller.policies import POLICIES, parse_option_text
+from controller.registry import DatabaseError
 
 
-def _option(text: str) -> tuple[str, object]:
+def _option(text: str) -> tuple[str, str]:
     key, sep, raw = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key, json.loads(raw)
-    except json.JSONDecodeError:
-        return key, raw
+    return key, raw
 
 
 def load_hosts(path: str):
@@ -74,7 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=[],
         type=_option,
         metavar="KEY=VALUE",
-        help="policy option, e.g. use_rates=true (repeatable)",
+        help="policy option, e.g. use_rates=true (repeatable; GET /api/policy lists each "
+        "policy's options with types and ranges)",
     )
     parser.add_argument(
         "--ofp-host", default="127.0.0.1", help="OpenFlow listen address (default: %(default)s)"
@@ -87,6 +87,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--rest-port", type=tcp_port, default=8080, help="REST API port (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--api-token",
+        default=os.environ.get("HPO_API_TOKEN"),
+        help="require 'Authorization: Bearer TOKEN' on every REST request (default: the "
+        "HPO_API_TOKEN environment variable; none: anyone who can connect may change the "
+        "schedule, so keep --rest-host on loopback)",
     )
     parser.add_argument(
         "--db",
@@ -114,19 +121,56 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.host_list = load_hosts(args.hosts) if args.hosts else []
     except ValueError as exc:
         parser.error(str(exc))
+    try:  # typed by the policy's own declaration: use_rates=False is False, not a string
+        args.options = {
+            key: parse_option_text(args.policy, key, text) for key, text in args.policy_option
+        }
+    except ValueError as exc:
+        parser.error(f"--policy-option: {exc}")
     return args
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listen address only takes connections from this machine."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def check_database(path: str) -> str | None:
+    """Open the registry once before Ryu starts: ``DatabaseError`` (one line naming the file)
+    if it cannot be used; a note to print if it is an empty file (it then starts empty)."""
+    from controller.registry import Registry
+
+    if os.path.isdir(path):
+        raise DatabaseError(f"{path}: is a directory, not a registry file")
+    empty = os.path.isfile(path) and os.path.getsize(path) == 0
+    Registry(path).close()
+    if empty:
+        return f"note: --db {path} was an empty file; starting with no registered records"
+    return None
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from controller.policies import make_policy
-
-    options = dict(args.policy_option)
+    options = args.options
     try:
-        make_policy(args.policy, **options)
-    except ValueError as exc:
-        print(f"python -m controller: error: {exc}", file=sys.stderr)
+        note = check_database(args.db)
+    except DatabaseError as exc:
+        print(f"python -m controller: error: --db {exc}", file=sys.stderr)
         return 2
+    if note:
+        print(note, file=sys.stderr)
+    if not is_loopback(args.rest_host) and not args.api_token:
+        print(
+            f"warning: the REST API listens on {args.rest_host or 'every address'} without a "
+            "token: anyone who can reach it may change the schedule (set --api-token or "
+            "HPO_API_TOKEN)",
+            file=sys.stderr,
+        )
     from controller import ryu_app
 
     ryu_app.SETTINGS = ryu_app.Settings(
@@ -137,6 +181,8 @@ def main(argv=None) -> int:
         port_bps=args.port_bps,
         hosts=args.host_list,
         verbose=args.verbose,
+        rest_host=args.rest_host,
+        api_token=args.api_token or None,
     )
     extra = ["--verbose"] if args.verbose else []
     ryu_app.run_manager(args.ofp_host, args.ofp_port, args.rest_host, args.rest_port, extra)

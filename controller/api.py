@@ -9,10 +9,11 @@ The API is described by ``controller/openapi.yaml``.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 
 from controller.engine import Engine
 from controller.policies import POLICIES
@@ -51,27 +52,69 @@ _COMPILED = [(method, _compile(pattern), name) for method, pattern, name in ROUT
 
 
 class RestApi:
-    """Routes requests to the engine and its registry.
+    """Routes requests to the engine and its registry, after the request checks.
 
     Args:
         engine: the controller engine (registry, policy, switches).
         on_change: called after every successful change, to wake the reorder loop.
+        token: if set, every request must carry ``Authorization: Bearer <token>`` (401 else).
+        allowed_hosts: host names the ``Host`` header may carry (403 else, against DNS
+            rebinding); ``None`` accepts any.
+
+    Whatever the settings, a request that a browser page on another site could send is
+    refused: one with an ``Origin`` header (403), and a body that is not declared
+    ``application/json`` (415, the only type a page can send cross-site without asking).
     """
 
-    def __init__(self, engine: Engine, on_change: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        on_change: Callable[[], None] = lambda: None,
+        token: str | None = None,
+        allowed_hosts: Collection[str] | None = None,
+    ) -> None:
         self.engine = engine
         self.registry = engine.registry
         self.on_change = on_change
+        self.token = token
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)
 
-    def handle(self, method: str, path: str, body: bytes = b"") -> tuple[int, object]:
-        """Serve one request; never raises."""
+    def handle(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> tuple[int, object]:
+        """Serve one request; never raises. ``headers`` are the request's, any case."""
         try:
+            self._check_request(method.upper(), body, headers or {})
             return self._dispatch(method.upper(), path, body)
         except ApiError as exc:
             return exc.status, exc.to_json()
         except Exception:
             LOG.exception("internal error serving %s %s", method, path)
             return 500, {"error": {"code": 500, "message": "internal error; see the log"}}
+
+    def _check_request(self, method: str, body: bytes, headers: Mapping[str, str]) -> None:
+        lower = {k.lower(): v for k, v in headers.items()}
+        if self.token is not None:
+            given = lower.get("authorization", "")
+            expected = f"Bearer {self.token}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                raise ApiError(401, "missing or wrong token (send Authorization: Bearer <token>)")
+        if "origin" in lower:
+            raise ApiError(403, f"cross-origin requests are refused (Origin: {lower['origin']})")
+        if self.allowed_hosts is not None and "host" in lower:
+            host = _host_name(lower["host"])
+            if host not in self.allowed_hosts:
+                raise ApiError(403, f"Host {lower['host']!r} is not an address of this controller")
+        if method in ("POST", "PUT") and body.strip():
+            content_type = lower.get("content-type", "").split(";")[0].strip().lower()
+            if content_type != "application/json":
+                raise ApiError(
+                    415, f"Content-Type must be application/json, got {content_type or 'none'!r}"
+                )
 
     def _dispatch(self, method: str, path: str, body: bytes) -> tuple[int, object]:
         if not path.startswith(PREFIX):
@@ -104,6 +147,10 @@ class RestApi:
             "name": self.engine.policy_name,
             "options": self.engine.policy_options,
             "available": sorted(POLICIES),
+            "option_specs": {
+                name: {key: spec.schema() for key, spec in POLICIES[name].OPTIONS.items()}
+                for name in sorted(POLICIES)
+            },
         }
 
     def put_policy(self, body) -> tuple[int, object]:
@@ -166,12 +213,21 @@ class RestApi:
         return 200, {**self.registry.to_json("coflows", coflow), "finished": False}
 
 
+def _host_name(host_header: str) -> str:
+    """The name in a ``Host`` header without its port (``[::1]:8080`` -> ``::1``)."""
+    if host_header.startswith("["):
+        return host_header[1 : host_header.find("]")]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
 def _parse_json(body: bytes, method: str):
     if method in ("GET", "DELETE") or not body or not body.strip():
         return None
     try:
         return json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise ApiError(400, "body: JSON nested too deeply", "body") from None
+    except ValueError as exc:  # bad UTF-8, bad JSON, an integer of more than 4,300 digits
         raise ApiError(400, f"body: not valid JSON ({exc})", "body") from None
 
 

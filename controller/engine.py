@@ -78,10 +78,16 @@ class Engine:
         self.monotonic = monotonic
         saved = registry.settings.get("policy")
         if saved:
-            policy, policy_options = saved["name"], saved.get("options", {})
+            try:  # a database written before options were typed may hold one that is not
+                make_policy(saved["name"], **saved.get("options", {}))
+                policy, policy_options = saved["name"], saved.get("options", {})
+            except (ValueError, TypeError, KeyError) as exc:
+                LOG.error("ignoring the policy saved in the database (%s): %s", saved, exc)
         self.policy_name = policy
         self.policy_options = dict(policy_options or {})
         self.policy: Policy = make_policy(policy, **self.policy_options)
+        self.reorder_failures = 0
+        self.last_reorder_error: str | None = None
         self.meter_ids = MeterIds()
         self.switches: dict[int, SwitchTable] = {}
         self.plan: Plan | None = None
@@ -116,13 +122,25 @@ class Engine:
 
     # ---- reordering --------------------------------------------------------------------------
 
+    @property
+    def stale(self) -> bool:
+        """The last reorder failed: the switches still hold the plan before it."""
+        return self.last_reorder_error is not None
+
     def reorder(self) -> Plan:
-        """Recompute the schedule and the rules that enforce it."""
+        """Recompute the schedule and the rules that enforce it. A failure is counted and kept
+        (:attr:`stale`, ``/api/stats``) and re-raised; the previous plan stays in force."""
         started = self.monotonic()
-        state = self.registry.cluster_state(self.port_bps, self.host_bps)
-        schedule = self.policy.schedule(state)
-        job_ports = {j: r.tcp_ports for j, r in self.registry.records["jobs"].items()}
-        table = desired_table(state, schedule, job_ports, self.meter_ids)
+        try:
+            state = self.registry.cluster_state(self.port_bps, self.host_bps)
+            schedule = self.policy.schedule(state)
+            job_ports = {j: r.tcp_ports for j, r in self.registry.records["jobs"].items()}
+            table = desired_table(state, schedule, job_ports, self.meter_ids)
+        except Exception as exc:
+            self.reorder_failures += 1
+            self.last_reorder_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.last_reorder_error = None
         elapsed = self.monotonic() - started
         self.plan = Plan(state, schedule, table, time.time(), elapsed)
         self.stats.reorders += 1
@@ -158,7 +176,14 @@ class Engine:
     # ---- views for the REST API ----------------------------------------------------------------
 
     def order_json(self) -> dict:
-        plan = self.plan or self.reorder()
+        plan = self.plan
+        if plan is None:
+            try:
+                plan = self.reorder()
+            except Exception:
+                LOG.exception("reorder failed")
+                error = self.last_reorder_error
+                raise ApiError(503, f"no plan: the reorder failed ({error})") from None
         levels = coflow_levels(plan.schedule)
         entries = []
         for rank, group in enumerate(plan.schedule.ranks):
@@ -182,7 +207,12 @@ class Engine:
                         },
                     }
                 )
-        return {"policy": self.policy_name, "computed_at": plan.computed_at, "order": entries}
+        return {
+            "policy": self.policy_name,
+            "computed_at": plan.computed_at,
+            "stale": self.stale,
+            "order": entries,
+        }
 
     def rules_json(self) -> dict:
         desired = self.plan.table if self.plan else SwitchTable.empty()
@@ -202,6 +232,9 @@ class Engine:
             "reorders": self.stats.reorders,
             "ops_sent": self.stats.ops_sent,
             "switch_errors": self.stats.switch_errors,
+            "reorder_failures": self.reorder_failures,
+            "last_reorder_error": self.last_reorder_error,
+            "plan_stale": self.stale,
             "registered": {k: len(v) for k, v in self.registry.records.items()},
             "active_coflows": len(self.plan.state.coflows) if self.plan else 0,
             "event_to_flowmods_ms": {

@@ -19,7 +19,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from controller.bssi import bssi_order
 from controller.metrics import nearest_rank_index
@@ -36,8 +38,89 @@ from controller.model import (
 from controller.schedule import Schedule
 
 
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option of a policy: its type, default and range, the single declaration that the
+    command line, the REST API and the OpenAPI document check against.
+
+    ``kind`` is ``bool``, ``int`` or ``float``; ``low`` / ``high`` bound it (``low_open``:
+    strictly above ``low``); ``nullable``: ``None`` is allowed (and means "off")."""
+
+    kind: type
+    default: Any
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    nullable: bool = False
+
+    def check(self, value: Any) -> Any:
+        """``value`` (a JSON value) if it fits, else ``ValueError`` saying what is expected."""
+        if value is None and self.nullable:
+            return None
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value)
+        if ok and self.low is not None:
+            ok = value > self.low if self.low_open else value >= self.low
+        if ok and self.high is not None:
+            ok = value <= self.high
+        if not ok:
+            raise ValueError(f"must be {self.expects()}, got {value!r}")
+        return float(value) if self.kind is float else value
+
+    def parse_text(self, text: str) -> Any:
+        """A command-line value (``true``, ``3``, ``0.5``, ``null``) converted and checked."""
+        word = text.strip().lower()
+        if self.nullable and word in ("null", "none", "off"):
+            return None
+        if self.kind is bool:
+            if word in ("true", "yes", "on", "1"):
+                return True
+            if word in ("false", "no", "off", "0"):
+                return False
+            raise ValueError(f"must be {self.expects()}, got {text!r}")
+        try:
+            value = self.kind(word)
+        except ValueError:
+            raise ValueError(f"must be {self.expects()}, got {text!r}") from None
+        return self.check(value)
+
+    def expects(self) -> str:
+        """What a valid value looks like, in words (``"a number > 0 or null"``)."""
+        words = {bool: "true or false", int: "an integer", float: "a number"}[self.kind]
+        if self.low is not None and self.high is not None:
+            left = "(" if self.low_open else "["
+            words += f" in {left}{self.low:g}, {self.high:g}]"
+        elif self.low is not None:
+            words += f" {'>' if self.low_open else '>='} {self.low:g}"
+        return words + (" or null" if self.nullable else "")
+
+    def schema(self) -> dict:
+        """The option as a JSON Schema (OpenAPI 3.0) property."""
+        schema: dict[str, Any] = {
+            "type": {bool: "boolean", int: "integer", float: "number"}[self.kind],
+            "default": self.default,
+            "description": self.doc,
+        }
+        if self.low is not None:
+            schema["minimum"] = self.low
+            if self.low_open:
+                schema["exclusiveMinimum"] = True
+        if self.high is not None:
+            schema["maximum"] = self.high
+        if self.nullable:
+            schema["nullable"] = True
+        return schema
+
+
 class Policy:
-    """Base class: subclasses set ``name`` and implement :meth:`schedule`.
+    """Base class: subclasses set ``name``, declare their constructor's keyword arguments in
+    ``OPTIONS`` and implement :meth:`schedule`.
 
     Attributes:
         name: the registry key.
@@ -46,6 +129,7 @@ class Policy:
     """
 
     name: str = ""
+    OPTIONS: ClassVar[dict[str, OptionSpec]] = {}
     reorder_period_s: float | None = None
 
     def schedule(self, state: ClusterState) -> Schedule:
@@ -123,6 +207,17 @@ class FifoLM(Policy):
     """
 
     name = "fifo-lm"
+    OPTIONS: ClassVar[dict[str, OptionSpec]] = {
+        "heavy_percentile": OptionSpec(
+            float, 90.0, "percentile of seen coflow sizes beyond which a coflow is heavy",
+            low=0, high=100, low_open=True,
+        ),
+        "min_history": OptionSpec(int, 10, "coflow sizes seen before any demotion", low=1),
+        "heavy_threshold_bytes": OptionSpec(
+            float, None, "a fixed heavy threshold in bytes instead of the percentile",
+            low=0, low_open=True, nullable=True,
+        ),
+    }  # fmt: skip
 
     def __init__(
         self,
@@ -176,6 +271,9 @@ class Varys(Policy):
     """Smallest effective bottleneck first, with MADD rate caps."""
 
     name = "varys"
+    OPTIONS: ClassVar[dict[str, OptionSpec]] = {
+        "use_rates": OptionSpec(bool, True, "cap every flow at its MADD rate"),
+    }
 
     def __init__(self, use_rates: bool = True) -> None:
         self.use_rates = use_rates
@@ -211,6 +309,12 @@ class Jpas(Policy):
     """
 
     name = "jpas"
+    OPTIONS: ClassVar[dict[str, OptionSpec]] = {
+        "period_s": OptionSpec(
+            float, 1.0, "seconds between reorders (progress moves without events)",
+            low=0, low_open=True,
+        ),
+    }  # fmt: skip
 
     def __init__(self, period_s: float = 1.0) -> None:
         if period_s <= 0:
@@ -264,6 +368,9 @@ class Beamer(Policy):
     """
 
     name = "beamer"
+    OPTIONS: ClassVar[dict[str, OptionSpec]] = {
+        "use_rates": OptionSpec(bool, False, "also cap every flow at its MADD rate"),
+    }
 
     def __init__(self, use_rates: bool = False) -> None:
         self.use_rates = use_rates
@@ -334,7 +441,7 @@ def _sum_loads(loads) -> dict[Port, float]:
     return total
 
 
-POLICIES: dict[str, Callable[..., Policy]] = {
+POLICIES: dict[str, type[Policy]] = {
     Fair.name: Fair,
     FifoLM.name: FifoLM,
     Sincronia.name: Sincronia,
@@ -344,26 +451,59 @@ POLICIES: dict[str, Callable[..., Policy]] = {
 }
 
 
-def make_policy(name: str, **options) -> Policy:
-    """A new policy instance by registry name, e.g. ``make_policy("beamer", use_rates=True)``.
-
-    Raises:
-        ValueError: unknown name or option, naming the valid choices.
-    """
+def policy_class(name: str) -> type[Policy]:
+    """The policy registered as ``name``; ``ValueError`` naming the choices otherwise."""
     try:
-        factory = POLICIES[name]
+        return POLICIES[name]
     except KeyError:
         raise ValueError(
             f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}"
         ) from None
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` of policy ``name`` checked against its declaration (JSON-typed values).
+
+    Raises:
+        ValueError: unknown policy or option, or a value of the wrong type or range, naming it.
+    """
+    declared = policy_class(name).OPTIONS
+    checked = {}
+    for key, value in options.items():
+        if key not in declared:
+            allowed = ", ".join(sorted(declared)) or "none"
+            raise ValueError(f"policy {name!r} has no option {key!r} (options: {allowed})")
+        try:
+            checked[key] = declared[key].check(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} option {key} {exc}") from None
+    return checked
+
+
+def parse_option_text(name: str, key: str, text: str) -> Any:
+    """A command-line ``KEY=VALUE`` of policy ``name`` converted by its declared type."""
+    declared = policy_class(name).OPTIONS
+    if key not in declared:
+        allowed = ", ".join(sorted(declared)) or "none"
+        raise ValueError(f"policy {name!r} has no option {key!r} (options: {allowed})")
     try:
-        return factory(**options)
-    except TypeError as exc:
-        raise ValueError(f"policy {name!r}: bad options {options}: {exc}") from None
+        return declared[key].parse_text(text)
+    except ValueError as exc:
+        raise ValueError(f"{name} option {key} {exc}") from None
+
+
+def make_policy(name: str, **options) -> Policy:
+    """A new policy instance by registry name, e.g. ``make_policy("beamer", use_rates=True)``.
+
+    Raises:
+        ValueError: unknown name or option, or a bad value, naming it.
+    """
+    return policy_class(name)(**check_options(name, options))
 
 
 __all__ = [
     "POLICIES",
+    "OptionSpec",
     "Beamer",
     "Fair",
     "FifoLM",
@@ -372,6 +512,9 @@ __all__ = [
     "Sincronia",
     "Varys",
     "job_remaining_bytes",
+    "check_options",
     "madd",
     "make_policy",
+    "parse_option_text",
+    "policy_class",
 ]

@@ -18,7 +18,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -44,6 +44,10 @@ class ApiError(Exception):
         if self.field:
             error["field"] = self.field
         return {"error": error}
+
+
+class DatabaseError(Exception):
+    """The registry's SQLite file cannot be used; the message names the file and the problem."""
 
 
 def bad(field_name: str, problem: str) -> ApiError:
@@ -124,6 +128,9 @@ BODY_FIELDS = {
     "coflow_progress": ({"remaining_bytes", "done"}, set()),
 }
 
+# References that may be null (no task / stage / job); every other field may only be left out.
+NULLABLE_FIELDS = frozenset({"task_id", "stage_id", "job_id"})
+
 RECORD_TYPES = {
     "tasks": TaskRecord,
     "stages": StageRecord,
@@ -136,6 +143,8 @@ RECORD_TYPES = {
 
 
 def _check_fields(body: Any, allowed: set[str], required: set[str], where: str = "") -> dict:
+    """``body`` as a dict of known fields with every required one, and ``null`` only where a
+    field may be absent in the model (:data:`NULLABLE_FIELDS`); else a 400 naming the field."""
     if not isinstance(body, dict):
         raise bad(where or "body", "must be a JSON object")
     unknown = sorted(set(body) - allowed)
@@ -144,16 +153,19 @@ def _check_fields(body: Any, allowed: set[str], required: set[str], where: str =
     missing = sorted(required - set(body))
     if missing:
         raise bad(f"{where}{missing[0]}", "is required")
+    nulls = sorted(k for k, v in body.items() if v is None and k not in NULLABLE_FIELDS)
+    if nulls:
+        raise bad(f"{where}{nulls[0]}", "must not be null (leave it out for the default)")
     return body
 
 
 def _int(body: dict, name: str, default=None, low: int = 0, high: int = MAX_ID, where=""):
-    return _int_value(body.get(name, default), where + name, low, high)
+    """``body[name]`` (or ``default``) checked as an integer; ``None`` if both are absent."""
+    value = body.get(name, default)
+    return None if value is None else _int_value(value, where + name, low, high)
 
 
-def _int_value(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int | None:
-    if value is None:
-        return None
+def _int_value(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(name, f"must be an integer, got {value!r}")
     if not low <= value <= high:
@@ -162,21 +174,25 @@ def _int_value(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int |
 
 
 def _number(body: dict, name: str, default=None, positive: bool = False, where=""):
-    return _number_value(body.get(name, default), where + name, positive)
+    """``body[name]`` (or ``default``) checked as a finite number; ``None`` if both are absent."""
+    value = body.get(name, default)
+    return None if value is None else _number_value(value, where + name, positive)
 
 
-def _number_value(value: Any, name: str, positive: bool = False) -> float | None:
-    if value is None:
-        return None
+def _number_value(value: Any, name: str, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise bad(name, f"must be a number, got {value!r}")
     if value != value or value in (float("inf"), float("-inf")):
         raise bad(name, "must be finite")
-    if positive and value <= 0:
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        raise bad(name, "must be finite") from None
+    if positive and number <= 0:
         raise bad(name, f"must be > 0, got {value}")
-    if value < 0:
+    if number < 0:
         raise bad(name, f"must be >= 0, got {value}")
-    return float(value)
+    return number
 
 
 class Registry:
@@ -200,30 +216,48 @@ class Registry:
         self.settings: dict[str, Any] = {}
         self._models: dict[tuple, tuple[Any, Any]] = {}  # (type, id) -> (record, model object)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
-        # WAL + NORMAL: a commit survives a controller crash (not a power cut) and costs no
-        # fsync, so a registration stays well under a millisecond.
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS records (kind TEXT, id INTEGER, body TEXT, "
-            "PRIMARY KEY (kind, id))"
-        )
-        self._db.execute("CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT)")
-        self._load()
+        try:
+            self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
+            # WAL + NORMAL: a commit survives a controller crash (not a power cut) and costs no
+            # fsync, so a registration stays well under a millisecond.
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS records (kind TEXT, id INTEGER, body TEXT, "
+                "PRIMARY KEY (kind, id))"
+            )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT)"
+            )
+        except sqlite3.Error as exc:  # not a database, unreadable, read-only, no such folder
+            raise DatabaseError(f"{db_path}: cannot use it as the registry: {exc}") from None
+        self._load(db_path)
 
     # ---- persistence -------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        for kind, ident, body in self._db.execute("SELECT kind, id, body FROM records"):
+    def _load(self, db_path: str) -> None:
+        try:
+            rows = list(self._db.execute("SELECT kind, id, body FROM records"))
+            settings = list(self._db.execute("SELECT key, value FROM settings"))
+        except sqlite3.Error as exc:
+            raise DatabaseError(f"{db_path}: cannot read the registry: {exc}") from None
+        for kind, ident, body in rows:
             if kind not in RECORD_TYPES:
                 continue
-            data = json.loads(body)
-            if "flows" in data:
-                data["flows"] = [FlowSpec(**f) for f in data["flows"]]
-            self.records[kind][ident] = RECORD_TYPES[kind](**data)
-        for key, value in self._db.execute("SELECT key, value FROM settings"):
-            self.settings[key] = json.loads(value)
+            try:
+                data = json.loads(body)
+                if "flows" in data:
+                    data["flows"] = [FlowSpec(**f) for f in data["flows"]]
+                self.records[kind][ident] = RECORD_TYPES[kind](**data)
+            except (TypeError, ValueError) as exc:
+                raise DatabaseError(
+                    f"{db_path}: stored {kind[:-1]} {ident} is not a valid record ({exc})"
+                ) from None
+        for key, value in settings:
+            try:
+                self.settings[key] = json.loads(value)
+            except ValueError as exc:
+                raise DatabaseError(f"{db_path}: stored setting {key!r}: {exc}") from None
 
     def _write(self, puts: list[tuple[str, Any]], deletes: list[tuple[str, int]]) -> None:
         """Apply puts and deletes to SQLite in one transaction, then to memory."""
@@ -267,7 +301,11 @@ class Registry:
             known = f" or one of {', '.join(sorted(self.hosts))}" if self.hosts else ""
             raise bad(name, f"must be an IPv4 address{known}, got {value!r}") from None
 
-    def _flows(self, body: dict, name: str, required: bool) -> list[FlowSpec]:
+    def _flows(
+        self, body: dict, name: str, required: bool, old: Sequence[FlowSpec] = ()
+    ) -> list[FlowSpec]:
+        """The flows of ``body[name]``; a flow without ``remaining_bytes`` that is the same
+        (source, destination, size) as the stored flow at its index keeps its progress."""
         flows = body.get(name)
         if flows is None:
             if required:
@@ -284,7 +322,14 @@ class Registry:
             if src == dst:
                 raise bad(where + "dst", "must differ from src")
             size = _number(flow, "bytes", where=where)
-            remaining = _number(flow, "remaining_bytes", default=size, where=where)
+            stored = old[i] if i < len(old) else None
+            same = stored is not None and (stored.src, stored.dst, stored.size_bytes) == (
+                src,
+                dst,
+                size,
+            )
+            default = stored.remaining_bytes if same else size
+            remaining = _number(flow, "remaining_bytes", default=default, where=where)
             if remaining > size:
                 raise bad(where + "remaining_bytes", "must be <= bytes")
             specs.append(FlowSpec(src, dst, size, remaining))
@@ -305,8 +350,9 @@ class Registry:
         if kind not in RECORD_TYPES:
             raise ApiError(404, f"unknown collection {kind!r}")
         id_name = kind[:-1] + "_id"
-        if not isinstance(body, dict):
-            raise bad("body", "must be a JSON object")
+        _check_fields(body, *BODY_FIELDS[kind])
+        if id_name in body and body[id_name] is None:  # only references to others may be null
+            raise bad(id_name, "must not be null (leave it out to have one assigned)")
         if ident is not None:
             if id_name in body and body[id_name] != ident:
                 raise bad(id_name, f"{body[id_name]!r} differs from the id {ident} in the URL")
@@ -315,13 +361,11 @@ class Registry:
             body = {**body, id_name: self._next_id(kind)}
         new_id = _int(body, id_name, low=0)
         if kind == "tasks":
-            _check_fields(body, *BODY_FIELDS[kind])
             name = body.get("name", "")
             if not isinstance(name, str):
                 raise bad("name", "must be a string")
             return TaskRecord(new_id, name, _number(body, "weight", 1.0, positive=True))
         if kind == "stages":
-            _check_fields(body, *BODY_FIELDS[kind])
             old = self.records["stages"].get(new_id)
             return StageRecord(
                 new_id,
@@ -330,7 +374,7 @@ class Registry:
                 old.arrival_s if old else self.clock(),
             )
         if kind == "jobs":
-            _check_fields(body, *BODY_FIELDS[kind])
+            old = self.records["jobs"].get(new_id)
             ports = body.get("tcp_ports", [])
             if not isinstance(ports, list):
                 raise bad("tcp_ports", "must be a list of TCP port numbers")
@@ -339,30 +383,30 @@ class Registry:
             if len(set(ports)) != len(ports):
                 raise bad("tcp_ports", "has duplicates")
             budget = _int(body, "iteration_budget", 1, low=1)
-            done = _int(body, "iterations_done", 0)
+            # a replaced job keeps its progress unless the body sets it: a retried PUT loses none
+            done = _int(body, "iterations_done", old.iterations_done if old else 0)
             if done > budget:
-                raise bad("iterations_done", f"must be <= iteration_budget ({budget})")
+                kept = "" if "iterations_done" in body else " (kept from the stored job)"
+                raise bad("iterations_done", f"{done}{kept} must be <= iteration_budget ({budget})")
             stage_id = self._ref(body, "stage_id", "stages")
             task_id = self._ref(body, "task_id", "tasks")
             if task_id is None and stage_id is not None:
                 task_id = self.records["stages"][stage_id].task_id
-            old = self.records["jobs"].get(new_id)
             return JobRecord(
                 new_id,
                 stage_id,
                 task_id,
-                self._flows(body, "flows", required=False),
+                self._flows(body, "flows", required=False, old=old.flows if old else ()),
                 [int(p) for p in ports],
                 budget,
                 done,
                 _number(body, "weight", 1.0, positive=True),
                 old.arrival_s if old else self.clock(),
             )
-        _check_fields(body, *BODY_FIELDS[kind])
         old = self.records["coflows"].get(new_id)
         return CoflowRecord(
             new_id,
-            self._flows(body, "flows", required=True),
+            self._flows(body, "flows", required=True, old=old.flows if old else ()),
             self._ref(body, "job_id", "jobs"),
             self._ref(body, "stage_id", "stages"),
             _number(body, "weight", 1.0, positive=True),

@@ -67,9 +67,25 @@ class Settings:
     port_bps: float = 20e6
     hosts: list[HostPort] = field(default_factory=list)
     verbose: bool = False
+    rest_host: str = "127.0.0.1"
+    api_token: str | None = None
 
 
 SETTINGS = Settings()
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
+# A REST connection that sends nothing for this long is closed, so idle or half-open
+# connections cannot fill the server's pool of green threads for good.
+REST_SOCKET_TIMEOUT_S = 30
+REST_MAX_CONNECTIONS = 512
+
+
+def allowed_hosts(rest_host: str) -> frozenset[str] | None:
+    """Names a request's ``Host`` header may carry: loopback and the listen address (``None``
+    when listening on every address, where any name of the machine is fair)."""
+    if rest_host in WILDCARD_ADDRESSES:
+        return None
+    return LOOPBACK_NAMES | {rest_host}
 
 
 class HpoScheduler(app_manager.RyuApp):
@@ -93,7 +109,12 @@ class HpoScheduler(app_manager.RyuApp):
             {h.ip: h.bps for h in settings.hosts if h.bps},
         )
         self.wake = hub.Event()
-        self.api = RestApi(self.engine, on_change=self.wake.set)
+        self.api = RestApi(
+            self.engine,
+            on_change=self.wake.set,
+            token=settings.api_token,
+            allowed_hosts=allowed_hosts(settings.rest_host),
+        )
         self.datapaths: dict[int, object] = {}
         self.mac_to_port: dict[int, dict[str, int]] = {}
         kwargs["wsgi"].register(RestController, {APP_KEY: self})
@@ -195,7 +216,7 @@ class RestController(ControllerBase):
         return self._serve(req)
 
     def _serve(self, req) -> Response:
-        status, payload = self.app.api.handle(req.method, req.path, req.body)
+        status, payload = self.app.api.handle(req.method, req.path, req.body, req.headers)
         return Response(
             status=status,
             content_type="application/json",
@@ -369,7 +390,20 @@ def _forward_rule(datapath, mac: str, port: int):
 
 def run_manager(ofp_host: str, ofp_port: int, rest_host: str, rest_port: int, extra=()) -> None:
     """Run Ryu's manager with this app (blocks until the process is stopped)."""
+    from ryu.app import wsgi
     from ryu.cmd import manager
+
+    def serve_bounded(server) -> None:  # Ryu's own serve_forever sets no limits
+        server.logger = hub.LoggingWrapper()
+        eventlet.wsgi.server(
+            server.server,
+            server.handle,
+            server.logger,
+            max_size=REST_MAX_CONNECTIONS,
+            socket_timeout=REST_SOCKET_TIMEOUT_S,
+        )
+
+    wsgi.WSGIServer.serve_forever = serve_bounded
 
     manager.main(
         args=[

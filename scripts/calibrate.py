@@ -109,6 +109,7 @@ def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATION
         "link_gbps": args.link_gbps,
         "emulated_link_bps": args.bw * 1e6,
         "host_priorities": args.host_priorities,
+        "tcp_rto_max_ms": args.tcp_rto_max_ms,
         "overheads": overheads.to_json(),
         "lone_jobs": lone,
         "burst_job_startup_s": startup,
@@ -124,7 +125,12 @@ def main(argv=None) -> int:
     parser.set_defaults(policy=[POLICY], out=ROOT / "results" / "calibration")
     args = run_testbed.parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
-    calibrate(args, args.out, argv, args.calibration_iterations)
+    try:
+        with run_testbed.network.testbed_lock():
+            calibrate(args, args.out, argv, args.calibration_iterations)
+    except run_testbed.network.TestbedBusy as exc:
+        print(f"calibrate.py: error: {exc}", file=sys.stderr)
+        return 1
     path = args.out / "calibration.json"
     print(f"wrote {path}; use: scripts/run_testbed.py --calibration {path}")
     return 0

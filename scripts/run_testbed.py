@@ -3,7 +3,8 @@
     sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
         [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
-        [--link-gbps 1] [--patterns ring] [--seeds 1] [--host-priorities]
+        [--link-gbps 1] [--patterns ring] [--seeds 1] [--no-host-priorities]
+        [--tcp-rto-max-ms 1000|off]
         [--calibrate | --calibration JSON] [--out results/testbed]
 
 The defaults are the main experiment: a network-bound cluster (1 Gbit/s links, ring
@@ -23,7 +24,9 @@ on the testbed and, beside it, in the simulator on the same workload, seed, link
 the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
 ``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
 measured job start-up and goodput (:mod:`simulator.calibration`, the same for every policy).
-``--host-priorities`` also serves the levels on every host's egress (:mod:`topologies.host_qos`).
+The hosts' egress serves the levels too (:mod:`topologies.host_qos`; ``--no-host-priorities``:
+FIFO hosts), and TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a
+flow a higher level starved resumes when promoted: the README's "TCP under priorities".
 Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
 stages / jobs / configs / tasks CSV, iterations.csv: every rank's every synchronisation, worker
 logs),
@@ -69,6 +72,7 @@ from topologies import network  # noqa: E402
 from topologies.host_qos import HostPriorities  # noqa: E402
 from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
 from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
+from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import PATTERNS, generate  # noqa: E402
 from workloads.testbed_driver import TestbedDriver  # noqa: E402
@@ -157,6 +161,39 @@ def simulate(
     return driver.core.summary(sim.now_s)
 
 
+SWITCH_LOST_AFTER_S = 2.0
+
+
+def testbed_watch(ctl: ControllerProcess, bridge: str):
+    """A check for :class:`TestbedDriver`: the message naming what is gone (the controller
+    process, the bridge, the switch's OpenFlow connection for :data:`SWITCH_LOST_AFTER_S`),
+    or ``None`` while all is well."""
+    disconnected_at = None
+
+    def check() -> str | None:
+        nonlocal disconnected_at
+        code = ctl.proc.poll() if ctl.proc is not None else None
+        if code is not None:
+            return f"the controller (pid {ctl.proc.pid}) exited with status {code}; see {ctl.log}"
+        if subprocess.run(["ovs-vsctl", "br-exists", bridge], check=False).returncode != 0:
+            return f"the switch {bridge} was deleted (ovs-vsctl br-exists {bridge} fails)"
+        try:
+            connected = ctl.client.stats()["switches"]
+        except ControllerError as exc:
+            return f"the controller stopped answering: {exc}"
+        now = time.monotonic()
+        if connected:
+            disconnected_at = None
+        elif disconnected_at is None:
+            disconnected_at = now
+        elif now - disconnected_at > SWITCH_LOST_AFTER_S:
+            return (f"the switch {bridge} has been disconnected from the controller for "
+                    f"{now - disconnected_at:.0f} s")  # fmt: skip
+        return None
+
+    return check
+
+
 def run_policy(
     policy: str, args, out: Path, gpu_policy: str = "none", tasks: list | None = None
 ) -> dict:
@@ -175,7 +212,13 @@ def run_policy(
     net = None
     try:
         ctl.start()
-        net = network.start(topo, ofp_port, args.bw, host_priorities=args.host_priorities)
+        net = network.start(
+            topo,
+            ofp_port,
+            args.bw,
+            host_priorities=args.host_priorities,
+            tcp_rto_max_ms=args.tcp_rto_max_ms,
+        )
         ctl.wait_switch(timeout_s=30)
         ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
         before = {p: class_bytes(p) for p in ports}
@@ -199,6 +242,7 @@ def run_policy(
             gpus=gpus,
             log_dir=out / "logs",
             host_priorities=agent,
+            watch=testbed_watch(ctl, "s1"),
         )
         started = time.monotonic()
         driver.run(timeout_s=args.timeout)
@@ -241,6 +285,7 @@ def run_policy(
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
         "bytes_per_class": per_class,
         "host_priorities": args.host_priorities,
+        "tcp_rto_max_ms": args.tcp_rto_max_ms,
         "host_bytes_per_class": host_per_class,
         "host_filter_updates": agent.updates if agent else 0,
         "tcp": {
@@ -327,6 +372,7 @@ def seed_summary(results: list[dict], args, argv) -> dict:
         "link_gbps": args.link_gbps,
         "emulated_link_bps": args.bw * 1e6,
         "host_priorities": args.host_priorities,
+        "tcp_rto_max_ms": args.tcp_rto_max_ms,
         "overheads": args.overheads.to_json() if args.overheads else None,
         "workload": {
             "hosts": args.hosts,
@@ -428,10 +474,20 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--host-priorities",
-        action="store_true",
-        help="also serve the controller's levels on every host's egress, as the simulator does "
-        "on every port (default: hosts send FIFO, the switch enforces the levels; see README "
-        "for what each does to TCP)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the controller's levels on every host's egress too, as the simulator does "
+        "on every port (default: on; --no-host-priorities: hosts send FIFO and only the switch "
+        "enforces the levels, see README)",
+    )
+    parser.add_argument(
+        "--tcp-rto-max-ms",
+        type=rto_cap,
+        default=AUTO_RTO_CAP,
+        metavar="MS|off|auto",
+        help=f"cap TCP's retransmission timeout in every host at MS (>= 1000): a flow that a "
+        f"higher level starved then resumes within MS of its promotion; 'off' keeps Linux's 120 s "
+        f"(default: {network.TCP_RTO_MAX_MS} where the kernel can, Linux 6.15+, else off)",
     )
     parser.add_argument(
         "--seeds",
@@ -476,6 +532,24 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+AUTO_RTO_CAP = "auto"
+
+
+def rto_cap(text: str) -> int | None:
+    """An argparse type: ``off`` (None), ``auto`` or a whole number of ms the kernel accepts."""
+    if text == "off":
+        return None
+    if text == AUTO_RTO_CAP:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of ms or 'off': {text!r}") from None
+    if not 1000 <= value <= 120000:
+        raise argparse.ArgumentTypeError(f"must be within 1000..120000 ms, got {text}")
+    return value
+
+
 def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Parse and check the command line, derive the link scale, load the surrogate and the
     calibration, and make sure this runs as root with OVS up."""
@@ -483,6 +557,18 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     if args.workers > args.hosts or args.eta < 2:
         parser.error("--workers must be <= --hosts and --eta >= 2")
     args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
+    if args.tcp_rto_max_ms == AUTO_RTO_CAP:
+        args.tcp_rto_max_ms = network.TCP_RTO_MAX_MS if network.rto_cap_supported() else None
+        if args.tcp_rto_max_ms is None:
+            print(
+                "note: this kernel cannot cap TCP's retransmission timeout (Linux 6.15+); "
+                "starved flows back off up to 120 s (README, 'TCP under priorities')"
+            )
+    elif args.tcp_rto_max_ms is not None and not network.rto_cap_supported():
+        parser.error(
+            "--tcp-rto-max-ms: this kernel cannot cap TCP's timeout (Linux 6.15+); "
+            "pass --tcp-rto-max-ms off"
+        )
     args.surrogate = None
     if args.yahpo is not None:
         try:
@@ -505,6 +591,17 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
+    try:
+        with network.testbed_lock():  # the whole experiment, not only each network
+            return experiment(parser, args, argv)
+    except network.TestbedBusy as exc:
+        print(f"run_testbed.py: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list) -> int:
+    """Calibrate if asked, run every (seed, policy) and write the results; a failing run is
+    reported and the others go on. Returns the exit status (1 if any run failed)."""
     if args.calibrate:
         if args.calibration is not None:
             parser.error("--calibrate and --calibration exclude each other")
@@ -514,15 +611,27 @@ def main(argv=None) -> int:
             args, args.out / "calibration", argv, args.calibration_iterations
         )
         args.overheads = Overheads(**measured["overheads"])
-    results = []
+    results, failures = [], []
     for seed in args.seeds:
         args.seed = seed  # the workload's
         for policy in args.policy:
             for gpu_policy in args.gpu_policy:
                 label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
                 print(f"== {label}, seed {seed}", flush=True)
-                result = run_policy(policy, args, args.out / label / f"seed-{seed}", gpu_policy)
+                try:
+                    result = run_policy(policy, args, args.out / label / f"seed-{seed}", gpu_policy)
+                except (RuntimeError, TimeoutError, OSError, ControllerError) as exc:
+                    print(f"!! {label}, seed {seed} failed: {exc}; the other runs go on",
+                          flush=True)  # fmt: skip
+                    failures.append({"policy": label, "seed": seed, "error": str(exc)})
+                    continue
                 results.append({"seed": seed, **result})
+    if failures:
+        write_json(args.out / "failures.json", failures)
+    if not results:
+        print(f"run_testbed.py: error: every run failed (see {args.out / 'failures.json'})",
+              file=sys.stderr)  # fmt: skip
+        return 1
     with open(args.out / "stages.csv", "w", newline="") as f:
         rows = [{"policy": r["policy"], "seed": r["seed"], **s} for r in results
                 for s in r["stages"]]  # fmt: skip
@@ -532,6 +641,7 @@ def main(argv=None) -> int:
     runs = [{k: v for k, v in r.items() if k != "stages"} for r in results]
     (args.out / "results.json").write_text(json.dumps(runs, indent=2))
     summary = seed_summary(results, args, argv)
+    summary["failures"] = failures
     write_json(args.out / "summary.json", summary)
     figure = plot(summary, args.out)
     print(
@@ -571,7 +681,9 @@ def main(argv=None) -> int:
               f"{interval(entry['sim_avg_sct_s']):>16}{calibrated}  x {versus}")  # fmt: skip
     print(f"  clearly best: {summary['clear_best_avg_sct'] or 'none (intervals overlap)'}")
     print(f"results: {args.out}/results.json, summary.json, stages.csv, {figure.name}")
-    return 0
+    for failure in failures:
+        print(f"FAILED: {failure['policy']}, seed {failure['seed']}: {failure['error']}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

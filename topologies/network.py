@@ -6,15 +6,24 @@
   by the 8 priority classes of :mod:`topologies.qos` at the same rate, and with
   ``host_priorities`` on the hosts' side too (their filters follow the controller's rules, see
   :mod:`topologies.host_qos`);
-- hosts: TCP checksum offload off (TCP through the userspace datapath needs it);
+- hosts: TCP checksum offload off (TCP through the userspace datapath needs it), and TCP's
+  retransmission timeout capped (``tcp_rto_max_ms``, see :data:`TCP_RTO_MAX_MS`);
 - controller: a remote one on 127.0.0.1.
 
 Always ``stop()`` what :func:`start` returns, in ``finally``; it deletes only its own bridges.
+
+One testbed at a time per machine: every Mininet testbed uses the same switch, host and
+interface names, so :func:`start` first takes a machine-wide lock (:func:`testbed_lock`) and a
+second run stops at once with an error naming the holder, instead of deleting a live run's
+switch. A process may hold the lock across several networks (a whole experiment).
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
+import sys
 from functools import partial
 
 from mininet.link import TCLink
@@ -25,6 +34,65 @@ from mininet.topo import Topo
 from topologies.host_qos import TcRunner, host_batch
 from topologies.qos import apply_htb
 from topologies.testbed import DEFAULT_BW_MBPS
+
+# A flow that a higher level starves keeps timing out, and Linux doubles its retransmission
+# timeout each time, up to 120 s: once promoted it may then sit idle for as long as it was
+# starved, an idle time the fluid model (and a transport built for priorities, e.g. pFabric's
+# fixed timeout) does not have. 1 s is the smallest cap the kernel accepts.
+TCP_RTO_MAX_MS = 1000
+RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
+
+
+LOCK_PATH = "/run/hpo-testbed.lock"
+
+
+class TestbedBusy(RuntimeError):
+    """Another process holds the machine's testbed lock; the message names it."""
+
+
+class testbed_lock:  # noqa: N801 (used like a function: ``with testbed_lock():``)
+    """The machine-wide testbed lock, re-entrant within this process.
+
+    ``flock`` on :data:`LOCK_PATH`: the kernel drops it when the holder exits, even by
+    ``kill -9``, so a crashed run never blocks the next one. The file names the holder.
+    """
+
+    _fd: int | None = None
+    _depth = 0
+
+    def __init__(self, path: str = LOCK_PATH) -> None:
+        self.path = path
+
+    def __enter__(self) -> testbed_lock:
+        cls = type(self)
+        if cls._depth == 0:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise TestbedBusy(
+                    f"another testbed run holds {self.path} ({holder}); wait for it to end or "
+                    "stop that process (one Mininet testbed per machine)"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)}\n".encode(), 0)
+            cls._fd = fd
+        cls._depth += 1
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        cls = type(self)
+        cls._depth -= 1
+        if cls._depth == 0 and cls._fd is not None:
+            os.close(cls._fd)  # releases the flock
+            cls._fd = None
+
+
+def rto_cap_supported() -> bool:
+    """Whether this kernel can cap TCP's retransmission timeout (``tcp_rto_max_ms``, 6.15+)."""
+    return os.path.exists(RTO_MAX_SYSCTL)
 
 
 def tc_runner(host) -> TcRunner:
@@ -50,12 +118,32 @@ def start(
     controller_port: int = 6653,
     bw_mbps: float = DEFAULT_BW_MBPS,
     host_priorities: bool = False,
+    tcp_rto_max_ms: int | None = TCP_RTO_MAX_MS,
 ) -> Mininet:
     """Build and start ``topo``; the caller must call ``stop(net)``.
 
     With ``host_priorities`` every host's egress gets the priority classes too (its filters are
-    then kept by a :class:`topologies.host_qos.HostPriorities`)."""
-    for switch in topo.switches():  # a crashed run may have left one of ours
+    then kept by a :class:`topologies.host_qos.HostPriorities`). ``tcp_rto_max_ms`` caps TCP's
+    retransmission timeout in every host (``None``: the kernel's 120 s); a kernel without the
+    setting raises ``RuntimeError``, so check :func:`rto_cap_supported` first."""
+    if tcp_rto_max_ms is not None and not rto_cap_supported():
+        raise RuntimeError(
+            f"this kernel has no {RTO_MAX_SYSCTL} (Linux 6.15+); run without the cap"
+        )
+    lock = testbed_lock()
+    lock.__enter__()
+    try:
+        net = _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_ms)
+    except BaseException:
+        lock.__exit__()
+        raise
+    net.hpo_lock = lock
+    return net
+
+
+def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_ms) -> Mininet:
+    # Under the lock no live run owns these names: a bridge of ours is a crashed run's leftover.
+    for switch in topo.switches():
         subprocess.run(["ovs-vsctl", "--if-exists", "del-br", switch], check=False)
     net = Mininet(
         topo=topo,
@@ -70,6 +158,12 @@ def start(
         for host in net.hosts:
             for intf in host.intfList():
                 host.cmd(f"ethtool -K {intf} tx off")
+            if tcp_rto_max_ms is not None:
+                # a host's namespace starts from the kernel's default, not the root's setting
+                setting = f"net.ipv4.tcp_rto_max_ms={int(tcp_rto_max_ms)}"
+                out = host.cmd(f"sysctl -qw {setting}; echo rc=$?")
+                if "rc=0" not in out:
+                    raise RuntimeError(f"{setting} in {host.name} failed: {out.strip()}")
         switch_ports = [
             intf.name for sw in net.switches for intf in sw.intfList() if intf.name != "lo"
         ]
@@ -78,15 +172,27 @@ def start(
             for host in net.hosts:
                 tc_runner(host)(host_batch(host.defaultIntf().name, bw_mbps * 1e6))
     except BaseException:
-        stop(net)
+        _stop_unlocked(net)
         raise
     return net
 
 
 def stop(net: Mininet) -> None:
-    """Stop the network and delete its bridges by name."""
+    """Stop the network, delete its bridges by name and release the testbed lock."""
+    try:
+        _stop_unlocked(net)
+    finally:
+        lock = getattr(net, "hpo_lock", None)
+        if lock is not None:
+            net.hpo_lock = None
+            lock.__exit__()
+
+
+def _stop_unlocked(net: Mininet) -> None:
     try:
         net.stop()
     finally:
+        for controller in net.controllers:  # RemoteController.stop leaves its shell running
+            controller.terminate()
         for switch in net.switches:
             subprocess.run(["ovs-vsctl", "--if-exists", "del-br", switch.name], check=False)

@@ -13,6 +13,7 @@ namespace (Mininet hosts cannot reach the controller's loopback address).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -35,12 +36,21 @@ class ControllerClient:
     Args:
         base_url: where the controller's REST API listens.
         timeout_s: per-request timeout.
+        token: the controller's ``--api-token`` (default: ``$HPO_API_TOKEN``, if set).
     """
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8080", timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        timeout_s: float = 5.0,
+        token: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.session = requests.Session()
+        token = token if token is not None else os.environ.get("HPO_API_TOKEN")
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         url = f"{self.base_url}/api{path}"

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,13 @@ def base_port(job_id: int) -> int:
     return BASE_PORT + PORTS_PER_JOB * job_id
 
 
+WATCH_PERIOD_S = 1.0
+
+
+class TestbedFault(RuntimeError):
+    """The testbed under a run broke (switch deleted, controller gone); the message names it."""
+
+
 class TestbedDriver:
     """Runs HPO tasks on testbed hosts under the controller's scheduling.
 
@@ -72,6 +80,9 @@ class TestbedDriver:
         log_dir: folder for every worker's stderr (``None``: discarded).
         host_priorities: keeps the hosts' egress classes in step with the controller's rules
             (``None``: hosts send FIFO, only the switch enforces levels).
+        watch: called about every :data:`WATCH_PERIOD_S` while the run goes on; a message it
+            returns (the switch or the controller is gone) ends the run with
+            :class:`TestbedFault`.
     """
 
     def __init__(
@@ -84,8 +95,10 @@ class TestbedDriver:
         gpus: GpuManager | None = None,
         log_dir: Path | None = None,
         host_priorities: HostPriorities | None = None,
+        watch: Callable[[], str | None] | None = None,
     ) -> None:
         self.log_dir = log_dir
+        self.watch = watch
         self.host_priorities = host_priorities
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -224,8 +237,14 @@ class TestbedDriver:
         self.t0 = time.monotonic()
         pending = sorted(self.tasks.values(), key=lambda t: t.arrival_s)
         boundary = self.gpus.quantum_s if self.gpus is not None else None
+        next_watch = 0.0
         try:
             while pending or not self.core.finished:
+                if self.watch is not None and self.now() >= next_watch:
+                    problem = self.watch()
+                    if problem:
+                        raise TestbedFault(f"{problem} (at {self.now():.1f} s of the run)")
+                    next_watch = self.now() + WATCH_PERIOD_S
                 while pending and pending[0].arrival_s <= self.now():
                     self.carry_out(self.core.arrive(pending.pop(0).task_id, self.now()))
                 if self.now() > timeout_s:

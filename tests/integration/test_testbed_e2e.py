@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,60 @@ def test_calibrated_run_with_host_priorities(tmp_path):
     assert {r["rank"] for r in rows} == {"0", "1", "2"}
     assert all(float(r["sync_s"]) > 0 for r in rows)
     assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode == 2
+
+
+def mininet_shells() -> set[int]:
+    """Process ids of the Mininet node shells (``bash ... mininet:<node>``) on the machine (read
+    only: this test must not touch another run's)."""
+    ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in ps.splitlines() if "mininet:" in line}
+
+
+def test_a_deleted_switch_ends_that_run_only_and_a_second_testbed_is_refused(tmp_path):
+    """Faults on the real testbed: a second experiment on the machine is refused at once
+    (naming the holder) instead of deleting the live switch; deleting the switch under the
+    first policy ends that run within 5 s with a message naming it; the next policy still runs
+    and its results are kept; nothing is left behind."""
+    out = tmp_path / "faults"
+    shells_before = mininet_shells()
+    argv = [sys.executable, "scripts/run_testbed.py", "--hosts", "4", "--tasks", "1", "--configs",
+            "3", "--eta", "3", "--min-iterations", "20", "--workers", "2", "--policy", "fair",
+            "sincronia", "--timeout", "300", "--link-gbps", "10", "--no-host-priorities", "--out",
+            str(out)]  # fmt: skip
+    run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)  # fmt: skip
+    lines = []
+    try:
+        for line in run.stdout:  # wait for the first policy's first stage
+            lines.append(line)
+            if "stage 0:" in line:
+                break
+        second = subprocess.run([*argv[:-1], str(tmp_path / "second")], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert second.returncode == 1
+        assert f"another testbed run holds /run/hpo-testbed.lock (pid {run.pid}" in second.stderr
+        assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode == 0  # still there
+
+        deleted_at = time.monotonic()
+        subprocess.run(["ovs-vsctl", "del-br", "s1"], check=True)
+        for line in run.stdout:
+            lines.append(line)
+            if "!! fair, seed 1 failed" in line:
+                noticed = time.monotonic() - deleted_at
+                break
+        assert noticed < 5.0, "".join(lines[-20:])
+        assert "the switch s1 was deleted" in lines[-1]
+        lines += run.stdout.readlines()
+        assert run.wait(timeout=300) == 1, "".join(lines[-30:])
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(timeout=60)
+    text = "".join(lines)
+    assert "FAILED: fair, seed 1: the switch s1 was deleted" in text
+    results = json.loads((out / "results.json").read_text())
+    assert [r["policy"] for r in results] == ["sincronia"]
+    assert json.loads((out / "failures.json").read_text())[0]["policy"] == "fair"
+    assert json.loads((out / "summary.json").read_text())["failures"][0]["seed"] == 1
+    assert mininet_shells() - shells_before == set()
+    assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode != 0

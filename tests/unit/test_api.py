@@ -27,7 +27,7 @@ def api():
 
 def call(api, method, path, body=None):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body else b""
-    return api.handle(method, path, raw)
+    return api.handle(method, path, raw, {"Content-Type": "application/json"})
 
 
 def test_registration_flow(api):
@@ -85,6 +85,97 @@ def test_policy_can_be_read_and_switched(api):
         ("POST", "/api/jobs/1/progress", {"iterations_done": 9}, 400, "<= iteration_budget"),
         ("POST", "/api/jobs/1/progress", {"iterations": 2}, 400, "iterations: unknown field"),
         ("POST", "/api/coflows/3/progress", {"done": True}, 404, "no coflow 3"),
+        # an explicit null is refused where the model has no "absent" (it once wedged reorders)
+        (
+            "POST",
+            "/api/coflows",
+            {"weight": None, "flows": JOB["flows"]},
+            400,
+            "weight: must not be null",
+        ),
+        (
+            "POST",
+            "/api/coflows",
+            {"coflow_id": None, "flows": JOB["flows"]},
+            400,
+            "coflow_id: must not be null",
+        ),
+        (
+            "PUT",
+            "/api/jobs/1",
+            {**JOB, "iteration_budget": None},
+            400,
+            "iteration_budget: must not be null",
+        ),
+        ("POST", "/api/jobs/1/progress", {"iterations_done": None}, 400, "must not be null"),
+        (
+            "POST",
+            "/api/coflows",
+            {"flows": [{"src": "h1", "dst": "h2", "bytes": None}]},
+            400,
+            "flows[0].bytes: must not be null",
+        ),
+        (
+            "POST",
+            "/api/jobs",
+            {**JOB, "job_id": 2, "tcp_ports": [None]},
+            400,
+            "tcp_ports[0]: must be an integer",
+        ),
+        (
+            "POST",
+            "/api/coflows",
+            b'{"flows": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            400,
+            "nested too deeply",
+        ),
+        (
+            "POST",
+            "/api/coflows",
+            b'{"weight": 1'
+            + b"0" * 400
+            + b', "flows": '
+            + json.dumps(JOB["flows"]).encode()
+            + b"}",
+            400,
+            "weight: must be finite",
+        ),
+        ("POST", "/api/coflows", b'{"weight": 1' + b"0" * 5000 + b"}", 400, "not valid JSON"),
+        (
+            "PUT",
+            "/api/policy",
+            {"name": "fifo-lm", "options": {"heavy_threshold_bytes": "abc"}},
+            400,
+            "heavy_threshold_bytes must be a number > 0 or null, got 'abc'",
+        ),
+        (
+            "PUT",
+            "/api/policy",
+            {"name": "beamer", "options": {"use_rates": "maybe"}},
+            400,
+            "use_rates must be true or false",
+        ),
+        (
+            "PUT",
+            "/api/policy",
+            {"name": "beamer", "options": {"use_rates": None}},
+            400,
+            "use_rates must be true or false, got None",
+        ),
+        (
+            "PUT",
+            "/api/policy",
+            {"name": "varys", "options": {"use_rates": 2}},
+            400,
+            "use_rates must be true or false, got 2",
+        ),
+        (
+            "PUT",
+            "/api/policy",
+            {"name": "beamer", "options": {"period_s": 1}},
+            400,
+            "policy 'beamer' has no option 'period_s' (options: use_rates)",
+        ),
     ],
 )
 def test_errors_are_json_name_the_problem_and_change_nothing(api, method, path, body, status,
@@ -114,3 +205,135 @@ def test_internal_errors_are_logged_500s(api, caplog):
 def test_every_route_has_a_handler(api):
     for _method, _path, name in ROUTES:
         assert callable(getattr(api, name))
+
+
+def test_a_null_reference_means_none(api):
+    status, coflow = call(api, "POST", "/api/coflows", {"job_id": None, "flows": JOB["flows"]})
+    assert status == 201 and coflow["job_id"] is None
+    assert call(api, "GET", "/api/order")[0] == 200
+
+
+def test_a_retried_put_keeps_progress_unless_the_body_sets_it(api):
+    call(api, "POST", "/api/stages", {"stage_id": 1})
+    call(api, "PUT", "/api/jobs/1", JOB)
+    call(api, "POST", "/api/jobs/1/progress", {"iterations_done": 3})
+    assert call(api, "PUT", "/api/jobs/1", JOB)[1]["iterations_done"] == 3
+    assert call(api, "PUT", "/api/jobs/1", {**JOB, "iterations_done": 0})[1]["iterations_done"] == 0
+    call(api, "POST", "/api/jobs/1/progress", {"iterations_done": 3})
+    status, body = call(api, "PUT", "/api/jobs/1", {**JOB, "iteration_budget": 2})
+    assert status == 400 and "3 (kept from the stored job) must be <=" in body["error"]["message"]
+
+    flows = [{"src": "h1", "dst": "h2", "bytes": 100}, {"src": "h3", "dst": "h2", "bytes": 50}]
+    call(api, "PUT", "/api/coflows/7", {"flows": flows})
+    call(api, "POST", "/api/coflows/7/progress", {"remaining_bytes": [40, 50]})
+    kept = call(api, "PUT", "/api/coflows/7", {"flows": flows})[1]
+    assert [f["remaining_bytes"] for f in kept["flows"]] == [40, 50]
+    changed = [{**flows[0], "bytes": 200}, flows[1]]  # a different flow starts afresh
+    renewed = call(api, "PUT", "/api/coflows/7", {"flows": changed})[1]
+    assert [f["remaining_bytes"] for f in renewed["flows"]] == [200, 50]
+
+
+def test_a_failing_reorder_is_counted_named_and_marks_the_plan_stale(api):
+    call(api, "POST", "/api/stages", {"stage_id": 1})
+    call(api, "POST", "/api/jobs", JOB)
+    assert call(api, "GET", "/api/order")[1]["stale"] is False
+    healthy = api.engine.policy.schedule
+
+    def broken(_state):
+        raise ZeroDivisionError("division by zero")
+
+    api.engine.policy.schedule = broken
+    with pytest.raises(ZeroDivisionError):
+        api.engine.reorder()
+    stats = call(api, "GET", "/api/stats")[1]
+    assert stats["reorder_failures"] == 1 and stats["plan_stale"] is True
+    assert stats["last_reorder_error"] == "ZeroDivisionError: division by zero"
+    order = call(api, "GET", "/api/order")[1]
+    assert order["stale"] is True and [e["job_id"] for e in order["order"]] == [1]
+
+    api.engine.policy.schedule = healthy
+    api.engine.reorder()
+    stats = call(api, "GET", "/api/stats")[1]
+    assert stats["plan_stale"] is False and stats["last_reorder_error"] is None
+    assert stats["reorder_failures"] == 1
+
+
+def test_without_any_plan_a_failing_reorder_is_a_503_naming_it(api):
+    def broken(_state):
+        raise ValueError("bad threshold")
+
+    api.engine.policy.schedule = broken
+    status, body = call(api, "GET", "/api/order")
+    assert status == 503 and "ValueError: bad threshold" in body["error"]["message"]
+
+
+def test_a_stored_policy_with_untyped_options_is_ignored_at_start(caplog):
+    registry = Registry(":memory:", hosts=HOSTS)
+    registry.set_setting("policy", {"name": "fifo-lm", "options": {"heavy_threshold_bytes": "abc"}})
+    engine = Engine(registry, "fair")
+    assert engine.policy_name == "fair"
+    assert "ignoring the policy saved in the database" in caplog.text
+
+
+def test_policy_lists_every_policys_typed_options(api):
+    specs = call(api, "GET", "/api/policy")[1]["option_specs"]
+    assert specs["varys"]["use_rates"] == {
+        "type": "boolean",
+        "default": True,
+        "description": "cap every flow at its MADD rate",
+    }
+    assert specs["fifo-lm"]["heavy_threshold_bytes"]["nullable"] is True
+    assert specs["fair"] == {}
+
+
+# ---- requests a browser page on another site, or a stranger, could send ----------------------
+
+JSON = {"Content-Type": "application/json"}
+
+
+def guarded(token=None):
+    engine = Engine(Registry(":memory:", hosts=HOSTS), "beamer")
+    return RestApi(engine, token=token, allowed_hosts={"127.0.0.1", "localhost", "::1"})
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "words"),
+    [
+        (
+            {"Content-Type": "text/plain"},
+            415,
+            "Content-Type must be application/json, got 'text/plain'",
+        ),
+        ({}, 415, "got 'none'"),
+        ({**JSON, "Origin": "http://evil.example"}, 403, "cross-origin requests are refused"),
+        ({**JSON, "Host": "evil.example:8080"}, 403, "Host 'evil.example:8080' is not an address"),
+    ],
+)
+def test_cross_site_and_foreign_host_requests_are_refused_and_change_nothing(headers, status,
+                                                                            words):  # fmt: skip
+    api = guarded()
+    body = json.dumps({"flows": JOB["flows"], "weight": 1}).encode()
+    got, payload = api.handle("POST", "/api/coflows", body, headers)
+    assert got == status and words in payload["error"]["message"]
+    assert api.registry.records["coflows"] == {}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-type": "application/json; charset=utf-8", "host": "127.0.0.1:8080"},
+        {"Content-Type": "application/json", "Host": "[::1]:8080"},
+        {"Content-Type": "application/json", "Host": "localhost"},
+    ],
+)
+def test_same_machine_json_requests_pass(headers):
+    body = json.dumps({"flows": JOB["flows"]}).encode()
+    assert guarded().handle("POST", "/api/coflows", body, headers)[0] == 201
+
+
+def test_a_token_is_required_when_set():
+    api = guarded(token="s3cret")
+    status, payload = api.handle("GET", "/api/stats", b"", {})
+    assert status == 401 and "Authorization: Bearer" in payload["error"]["message"]
+    assert api.handle("GET", "/api/stats", b"", {"Authorization": "Bearer wrong"})[0] == 401
+    assert api.handle("GET", "/api/stats", b"", {"Authorization": "Bearer s3cret"})[0] == 200

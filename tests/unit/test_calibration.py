@@ -88,7 +88,8 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
 
     results = [run("fair", 1, 10.0, 8.0, 9.5), run("fair", 2, 20.0, 16.0, 19.0)]
     args = Namespace(
-        link_gbps=1.0, bw=20, host_priorities=True, overheads=Overheads(1.0, 0.9), hosts=13,
+        link_gbps=1.0, bw=20, host_priorities=True, tcp_rto_max_ms=1000,
+        overheads=Overheads(1.0, 0.9), hosts=13,
         tasks=2, configs=9, eta=3, min_iterations=3, workers=3, patterns=["ring"], seeds=[1, 2],
     )  # fmt: skip
     summary = run_testbed.seed_summary(results, args, ["--seeds", "1", "2"])
@@ -97,3 +98,4 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
     assert fair["calibrated_sim_over_testbed_avg_sct"]["mean"] == pytest.approx(0.95)
     assert fair["calibrated_sim_avg_sct_s"]["mean"] == pytest.approx(14.25)
     assert summary["overheads"] == {"job_startup_s": 1.0, "goodput": 0.9}
+    assert summary["tcp_rto_max_ms"] == 1000 and summary["host_priorities"] is True

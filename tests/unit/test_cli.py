@@ -23,7 +23,15 @@ def controller_cli(*args: str) -> subprocess.CompletedProcess:
         (["--tick", "0"], "must be > 0"),
         (["--policy", "sjf"], "invalid choice: 'sjf'"),
         (["--policy-option", "novalue"], "expected KEY=VALUE"),
-        (["--policy", "jpas", "--policy-option", "colour=1"], "bad options"),
+        (["--policy", "jpas", "--policy-option", "colour=1"], "has no option 'colour'"),
+        (
+            ["--policy", "varys", "--policy-option", "use_rates=maybe"],
+            "use_rates must be true or false, got 'maybe'",
+        ),
+        (
+            ["--policy", "fifo-lm", "--policy-option", "heavy_threshold_bytes=abc"],
+            "heavy_threshold_bytes must be a number > 0 or null",
+        ),
         (["--hosts", "/nonexistent/hosts.json"], "No such file"),
     ],
 )
@@ -46,3 +54,46 @@ def test_help_shows_loopback_defaults():
     result = controller_cli("--help")
     assert result.returncode == 0
     assert "--policy" in result.stdout and "127.0.0.1" in result.stdout
+
+
+def _corrupt(path):
+    path.write_bytes(b"this is not a database, " * 200)
+
+
+def _stored_garbage(path):
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE records (kind TEXT, id INTEGER, body TEXT)")
+        db.execute("INSERT INTO records VALUES ('jobs', 4, '{\"job_id\": 4, \"colour\": 1}')")
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (_corrupt, "cannot use it as the registry: file is not a database"),
+        (lambda p: p.mkdir(), "is a directory"),
+        (_stored_garbage, "stored job 4 is not a valid record"),
+    ],
+)
+def test_an_unusable_database_is_one_line_naming_the_file(tmp_path, make, words):
+    db = tmp_path / "registry.sqlite"
+    make(db)
+    result = controller_cli("--db", str(db))
+    assert result.returncode == 2
+    assert f"--db {db}: " in result.stderr and words in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_database_in_a_missing_folder_is_refused(tmp_path):
+    result = controller_cli("--db", str(tmp_path / "missing" / "registry.sqlite"))
+    assert result.returncode == 2 and "unable to open database file" in result.stderr
+
+
+def test_an_empty_database_file_is_said_out_loud(tmp_path):
+    from controller.__main__ import check_database
+
+    db = tmp_path / "registry.sqlite"
+    db.touch()
+    assert "was an empty file; starting with no registered records" in check_database(str(db))
+    assert check_database(str(db)) is None  # now a registry, even if it holds nothing

@@ -9,7 +9,7 @@ import yaml
 
 from controller.api import PREFIX, ROUTES
 from controller.policies import POLICIES
-from controller.registry import BODY_FIELDS, KINDS
+from controller.registry import BODY_FIELDS, KINDS, NULLABLE_FIELDS
 
 SPEC = yaml.safe_load((Path(__file__).parents[2] / "controller/openapi.yaml").read_text())
 SCHEMAS = SPEC["components"]["schemas"]
@@ -57,6 +57,30 @@ def test_body_schemas_match_the_validator(name):
 
 def test_policy_enum_matches_the_registry():
     assert set(SCHEMAS["PolicyChoice"]["properties"]["name"]["enum"]) == set(POLICIES)
+
+
+def test_policy_options_match_every_policys_declaration():
+    documented = SCHEMAS["PolicyOptions"]["properties"]
+    declared = {}
+    for policy in POLICIES.values():
+        for key, spec in policy.OPTIONS.items():
+            declared.setdefault(key, set()).add(spec.schema()["type"])
+    assert set(documented) == set(declared)
+    for key, types in declared.items():
+        assert types == {documented[key]["type"]}, key
+        assert documented[key].get("nullable", False) == any(
+            p.OPTIONS[key].nullable for p in POLICIES.values() if key in p.OPTIONS
+        )
+
+
+def test_nullable_fields_are_documented_as_nullable():
+    for name in ("Task", "Stage", "Job", "Coflow"):
+        own_id = name.lower() + "_id"
+        for key, prop in SCHEMAS[name]["properties"].items():
+            if prop.get("readOnly"):
+                continue
+            wanted = key in NULLABLE_FIELDS and key != own_id
+            assert prop.get("nullable", False) == wanted, (name, key)
 
 
 def test_every_reference_resolves():

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.model import ClusterState, Coflow, Flow, Job, Stage, egress, ingress
-from controller.policies import POLICIES, Beamer, FifoLM, Jpas, Sincronia, Varys, make_policy
+from controller.policies import (
+    POLICIES,
+    Beamer,
+    FifoLM,
+    Jpas,
+    Sincronia,
+    Varys,
+    check_options,
+    make_policy,
+    parse_option_text,
+)
 from controller.schedule import N_LEVELS, coflow_levels
 
 from .instances import BYTE_PER_S, state_of
@@ -209,10 +221,48 @@ def test_beamer_rates_are_madd_along_its_order():
 def test_unknown_policy_and_options_name_the_problem():
     with pytest.raises(ValueError, match="unknown policy 'sjf'; choose from beamer, fair"):
         make_policy("sjf")
-    with pytest.raises(ValueError, match="policy 'jpas': bad options"):
+    with pytest.raises(ValueError, match=r"policy 'jpas' has no option 'colour' \(options: per"):
         make_policy("jpas", colour="red")
     with pytest.raises(ValueError, match="period_s"):
         make_policy("jpas", period_s=0)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_declared_options_are_the_constructors_keywords_with_its_defaults(name):
+    init = POLICIES[name].__init__
+    parameters = {} if init is object.__init__ else inspect.signature(init).parameters
+    keywords = {k: p.default for k, p in parameters.items() if k != "self"}
+    declared = {k: spec.default for k, spec in POLICIES[name].OPTIONS.items()}
+    assert declared == keywords
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "words"),
+    [
+        ("fifo-lm", {"heavy_threshold_bytes": "abc"}, "must be a number > 0 or null"),
+        ("fifo-lm", {"heavy_percentile": 101}, "must be a number in (0, 100]"),
+        ("fifo-lm", {"heavy_percentile": 0}, "must be a number in (0, 100]"),
+        ("fifo-lm", {"min_history": 2.5}, "must be an integer >= 1"),
+        ("jpas", {"period_s": True}, "must be a number > 0, got True"),
+        ("jpas", {"period_s": float("nan")}, "must be a number > 0"),
+        ("beamer", {"use_rates": "False"}, "must be true or false, got 'False'"),
+        ("varys", {"use_rates": 1}, "must be true or false"),
+    ],
+)
+def test_options_of_the_wrong_type_or_range_are_refused_by_name(name, options, words):
+    with pytest.raises(ValueError, match=re.escape(f"{name} option {next(iter(options))} {words}")):
+        check_options(name, options)
+
+
+def test_command_line_option_text_takes_the_declared_type():
+    assert parse_option_text("varys", "use_rates", "False") is False
+    assert parse_option_text("beamer", "use_rates", "true") is True
+    assert parse_option_text("fifo-lm", "heavy_threshold_bytes", "null") is None
+    assert parse_option_text("fifo-lm", "min_history", "3") == 3
+    assert parse_option_text("jpas", "period_s", "0.5") == 0.5
+    assert make_policy("varys", use_rates=False).use_rates is False
+    with pytest.raises(ValueError, match="must be an integer >= 1, got '2.5'"):
+        parse_option_text("fifo-lm", "min_history", "2.5")
 
 
 # ---- properties every policy must have ------------------------------------------------------

@@ -109,7 +109,16 @@ def test_rest_through_ryus_wsgi_application():
     wsgi = WSGIApplication()
     wsgi.register(ryu_app.RestController, {ryu_app.APP_KEY: Holder()})
     body = {"coflow_id": 4, "flows": [{"src": "10.0.0.1", "dst": "10.0.0.2", "bytes": 10}]}
-    req = Request.blank("/api/coflows", method="POST", body=json.dumps(body).encode())
+    raw = json.dumps(body).encode()
+    for content_type, extra, status in (
+        ("text/plain", {}, 415),  # what a page on another site can send without asking
+        ("application/json", {"Origin": "http://evil.example"}, 403),
+    ):
+        req = Request.blank("/api/coflows", method="POST", body=raw, headers=extra)
+        req.content_type = content_type
+        assert req.get_response(wsgi).status_int == status
+    req = Request.blank("/api/coflows", method="POST", body=raw)
+    req.content_type = "application/json"
     res = req.get_response(wsgi)
     assert res.status_int == 201 and res.content_type == "application/json"
     assert json.loads(res.body)["coflow_id"] == 4

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from topologies.testbed import LeafSpineTopo, OneSwitchTopo, host_ip, host_mac, host_table, topos
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_testbed_is_13_hosts_on_one_switch():
@@ -40,3 +47,29 @@ def test_leaf_spine():
 def test_mn_custom_contract():
     assert set(topos) == {"testbed", "leafspine"}
     assert len(topos["testbed"](5).hosts()) == 5
+
+
+TRY_LOCK = """
+import sys
+from topologies import network
+try:
+    with network.testbed_lock(sys.argv[1]):
+        print("took it")
+except network.TestbedBusy as exc:
+    print(exc)
+"""
+
+
+def test_the_testbed_lock_is_reentrant_names_its_holder_and_is_released(tmp_path):
+    from topologies import network
+
+    path = str(tmp_path / "testbed.lock")
+
+    def other_process() -> str:
+        return subprocess.run([sys.executable, "-c", TRY_LOCK, path], capture_output=True,
+                              text=True, cwd=ROOT, timeout=60).stdout  # fmt: skip
+
+    with network.testbed_lock(path), network.testbed_lock(path):  # one experiment, nested
+        refused = other_process()
+    assert f"another testbed run holds {path} (pid {os.getpid()}:" in refused
+    assert other_process().strip() == "took it"
