@@ -1,19 +1,25 @@
 """The REST API as a plain dispatcher: ``(method, path, body bytes) -> (status, JSON value)``.
 
-No web framework here: the Ryu glue routes every ``/api/...`` request to :meth:`RestApi.handle`,
+No web framework here: the Ryu glue routes every ``/api/...`` request to :meth:`RestApi.respond`,
 and the tests call it directly. Errors all have the body
 ``{"error": {"code": <status>, "message": "...", "field": "..."}}``: 400 bad JSON or field,
-404 unknown id or path, 405 method not allowed, 409 conflict, 500 (logged) for a bug.
+401 no or a wrong token, 403 a cross-origin request or a foreign ``Host``, 404 unknown id or
+path, 405 method not allowed (with ``Allow``), 409 conflict, 413 a body over 1 MiB, 415 a
+body that is not JSON,
+500 (logged) for a bug, 503 no plan because the reorder failed.
 The API is described by ``controller/openapi.yaml``.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from controller.engine import Engine
 from controller.policies import POLICIES
@@ -24,6 +30,7 @@ PREFIX = "/api"
 
 # (method, path pattern) -> handler name; {id} is a decimal id, {kind} a collection
 ROUTES: list[tuple[str, str, str]] = [
+    ("GET", "/openapi.json", "get_spec"),
     ("GET", "/policy", "get_policy"),
     ("PUT", "/policy", "put_policy"),
     ("GET", "/order", "get_order"),
@@ -49,6 +56,29 @@ def _compile(pattern: str) -> re.Pattern:
 
 
 _COMPILED = [(method, _compile(pattern), name) for method, pattern, name in ROUTES]
+
+
+SPEC_PATH = Path(__file__).with_name("openapi.yaml")
+# One request is served on the only event loop (OpenFlow included): a bound on its size is a
+# bound on how long it can hold that loop. 1 MiB is ~10,000 flows, far above any HPO job.
+MAX_BODY_BYTES = 1 << 20
+
+
+@functools.cache
+def openapi_document() -> dict:
+    """``controller/openapi.yaml`` as a JSON value (read once)."""
+    import yaml  # only this view needs it
+
+    return yaml.safe_load(SPEC_PATH.read_text())
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A response: HTTP status, JSON value, extra headers."""
+
+    status: int
+    payload: object
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class RestApi:
@@ -86,17 +116,32 @@ class RestApi:
         body: bytes = b"",
         headers: Mapping[str, str] | None = None,
     ) -> tuple[int, object]:
-        """Serve one request; never raises. ``headers`` are the request's, any case."""
+        """Serve one request: ``(status, JSON value)``; never raises."""
+        reply = self.respond(method, path, body, headers)
+        return reply.status, reply.payload
+
+    def respond(
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """Serve one request with the response headers it needs (``Allow`` on a 405); never
+        raises. ``headers`` are the request's, in any case."""
         try:
             self._check_request(method.upper(), body, headers or {})
-            return self._dispatch(method.upper(), path, body)
+            status, payload = self._dispatch(method.upper(), path, body)
+            return Reply(status, payload)
         except ApiError as exc:
-            return exc.status, exc.to_json()
+            return Reply(exc.status, exc.to_json(), exc.headers)
         except Exception:
             LOG.exception("internal error serving %s %s", method, path)
-            return 500, {"error": {"code": 500, "message": "internal error; see the log"}}
+            return Reply(500, {"error": {"code": 500, "message": "internal error; see the log"}})
 
     def _check_request(self, method: str, body: bytes, headers: Mapping[str, str]) -> None:
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"body: {len(body)} bytes, at most {MAX_BODY_BYTES} are taken")
         lower = {k.lower(): v for k, v in headers.items()}
         if self.token is not None:
             given = lower.get("authorization", "")
@@ -133,7 +178,11 @@ class RestApi:
                 args["id"] = int(args["id"])
             return getattr(self, name)(_parse_json(body, method), **args)
         if allowed:
-            raise ApiError(405, f"{method} not allowed on {path}; use {', '.join(allowed)}")
+            raise ApiError(
+                405,
+                f"{method} not allowed on {path}; use {', '.join(allowed)}",
+                headers={"Allow": ", ".join(allowed)},
+            )
         raise ApiError(404, f"no such path {path!r}")
 
     def _changed(self) -> None:
@@ -141,6 +190,9 @@ class RestApi:
         self.on_change()
 
     # ---- policy and views ----------------------------------------------------------------------
+
+    def get_spec(self, body) -> tuple[int, object]:
+        return 200, openapi_document()
 
     def get_policy(self, body) -> tuple[int, object]:
         return 200, {

@@ -25,6 +25,8 @@ from typing import Any
 from controller.model import ClusterState, Coflow, Flow, Host, Job, Stage, port_bytes
 
 MAX_ID = 2**31 - 1
+# Flows per job or coflow: a 100-worker all-to-all is 9,900; every flow is a rule on the switch.
+MAX_FLOWS = 10_000
 # Implicit coflows of jobs live above every registrable coflow id.
 IMPLICIT_COFLOW_BASE = 2**32
 KINDS = ("tasks", "stages", "jobs", "coflows")
@@ -33,11 +35,18 @@ KINDS = ("tasks", "stages", "jobs", "coflows")
 class ApiError(Exception):
     """A request the registry refuses: HTTP-like ``status``, ``message`` naming the problem."""
 
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.field = field
+        self.headers = headers or {}  # e.g. Allow on a 405
 
     def to_json(self) -> dict:
         error: dict[str, Any] = {"code": self.status, "message": self.message}
@@ -313,6 +322,8 @@ class Registry:
             return []
         if not isinstance(flows, list) or (required and not flows):
             raise bad(name, "must be a non-empty list of flows")
+        if len(flows) > MAX_FLOWS:
+            raise bad(name, f"{len(flows)} flows; at most {MAX_FLOWS} per record")
         specs = []
         for i, flow in enumerate(flows):
             where = f"{name}[{i}]."

@@ -216,13 +216,15 @@ class RestController(ControllerBase):
         return self._serve(req)
 
     def _serve(self, req) -> Response:
-        status, payload = self.app.api.handle(req.method, req.path, req.body, req.headers)
-        return Response(
-            status=status,
+        reply = self.app.api.respond(req.method, req.path, req.body, req.headers)
+        response = Response(
+            status=reply.status,
             content_type="application/json",
             charset="utf-8",
-            body=json.dumps(payload),
+            body=json.dumps(reply.payload),
         )
+        response.headers.update(reply.headers)
+        return response
 
 
 # ---- OpenFlow message builders (the datapath only supplies the parser) ----------------------

@@ -204,9 +204,20 @@ def run_testbed_experiment(seeds: list[int], out: Path, progress) -> dict:
     ]  # fmt: skip
     progress(f"testbed: {' '.join(command[1:])}")
     run = subprocess.run(command, cwd=ROOT, text=True)
-    if run.returncode != 0:
+    if run.returncode != 0 and not (out / "summary.json").exists():
         raise SystemExit(f"the testbed experiment failed (exit {run.returncode}); see above")
-    return load_testbed_experiment(out)
+    testbed = load_testbed_experiment(out)
+    for failure in testbed.get("failures", []):  # the report is made of the runs that finished
+        progress(f"testbed: {failure['policy']} seed {failure['seed']} failed: {failure['error']}")
+    return testbed
+
+
+def enforcement(testbed: dict) -> str:
+    """Where the testbed served the levels and how its TCP was set, in words."""
+    where = "the switch and the hosts" if testbed.get("host_priorities") else "the switch only"
+    cap = testbed.get("tcp_rto_max_ms")
+    rto = f"TCP timeout capped at {cap / 1000:g} s" if cap else "Linux's TCP timeouts"
+    return f"priorities at {where}, {rto}"
 
 
 def beamer_testbed(testbed: dict) -> Claim:
@@ -223,7 +234,7 @@ def beamer_testbed(testbed: dict) -> Claim:
         f"modelled at {testbed['emulated_link_bps'] / 1e6:g} Mbit/s, {w['tasks']} tasks of "
         f"successive halving ({w['configs']} configurations, eta {w['eta']}, "
         f"{w['min_iterations']} iterations first, {'/'.join(w['patterns'])}), "
-        f"{len(w['seeds'])} seed(s), priorities at the switch",
+        f"{len(w['seeds'])} seed(s), {enforcement(testbed)}",
         "average SCT, Beamer / baseline",
         compare(values, "beamer", ("sincronia", "fifo-lm", "fair"), needs_interval=True),
     )  # fmt: skip
@@ -416,8 +427,11 @@ def testbed_provenance(testbed: dict | None) -> list[str]:
         return []
     p = testbed["provenance"]
     dirty = " (with uncommitted changes)" if p["git_dirty"] else ""
-    return [f"- testbed experiment: git commit {p['git_commit']}{dirty}, command "
-            f"`{' '.join(p['command'])}`"]  # fmt: skip
+    lines = [f"- testbed experiment: git commit {p['git_commit']}{dirty}, command "
+             f"`{' '.join(p['command'])}`; {enforcement(testbed)}"]  # fmt: skip
+    lines += [f"- testbed run that failed and is left out: {f['policy']}, seed {f['seed']}: "
+              f"{f['error']}" for f in testbed.get("failures", [])]  # fmt: skip
+    return lines
 
 
 def report(claims: list[Claim], meta: dict, out: Path, testbed: dict | None = None) -> Path:

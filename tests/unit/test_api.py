@@ -337,3 +337,19 @@ def test_a_token_is_required_when_set():
     assert status == 401 and "Authorization: Bearer" in payload["error"]["message"]
     assert api.handle("GET", "/api/stats", b"", {"Authorization": "Bearer wrong"})[0] == 401
     assert api.handle("GET", "/api/stats", b"", {"Authorization": "Bearer s3cret"})[0] == 200
+
+
+def test_the_api_serves_its_own_spec_and_says_what_a_405_allows(api):
+    status, spec = call(api, "GET", "/api/openapi.json")
+    assert status == 200 and spec["openapi"].startswith("3.") and "/api/jobs" in spec["paths"]
+    reply = api.respond("PATCH", "/api/jobs/1", b"", {})
+    assert reply.status == 405 and reply.headers == {"Allow": "GET, PUT, DELETE"}
+
+
+def test_oversized_requests_are_refused_before_parsing(api):
+    flow = {"src": "h1", "dst": "h2", "bytes": 1}
+    status, body = call(api, "POST", "/api/coflows", {"flows": [flow] * 10_001})
+    assert status == 400 and "10001 flows; at most 10000 per record" in body["error"]["message"]
+    status, body = call(api, "POST", "/api/coflows", b" " * (1 << 20) + b"{}")
+    assert status == 413 and "at most 1048576" in body["error"]["message"]
+    assert api.registry.records["coflows"] == {}

@@ -139,6 +139,21 @@ def test_beamer_on_the_testbed_is_paired_per_seed():
     assert claim.verdict == "reproduced" and "3 seed(s)" in claim.setting
 
 
+def test_the_report_says_where_the_levels_were_served_and_which_runs_failed():
+    summary = {**a_testbed_summary(), "host_priorities": True, "tcp_rto_max_ms": 1000}
+    assert reproduce.enforcement(summary) == (
+        "priorities at the switch and hosts, TCP timeout capped at 1 s"
+    )
+    assert reproduce.enforcement(a_testbed_summary()) == (
+        "priorities at the switch only, Linux's TCP timeouts"
+    )
+    summary["provenance"] = {"git_commit": "b" * 40, "git_dirty": True, "command": ["x"]}
+    summary["failures"] = [{"policy": "jpas", "seed": 2, "error": "the switch s1 was deleted"}]
+    lines = reproduce.testbed_provenance(summary)
+    assert lines[-1] == ("- testbed run that failed and is left out: jpas, seed 2: the switch "
+                         "s1 was deleted")  # fmt: skip
+
+
 def test_report_from_a_finished_testbed_experiment(tmp_path):
     """--testbed-results: the testbed's claim and the agreement table come from a folder, with
     that experiment's provenance; the brute-force rows come with the simulator's claims."""

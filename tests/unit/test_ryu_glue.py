@@ -126,3 +126,5 @@ def test_rest_through_ryus_wsgi_application():
     assert res.status_int == 404 and json.loads(res.body)["error"]["message"] == "no coflow 9"
     res = Request.blank("/api").get_response(wsgi)
     assert res.status_int == 404 and "error" in json.loads(res.body)
+    res = Request.blank("/api/coflows/4", method="PATCH").get_response(wsgi)
+    assert res.status_int == 405 and res.headers["Allow"] == "GET, PUT, DELETE"
