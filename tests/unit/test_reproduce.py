@@ -142,7 +142,7 @@ def test_beamer_on_the_testbed_is_paired_per_seed():
 def test_the_report_says_where_the_levels_were_served_and_which_runs_failed():
     summary = {**a_testbed_summary(), "host_priorities": True, "tcp_rto_max_ms": 1000}
     assert reproduce.enforcement(summary) == (
-        "priorities at the switch and hosts, TCP timeout capped at 1 s"
+        "priorities at the switch and the hosts, TCP timeout capped at 1 s"
     )
     assert reproduce.enforcement(a_testbed_summary()) == (
         "priorities at the switch only, Linux's TCP timeouts"
