@@ -286,6 +286,7 @@ class Registry:
                 raise
             for kind, ident in deletes:
                 self.records[kind].pop(ident, None)
+                self._models.pop((RECORD_TYPES[kind], ident), None)  # else churn grows it
             for kind, record in puts:
                 self.records[kind][_ident(kind, record)] = record
 

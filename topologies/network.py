@@ -21,6 +21,7 @@ switch. A process may hold the lock across several networks (a whole experiment)
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import subprocess
 import sys
@@ -41,6 +42,13 @@ from topologies.testbed import DEFAULT_BW_MBPS
 # fixed timeout) does not have. 1 s is the smallest cap the kernel accepts.
 TCP_RTO_MAX_MS = 1000
 RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
+# TCP gives up on a connection after a number of retransmissions (15; 8 once its process has
+# exited), which Linux's doubling timeouts spread over about 15 minutes. Capped at 1 s they
+# would take 15 s (8 s), and a flow starved that long would be dropped: keep the patience in
+# seconds instead, as far as the kernel allows (at most 255 retries; the workers also set
+# TCP_USER_TIMEOUT, which overrides the count).
+TCP_GIVE_UP_S = 924
+MAX_TCP_RETRIES = 255
 
 
 LOCK_PATH = "/run/hpo-testbed.lock"
@@ -160,10 +168,15 @@ def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_m
                 host.cmd(f"ethtool -K {intf} tx off")
             if tcp_rto_max_ms is not None:
                 # a host's namespace starts from the kernel's default, not the root's setting
-                setting = f"net.ipv4.tcp_rto_max_ms={int(tcp_rto_max_ms)}"
-                out = host.cmd(f"sysctl -qw {setting}; echo rc=$?")
-                if "rc=0" not in out:
-                    raise RuntimeError(f"{setting} in {host.name} failed: {out.strip()}")
+                retries = min(MAX_TCP_RETRIES, math.ceil(TCP_GIVE_UP_S * 1000 / tcp_rto_max_ms))
+                for setting in (
+                    f"net.ipv4.tcp_rto_max_ms={int(tcp_rto_max_ms)}",
+                    f"net.ipv4.tcp_retries2={retries}",
+                    f"net.ipv4.tcp_orphan_retries={retries}",
+                ):
+                    out = host.cmd(f"sysctl -qw {setting}; echo rc=$?")
+                    if "rc=0" not in out:
+                        raise RuntimeError(f"{setting} in {host.name} failed: {out.strip()}")
         switch_ports = [
             intf.name for sw in net.switches for intf in sw.intfList() if intf.name != "lo"
         ]

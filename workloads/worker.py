@@ -38,10 +38,22 @@ from workloads.curves import curve_from_json
 HEADER = struct.Struct("!QQ")  # iteration, payload length
 CHUNK = 1 << 16
 _ZEROS = bytes(CHUNK)
+# How long a finished worker waits for its peers to finish receiving (the driver stops it
+# earlier at the end of a run).
+DRAIN_TIMEOUT_S = 300.0
+PATIENCE_MS = 924_000
 
 
 class Stop(Exception):
     """Raised inside the worker when it was asked to stop."""
+
+
+def patient(sock: socket.socket) -> socket.socket:
+    """``sock`` set to wait as long for an acknowledgement as Linux does by default (about 15
+    minutes), whatever cap the host puts on the retransmission timeout: a flow starved by
+    higher priorities for a while is slow, not broken."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, PATIENCE_MS)
+    return sock
 
 
 class Worker:
@@ -100,7 +112,7 @@ class Worker:
         except TimeoutError:
             raise ConnectionError("no peer connected in time") from None
         conn.settimeout(None)
-        return conn
+        return patient(conn)
 
     def connect(self, rank: int) -> socket.socket:
         address = (self.hosts[rank], self.port(rank))
@@ -115,7 +127,7 @@ class Worker:
                 left = max(1.0, deadline - time.monotonic())
                 sock = socket.create_connection(address, timeout=left)
                 sock.settimeout(None)  # the timeout was for connecting; a peer may compute longer
-                return sock
+                return patient(sock)
             except OSError as exc:
                 if time.monotonic() > deadline:
                     raise ConnectionError(f"cannot reach rank {rank} at {address}: {exc}") from None
@@ -187,6 +199,26 @@ class Worker:
             predecessor = self.accept()
             self.peers = [successor, predecessor]
 
+    def drain(self) -> None:
+        """Stay until every peer has all it was sent: say so (FIN) and wait for each peer's own
+        FIN, which it sends once its last iteration is done. A process that exits earlier leaves
+        its unsent bytes to an orphaned socket, which the kernel abandons after a few retries
+        (seen under strict priority: the last bytes of a starved rank never arrived)."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        for sock in self.peers:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        for sock in self.peers:
+            try:
+                while (left := deadline - time.monotonic()) > 0:
+                    sock.settimeout(left)
+                    if not sock.recv(65536):
+                        break
+            except OSError:  # a timeout, a reset, or a stop request's shutdown
+                pass
+
     def synchronise(self) -> None:
         """One synchronisation. Every coflow's flows run in parallel, as the simulator models
         them: the PS receives every push at once, then (with every gradient in) sends the
@@ -250,6 +282,7 @@ class Worker:
                     accuracy=self.accuracy(self.iteration),
                 )
             self.emit("done", iteration=self.iteration, bytes_sent=self.bytes_sent)
+            self.drain()
             return 0
         except Stop:
             self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)

@@ -310,6 +310,29 @@ def received_bps(proc) -> float:
     return float(re.search(r'"bits_per_second":\s*([\d.e+]+)', received).group(1))
 
 
+CHURN_CYCLES = 500
+
+
+def test_churn_leaves_no_stale_rule_meter_or_record(fabric, controller, report):
+    """Coflows registered and deleted over and over (Varys: each gets a rule, a meter and a
+    reorder): afterwards the switch holds none of them and the controller's memory of records
+    has not grown with the ids it has seen."""
+    client = controller.client
+    flows = job_flows("h1", "h3", 1e6)
+    for cycle in range(CHURN_CYCLES):
+        client.put_coflow(1000 + cycle, flows)
+        client.put_coflow(5000 + cycle, job_flows("h2", "h3", 5e5))
+        client.delete("coflows", 1000 + cycle)
+        client.delete("coflows", 5000 + cycle)
+    wait_for(lambda: not marks(fabric) and not meters(fabric), what="every rule and meter to go")
+    stats = client.stats()
+    assert stats["registered"]["coflows"] == 0 and stats["switch_errors"] == 0
+    assert stats["reorder_failures"] == 0 and not stats["plan_stale"]
+    assert client.rules()["switches"][str(0xAA)] == {"flows": [], "meters": []}
+    rss_kb = int(open(f"/proc/{controller.proc.pid}/status").read().split("VmRSS:")[1].split()[0])
+    report(f"controller RSS after {CHURN_CYCLES} x 2 coflow add/delete cycles (MB)", rss_kb / 1024)
+
+
 def test_nothing_left_running(fabric, controller):
     """The controller's PID is ours and stops on SIGTERM."""
     pid = controller.proc.pid

@@ -180,3 +180,16 @@ def test_registry_survives_a_restart(tmp_path):
     assert second.records["jobs"][1].iterations_done == 3
     assert second.settings["policy"]["name"] == "jpas"
     assert 2 not in second.records["jobs"]
+
+
+def test_churn_does_not_grow_the_model_cache():
+    registry = Registry(":memory:")
+    flows = [{"src": "10.0.0.1", "dst": "10.0.0.2", "bytes": 10}]
+    for cycle in range(1000):
+        registry.create("coflows", {"coflow_id": cycle, "flows": flows})
+        registry.cluster_state(1e9)  # builds and caches the coflow's model
+        if cycle % 2:
+            registry.delete("coflows", cycle)
+        else:
+            registry.coflow_progress(cycle, {"done": True})
+    assert registry.records["coflows"] == {} and registry._models == {}
