@@ -3,7 +3,7 @@
     sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
         [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
-        [--link-gbps 1] [--patterns ring] [--seeds 1] [--no-host-priorities]
+        [--link-gbps 1] [--patterns ring] [--seeds 1] [--host-priorities]
         [--tcp-rto-max-ms 1000|off]
         [--calibrate | --calibration JSON] [--out results/testbed]
 
@@ -24,9 +24,9 @@ on the testbed and, beside it, in the simulator on the same workload, seed, link
 the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
 ``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
 measured job start-up and goodput (:mod:`simulator.calibration`, the same for every policy).
-The hosts' egress serves the levels too (:mod:`topologies.host_qos`; ``--no-host-priorities``:
-FIFO hosts), and TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a
-flow a higher level starved resumes when promoted: the README's "TCP under priorities".
+``--host-priorities`` serves the levels on the hosts' egress too (:mod:`topologies.host_qos`).
+TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a flow a higher
+level starved resumes when promoted: the README's "TCP under priorities".
 Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
 stages / jobs / configs / tasks CSV, iterations.csv: every rank's every synchronisation, worker
 logs),
@@ -475,10 +475,10 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--host-priorities",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=False,
         help="serve the controller's levels on every host's egress too, as the simulator does "
-        "on every port (default: on; --no-host-priorities: hosts send FIFO and only the switch "
-        "enforces the levels, see README)",
+        "on every port (default: off, hosts send FIFO and only the switch enforces the levels; "
+        "see README for why)",
     )
     parser.add_argument(
         "--tcp-rto-max-ms",

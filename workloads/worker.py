@@ -48,6 +48,15 @@ class Stop(Exception):
     """Raised inside the worker when it was asked to stop."""
 
 
+def peer_name(sock: socket.socket) -> str:
+    """``address:port`` of the other end, or why it is unknown."""
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError as exc:
+        return f"? ({exc.strerror})"
+
+
 def patient(sock: socket.socket) -> socket.socket:
     """``sock`` set to wait as long for an acknowledgement as Linux does by default (about 15
     minutes), whatever cap the host puts on the retransmission timeout: a flow starved by
@@ -199,6 +208,13 @@ class Worker:
             predecessor = self.accept()
             self.peers = [successor, predecessor]
 
+    def expected_peers(self) -> int:
+        """Connections a rank holds once set up: its successor and predecessor in a ring, every
+        worker for a parameter server, the server for a worker."""
+        if self.args.pattern == "ps":
+            return self.size - 1 if self.rank == 0 else 1
+        return 2
+
     def drain(self) -> None:
         """Stay until every peer has all it was sent: say so (FIN) and wait for each peer's own
         FIN, which it sends once its last iteration is done. A process that exits earlier leaves
@@ -292,6 +308,10 @@ class Worker:
                 self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
                 return 0
             self.emit("error", iteration=self.iteration, message=str(exc))
+            # the log says where, so that the rank whose failure reset its peers can be found
+            phase = "setup" if len(self.peers) < self.expected_peers() else "a synchronisation"
+            print(f"rank {self.rank}: {exc!r} in {phase} at iteration {self.iteration}; peers "
+                  f"{[peer_name(p) for p in self.peers]}", file=sys.stderr, flush=True)  # fmt: skip
             return 1
         finally:
             for sock in [*self.peers, self.listener]:

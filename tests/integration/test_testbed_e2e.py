@@ -232,7 +232,7 @@ def test_a_deleted_switch_ends_that_run_only_and_a_second_testbed_is_refused(tmp
     shells_before = mininet_shells()
     argv = [sys.executable, "scripts/run_testbed.py", "--hosts", "4", "--tasks", "1", "--configs",
             "3", "--eta", "3", "--min-iterations", "20", "--workers", "2", "--policy", "fair",
-            "sincronia", "--timeout", "300", "--link-gbps", "10", "--no-host-priorities", "--out",
+            "sincronia", "--timeout", "300", "--link-gbps", "10", "--out",
             str(out)]  # fmt: skip
     run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)  # fmt: skip
