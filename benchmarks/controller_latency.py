@@ -104,6 +104,9 @@ def main(argv=None) -> int:
         print(f"REST round trip (client): p50 {statistics.median(round_trips) * 1e3:.2f} ms, "
               f"p99 {sorted(round_trips)[int(0.99 * len(round_trips))] * 1e3:.2f} ms")  # fmt: skip
         print(f"ops sent: {stats['ops_sent']}, switch errors: {stats['switch_errors']}")
+        pauses = ", ".join(f"{g} {v['count']} x, max {v['max_ms']:.1f} ms"
+                           for g, v in stats["gc_pauses"].items())  # fmt: skip
+        print(f"garbage collections in the controller since its start: {pauses}")
 
         desired = client.rules()["desired"]
 

@@ -10,6 +10,7 @@ for the stats endpoint.
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +25,38 @@ from controller.schedule import Schedule, coflow_levels, dscp_of_level
 
 LOG = logging.getLogger(__name__)
 LATENCY_SAMPLES = 10_000
+
+
+class GcPauses:
+    """Durations of the interpreter's garbage collections, by generation (process-wide; the
+    controller installs one): a full collection stops the only event loop, REST and OpenFlow
+    alike, for as long as it walks every live object."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_s = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def install(self) -> GcPauses:
+        gc.callbacks.append(self._on_gc)
+        return self
+
+    def uninstall(self) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.max_s[generation] = max(self.max_s[generation], time.perf_counter() - self._started)
+
+    def to_json(self) -> dict:
+        return {
+            f"gen{g}": {"count": self.count[g], "max_ms": round(self.max_s[g] * 1e3, 3)}
+            for g in range(3)
+        }
 
 
 @dataclass
@@ -61,6 +94,7 @@ class Engine:
         port_bps: capacity of every host port (bit/s) unless ``host_bps`` names the host.
         host_bps: per-host capacity overrides, by IPv4 address.
         monotonic: clock for latencies.
+        gc_pauses: the process's garbage-collection pauses, for the stats (``None``: not kept).
     """
 
     def __init__(
@@ -71,8 +105,10 @@ class Engine:
         port_bps: float = 20e6,
         host_bps: dict[str, float] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        gc_pauses: GcPauses | None = None,
     ) -> None:
         self.registry = registry
+        self.gc_pauses = gc_pauses
         self.port_bps = port_bps
         self.host_bps = dict(host_bps or {})
         self.monotonic = monotonic
@@ -243,6 +279,7 @@ class Engine:
                 "p99": ms(percentile(lat, 99)),
                 "max": ms(max(lat, default=None)),
             },
+            "gc_pauses": self.gc_pauses.to_json() if self.gc_pauses else None,
             "reorder_compute_ms": {
                 "count": len(comp),
                 "p50": ms(percentile(comp, 50)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 from dataclasses import dataclass, field
 
 import eventlet.wsgi
@@ -37,7 +38,7 @@ from ryu.lib.packet import ethernet, packet  # noqa: E402
 from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
 from controller.api import RestApi  # noqa: E402
-from controller.engine import Engine  # noqa: E402
+from controller.engine import Engine, GcPauses  # noqa: E402
 from controller.model import HostPort  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.rules import (  # noqa: E402
@@ -75,9 +76,22 @@ SETTINGS = Settings()
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
 # A REST connection that sends nothing for this long is closed, so idle or half-open
-# connections cannot fill the server's pool of green threads for good.
-REST_SOCKET_TIMEOUT_S = 30
-REST_MAX_CONNECTIONS = 512
+# connections cannot hold the server's green threads for good; and there are enough of those
+# (each costs a few kB) that it takes thousands of idle connections to make a request wait.
+REST_SOCKET_TIMEOUT_S = 10
+REST_MAX_CONNECTIONS = 8192
+
+
+def rest_connection_limit() -> int:
+    """Connections served at once: :data:`REST_MAX_CONNECTIONS`, raising this process's open
+    file limit to its hard limit if need be, and leaving half the descriptors for the rest."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2 * REST_MAX_CONNECTIONS:
+        soft = hard if hard == resource.RLIM_INFINITY else min(hard, 2 * REST_MAX_CONNECTIONS)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft == resource.RLIM_INFINITY:
+        return REST_MAX_CONNECTIONS
+    return max(64, min(REST_MAX_CONNECTIONS, soft // 2))
 
 
 def allowed_hosts(rest_host: str) -> frozenset[str] | None:
@@ -107,6 +121,7 @@ class HpoScheduler(app_manager.RyuApp):
             settings.policy_options,
             settings.port_bps,
             {h.ip: h.bps for h in settings.hosts if h.bps},
+            gc_pauses=GcPauses().install(),
         )
         self.wake = hub.Event()
         self.api = RestApi(
@@ -395,13 +410,15 @@ def run_manager(ofp_host: str, ofp_port: int, rest_host: str, rest_port: int, ex
     from ryu.app import wsgi
     from ryu.cmd import manager
 
+    max_connections = rest_connection_limit()
+
     def serve_bounded(server) -> None:  # Ryu's own serve_forever sets no limits
         server.logger = hub.LoggingWrapper()
         eventlet.wsgi.server(
             server.server,
             server.handle,
             server.logger,
-            max_size=REST_MAX_CONNECTIONS,
+            max_size=max_connections,
             socket_timeout=REST_SOCKET_TIMEOUT_S,
         )
 

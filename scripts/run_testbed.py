@@ -75,7 +75,7 @@ from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import PATTERNS, generate  # noqa: E402
-from workloads.testbed_driver import TestbedDriver  # noqa: E402
+from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
 DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
@@ -233,6 +233,7 @@ def run_policy(
                 lambda: ctl.client.rules()["desired"]["flows"],
             )
         gpus = job_manager(args, gpu_policy)
+        watch = testbed_watch(ctl, "s1")
         driver = TestbedDriver(
             hosts,
             ctl.client,
@@ -242,10 +243,13 @@ def run_policy(
             gpus=gpus,
             log_dir=out / "logs",
             host_priorities=agent,
-            watch=testbed_watch(ctl, "s1"),
+            watch=watch,
         )
         started = time.monotonic()
-        driver.run(timeout_s=args.timeout)
+        try:
+            driver.run(timeout_s=args.timeout)
+        except ControllerError as exc:  # say what is gone, if the watch knows
+            raise TestbedFault(watch() or str(exc)) from None
         duration = time.monotonic() - started
         after = {p: class_bytes(p) for p in ports}
         host_after = {h.name: host_class_bytes(h) for h in hosts}

@@ -10,8 +10,11 @@ cannot say: a ``stage_id`` that is not registered, ``src == dst``, ``remaining_b
 from __future__ import annotations
 
 import json
+import resource
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,3 +57,29 @@ def test_generated_requests_get_no_server_error_and_conform(tmp_path, report):
         assert json.dumps(restarted.client.request("GET", "/coflows"))
     finally:
         restarted.stop()
+
+
+IDLE_CONNECTIONS = 1500
+
+
+def test_idle_connections_do_not_lock_the_api_out(tmp_path, report):
+    """More idle (half-open) connections than eventlet's default pool of 1,024: a request
+    still gets its answer at once, and the idle ones are closed after the socket timeout."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * IDLE_CONNECTIONS)), hard))
+    ctl = ControllerProcess(tmp_path / "ctl.sqlite", None, free_port()).start()
+    idle = []
+    try:
+        for _ in range(IDLE_CONNECTIONS):
+            idle.append(socket.create_connection(("127.0.0.1", ctl.rest_port), timeout=5))
+        started = time.monotonic()
+        assert ctl.client.stats()["reorder_failures"] == 0
+        answered = time.monotonic() - started
+        report(f"GET /api/stats beside {IDLE_CONNECTIONS} idle connections (s)", answered)
+        assert answered < 2.0
+        idle[0].settimeout(30)
+        assert idle[0].recv(1) == b""  # the server closed it: nothing was sent within 10 s
+    finally:
+        for sock in idle:
+            sock.close()
+        ctl.stop()

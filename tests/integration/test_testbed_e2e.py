@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -223,25 +225,42 @@ def mininet_shells() -> set[int]:
     return {int(line.split()[0]) for line in ps.splitlines() if "mininet:" in line}
 
 
-def test_a_deleted_switch_ends_that_run_only_and_a_second_testbed_is_refused(tmp_path):
+def controller_of(run_pid: int) -> int:
+    """The PID of the ``python -m controller`` that the run ``run_pid`` started."""
+    ps = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    for line in ps.splitlines():
+        pid, ppid, args = line.split(None, 2)
+        if int(ppid) == run_pid and "-m controller" in args:
+            return int(pid)
+    raise AssertionError(f"run {run_pid} has no controller running")
+
+
+def read_until(run: subprocess.Popen, lines: list[str], words: str) -> float:
+    """Read the run's output into ``lines`` until a line has ``words``; when it came."""
+    for line in run.stdout:
+        lines.append(line)
+        if words in line:
+            return time.monotonic()
+    raise AssertionError(f"{words!r} never came:\n" + "".join(lines[-30:]))
+
+
+def test_faults_end_one_run_each_and_a_second_testbed_is_refused(tmp_path, report):
     """Faults on the real testbed: a second experiment on the machine is refused at once
     (naming the holder) instead of deleting the live switch; deleting the switch under the
-    first policy ends that run within 5 s with a message naming it; the next policy still runs
-    and its results are kept; nothing is left behind."""
+    first policy, and killing the controller under the second, each end that run within 5 s
+    with a message naming what is gone; the third policy still runs and its results are kept;
+    nothing is left behind."""
     out = tmp_path / "faults"
     shells_before = mininet_shells()
     argv = [sys.executable, "scripts/run_testbed.py", "--hosts", "4", "--tasks", "1", "--configs",
             "3", "--eta", "3", "--min-iterations", "20", "--workers", "2", "--policy", "fair",
-            "sincronia", "--timeout", "300", "--link-gbps", "10", "--out",
+            "jpas", "sincronia", "--timeout", "300", "--link-gbps", "10", "--out",
             str(out)]  # fmt: skip
     run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)  # fmt: skip
-    lines = []
+    lines: list[str] = []
     try:
-        for line in run.stdout:  # wait for the first policy's first stage
-            lines.append(line)
-            if "stage 0:" in line:
-                break
+        read_until(run, lines, "stage 0:")  # the first policy's first stage runs
         second = subprocess.run([*argv[:-1], str(tmp_path / "second")], cwd=ROOT,
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
         assert second.returncode == 1
@@ -250,24 +269,32 @@ def test_a_deleted_switch_ends_that_run_only_and_a_second_testbed_is_refused(tmp
 
         deleted_at = time.monotonic()
         subprocess.run(["ovs-vsctl", "del-br", "s1"], check=True)
-        for line in run.stdout:
-            lines.append(line)
-            if "!! fair, seed 1 failed" in line:
-                noticed = time.monotonic() - deleted_at
-                break
-        assert noticed < 5.0, "".join(lines[-20:])
+        switch_noticed = read_until(run, lines, "!! fair, seed 1 failed") - deleted_at
         assert "the switch s1 was deleted" in lines[-1]
+
+        read_until(run, lines, "stage 0:")  # jpas
+        controller = controller_of(run.pid)
+        killed_at = time.monotonic()
+        os.kill(controller, signal.SIGKILL)
+        controller_noticed = read_until(run, lines, "!! jpas, seed 1 failed") - killed_at
+        assert f"the controller (pid {controller}) exited with status -9" in lines[-1]
+
         lines += run.stdout.readlines()
         assert run.wait(timeout=300) == 1, "".join(lines[-30:])
     finally:
         if run.poll() is None:
             run.terminate()
             run.wait(timeout=60)
+    report("switch deleted -> run ended (s)", switch_noticed)
+    report("controller killed -> run ended (s)", controller_noticed)
+    assert switch_noticed < 5.0 and controller_noticed < 5.0
     text = "".join(lines)
     assert "FAILED: fair, seed 1: the switch s1 was deleted" in text
+    assert "FAILED: jpas, seed 1: the controller" in text
     results = json.loads((out / "results.json").read_text())
     assert [r["policy"] for r in results] == ["sincronia"]
-    assert json.loads((out / "failures.json").read_text())[0]["policy"] == "fair"
-    assert json.loads((out / "summary.json").read_text())["failures"][0]["seed"] == 1
+    failures = json.loads((out / "summary.json").read_text())["failures"]
+    assert [(f["policy"], f["seed"]) for f in failures] == [("fair", 1), ("jpas", 1)]
+    assert json.loads((out / "failures.json").read_text()) == failures
     assert mininet_shells() - shells_before == set()
     assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode != 0

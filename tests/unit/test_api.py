@@ -353,3 +353,18 @@ def test_oversized_requests_are_refused_before_parsing(api):
     status, body = call(api, "POST", "/api/coflows", b" " * (1 << 20) + b"{}")
     assert status == 413 and "at most 1048576" in body["error"]["message"]
     assert api.registry.records["coflows"] == {}
+
+
+def test_garbage_collection_pauses_are_in_the_stats():
+    import gc
+
+    from controller.engine import GcPauses
+
+    pauses = GcPauses().install()
+    try:
+        engine = Engine(Registry(":memory:"), "fair", gc_pauses=pauses)
+        gc.collect()
+        full = RestApi(engine).handle("GET", "/api/stats")[1]["gc_pauses"]["gen2"]
+    finally:
+        pauses.uninstall()
+    assert full["count"] >= 1 and full["max_ms"] > 0
