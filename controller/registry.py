@@ -366,7 +366,8 @@ class Registry:
         if id_name in body and body[id_name] is None:  # only references to others may be null
             raise bad(id_name, "must not be null (leave it out to have one assigned)")
         if ident is not None:
-            if id_name in body and body[id_name] != ident:
+            # checked as an integer first: false == 0 in Python, not in the API
+            if id_name in body and _int_value(body[id_name], id_name) != ident:
                 raise bad(id_name, f"{body[id_name]!r} differs from the id {ident} in the URL")
             body = {**body, id_name: ident}
         elif id_name not in body:

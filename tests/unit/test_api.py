@@ -109,6 +109,13 @@ def test_policy_can_be_read_and_switched(api):
         ),
         ("POST", "/api/jobs/1/progress", {"iterations_done": None}, 400, "must not be null"),
         (
+            "PUT",
+            "/api/jobs/0",
+            {**JOB, "job_id": False},
+            400,
+            "job_id: must be an integer, got False",
+        ),  # schemathesis: False == 0 in Python
+        (
             "POST",
             "/api/coflows",
             {"flows": [{"src": "h1", "dst": "h2", "bytes": None}]},
