@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         print(f"ops sent: {stats['ops_sent']}, switch errors: {stats['switch_errors']}")
         pauses = ", ".join(f"{g} {v['count']} x, max {v['max_ms']:.1f} ms"
                            for g, v in stats["gc_pauses"].items())  # fmt: skip
-        print(f"garbage collections in the controller since its start: {pauses}")
+        print(f"garbage collections in the controller while measured: {pauses}")
 
         desired = client.rules()["desired"]
 

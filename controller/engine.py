@@ -44,6 +44,10 @@ class GcPauses:
     def uninstall(self) -> None:
         gc.callbacks.remove(self._on_gc)
 
+    def reset(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_s = [0.0, 0.0, 0.0]
+
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
             self._started = time.perf_counter()
@@ -208,6 +212,8 @@ class Engine:
     def reset_stats(self) -> None:
         """Start the counters and latency samples afresh (e.g. before a measured phase)."""
         self.stats = Stats()
+        if self.gc_pauses is not None:
+            self.gc_pauses.reset()
 
     # ---- views for the REST API ----------------------------------------------------------------
 

@@ -141,7 +141,13 @@ class MeterIds:
             self._free.append(self._ids.pop(key))
 
 
-@functools.lru_cache(maxsize=65536)
+# The caches hold what the active (owner, host pair)s reuse from one reorder to the next, a
+# few thousand; bigger ones fill up with the pairs of coflows long gone, and every object they
+# keep is walked by each full garbage collection, which stops the event loop.
+CACHE_ENTRIES = 8192
+
+
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _matches(src: str, dst: str, tcp_ports: tuple[int, ...]) -> tuple[tuple[int, tuple], ...]:
     base = (("eth_type", ETH_TYPE_IP), ("ipv4_src", src), ("ipv4_dst", dst))
     ports = sorted(set(tcp_ports))
@@ -214,7 +220,7 @@ def desired_table(
     return table
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _pair_rules(cookie, src, dst, ports, dscp, meter_id) -> tuple[FlowRule, ...]:
     # rules are immutable values, so a reorder reuses those of pairs whose marks did not change
     return tuple(FlowRule(cookie, p, m, dscp, meter_id) for p, m in _matches(src, dst, ports))

@@ -12,6 +12,7 @@ directly: the launcher fills :data:`SETTINGS` and applies the eventlet shim belo
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import resource
@@ -42,6 +43,7 @@ from controller.engine import Engine, GcPauses  # noqa: E402
 from controller.model import HostPort  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.rules import (  # noqa: E402
+    CACHE_ENTRIES,
     COOKIE_OURS_MASK,
     COOKIE_OWNER_MASK,
     COOKIE_TAG,
@@ -198,6 +200,10 @@ class HpoScheduler(app_manager.RyuApp):
     # ---- reordering ----------------------------------------------------------------------------
 
     def _reorder_loop(self) -> None:
+        # Everything loaded so far (Ryu, eventlet, the parsers: most of the heap) lives as long
+        # as the process: kept out of full garbage collections, which otherwise walk it all
+        # and hold the event loop for 100-140 ms (benchmarks/controller_latency.py).
+        gc.freeze()
         while True:
             self.wake.wait(timeout=self.settings.tick_s)
             self.wake.clear()
@@ -261,7 +267,7 @@ class PackedMatch(ofproto_v1_3_parser.OFPMatch):
 
 
 _MATCHES: dict[tuple, PackedMatch] = {}
-_MATCH_CACHE_SIZE = 100_000
+_MATCH_CACHE_SIZE = 4 * CACHE_ENTRIES  # up to 4 rules per pair (2 ports x 2 directions)
 
 
 def packed_match(match: tuple) -> PackedMatch:
