@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from controller.api import is_loopback
 from controller.argtypes import positive, tcp_port
 from controller.model import HostPort
 from controller.policies import POLICIES, parse_option_text
@@ -128,16 +129,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(f"--policy-option: {exc}")
     return args
-
-
-def is_loopback(address: str) -> bool:
-    """Whether a listen address only takes connections from this machine."""
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
 
 
 def check_database(path: str) -> str | None:

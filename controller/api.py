@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -263,6 +264,29 @@ class RestApi:
         if coflow is None:
             return 200, {"coflow_id": id, "finished": True}
         return 200, {**self.registry.to_json("coflows", coflow), "finished": False}
+
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a listen address only takes connections from this machine."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(listen_address: str) -> frozenset[str] | None:
+    """Names a request's ``Host`` header may carry: loopback and the listen address; ``None``
+    (any) when listening on every address, where any name of the machine is fair."""
+    try:
+        every = not listen_address or ipaddress.ip_address(listen_address).is_unspecified
+    except ValueError:  # a host name
+        every = False
+    return None if every else LOOPBACK_NAMES | {listen_address}
 
 
 def _host_name(host_header: str) -> str:

@@ -116,16 +116,15 @@ class Engine:
         self.port_bps = port_bps
         self.host_bps = dict(host_bps or {})
         self.monotonic = monotonic
+        self.policy: Policy = make_policy(policy, **(policy_options or {}))
+        self.policy_name, self.policy_options = policy, dict(policy_options or {})
         saved = registry.settings.get("policy")
         if saved:
             try:  # a database written before options were typed may hold one that is not
-                make_policy(saved["name"], **saved.get("options", {}))
-                policy, policy_options = saved["name"], saved.get("options", {})
+                self.policy = make_policy(saved["name"], **saved.get("options", {}))
+                self.policy_name, self.policy_options = saved["name"], saved.get("options", {})
             except (ValueError, TypeError, KeyError) as exc:
                 LOG.error("ignoring the policy saved in the database (%s): %s", saved, exc)
-        self.policy_name = policy
-        self.policy_options = dict(policy_options or {})
-        self.policy: Policy = make_policy(policy, **self.policy_options)
         self.reorder_failures = 0
         self.last_reorder_error: str | None = None
         self.meter_ids = MeterIds()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -461,35 +461,34 @@ def policy_class(name: str) -> type[Policy]:
         ) from None
 
 
+def _option_value(name: str, key: str, convert: Callable[[OptionSpec], Any]) -> Any:
+    """``convert(spec)`` for option ``key`` of policy ``name``, every ``ValueError`` naming
+    the policy and the option."""
+    declared = policy_class(name).OPTIONS
+    if key not in declared:
+        allowed = ", ".join(sorted(declared)) or "none"
+        raise ValueError(f"policy {name!r} has no option {key!r} (options: {allowed})")
+    try:
+        return convert(declared[key])
+    except ValueError as exc:
+        raise ValueError(f"{name} option {key} {exc}") from None
+
+
 def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` of policy ``name`` checked against its declaration (JSON-typed values).
 
     Raises:
         ValueError: unknown policy or option, or a value of the wrong type or range, naming it.
     """
-    declared = policy_class(name).OPTIONS
-    checked = {}
-    for key, value in options.items():
-        if key not in declared:
-            allowed = ", ".join(sorted(declared)) or "none"
-            raise ValueError(f"policy {name!r} has no option {key!r} (options: {allowed})")
-        try:
-            checked[key] = declared[key].check(value)
-        except ValueError as exc:
-            raise ValueError(f"{name} option {key} {exc}") from None
-    return checked
+    return {
+        key: _option_value(name, key, lambda spec, v=value: spec.check(v))
+        for key, value in options.items()
+    }
 
 
 def parse_option_text(name: str, key: str, text: str) -> Any:
     """A command-line ``KEY=VALUE`` of policy ``name`` converted by its declared type."""
-    declared = policy_class(name).OPTIONS
-    if key not in declared:
-        allowed = ", ".join(sorted(declared)) or "none"
-        raise ValueError(f"policy {name!r} has no option {key!r} (options: {allowed})")
-    try:
-        return declared[key].parse_text(text)
-    except ValueError as exc:
-        raise ValueError(f"{name} option {key} {exc}") from None
+    return _option_value(name, key, lambda spec: spec.parse_text(text))
 
 
 def make_policy(name: str, **options) -> Policy:

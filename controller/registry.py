@@ -137,7 +137,8 @@ BODY_FIELDS = {
     "coflow_progress": ({"remaining_bytes", "done"}, set()),
 }
 
-# References that may be null (no task / stage / job); every other field may only be left out.
+# References that may be null (no task / stage / job); every other field, a record's own id
+# included, may only be left out.
 NULLABLE_FIELDS = frozenset({"task_id", "stage_id", "job_id"})
 
 RECORD_TYPES = {
@@ -151,9 +152,15 @@ RECORD_TYPES = {
 # ---- validation ------------------------------------------------------------------------------
 
 
-def _check_fields(body: Any, allowed: set[str], required: set[str], where: str = "") -> dict:
-    """``body`` as a dict of known fields with every required one, and ``null`` only where a
-    field may be absent in the model (:data:`NULLABLE_FIELDS`); else a 400 naming the field."""
+def _check_fields(
+    body: Any,
+    allowed: set[str],
+    required: set[str],
+    where: str = "",
+    nullable: frozenset[str] = frozenset(),
+) -> dict:
+    """``body`` as a dict of known fields with every required one, and ``null`` only in the
+    ``nullable`` ones (references to other records); else a 400 naming the field."""
     if not isinstance(body, dict):
         raise bad(where or "body", "must be a JSON object")
     unknown = sorted(set(body) - allowed)
@@ -162,7 +169,7 @@ def _check_fields(body: Any, allowed: set[str], required: set[str], where: str =
     missing = sorted(required - set(body))
     if missing:
         raise bad(f"{where}{missing[0]}", "is required")
-    nulls = sorted(k for k, v in body.items() if v is None and k not in NULLABLE_FIELDS)
+    nulls = sorted(k for k, v in body.items() if v is None and k not in nullable)
     if nulls:
         raise bad(f"{where}{nulls[0]}", "must not be null (leave it out for the default)")
     return body
@@ -362,9 +369,7 @@ class Registry:
         if kind not in RECORD_TYPES:
             raise ApiError(404, f"unknown collection {kind!r}")
         id_name = kind[:-1] + "_id"
-        _check_fields(body, *BODY_FIELDS[kind])
-        if id_name in body and body[id_name] is None:  # only references to others may be null
-            raise bad(id_name, "must not be null (leave it out to have one assigned)")
+        _check_fields(body, *BODY_FIELDS[kind], nullable=NULLABLE_FIELDS - {id_name})
         if ident is not None:
             # checked as an integer first: false == 0 in Python, not in the API
             if id_name in body and _int_value(body[id_name], id_name) != ident:

@@ -38,7 +38,7 @@ from ryu.lib.pack_utils import msg_pack_into  # noqa: E402
 from ryu.lib.packet import ethernet, packet  # noqa: E402
 from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
-from controller.api import RestApi  # noqa: E402
+from controller.api import RestApi, allowed_hosts  # noqa: E402
 from controller.engine import Engine, GcPauses  # noqa: E402
 from controller.model import HostPort  # noqa: E402
 from controller.registry import Registry  # noqa: E402
@@ -75,8 +75,6 @@ class Settings:
 
 
 SETTINGS = Settings()
-LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
-WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
 # A REST connection that sends nothing for this long is closed, so idle or half-open
 # connections cannot hold the server's green threads for good; and there are enough of those
 # (each costs a few kB) that it takes thousands of idle connections to make a request wait.
@@ -94,14 +92,6 @@ def rest_connection_limit() -> int:
     if soft == resource.RLIM_INFINITY:
         return REST_MAX_CONNECTIONS
     return max(64, min(REST_MAX_CONNECTIONS, soft // 2))
-
-
-def allowed_hosts(rest_host: str) -> frozenset[str] | None:
-    """Names a request's ``Host`` header may carry: loopback and the listen address (``None``
-    when listening on every address, where any name of the machine is fair)."""
-    if rest_host in WILDCARD_ADDRESSES:
-        return None
-    return LOOPBACK_NAMES | {rest_host}
 
 
 class HpoScheduler(app_manager.RyuApp):

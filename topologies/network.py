@@ -35,6 +35,7 @@ from mininet.topo import Topo
 from topologies.host_qos import TcRunner, host_batch
 from topologies.qos import apply_htb
 from topologies.testbed import DEFAULT_BW_MBPS
+from workloads.worker import TCP_PATIENCE_MS
 
 # A flow that a higher level starves keeps timing out, and Linux doubles its retransmission
 # timeout each time, up to 120 s: once promoted it may then sit idle for as long as it was
@@ -46,8 +47,7 @@ RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
 # exited), which Linux's doubling timeouts spread over about 15 minutes. Capped at 1 s they
 # would take 15 s (8 s), and a flow starved that long would be dropped: keep the patience in
 # seconds instead, as far as the kernel allows (at most 255 retries; the workers also set
-# TCP_USER_TIMEOUT, which overrides the count).
-TCP_GIVE_UP_S = 924
+# TCP_USER_TIMEOUT to the same patience, which overrides the count).
 MAX_TCP_RETRIES = 255
 
 
@@ -72,6 +72,15 @@ class testbed_lock:  # noqa: N801 (used like a function: ``with testbed_lock():`
         self.path = path
 
     def __enter__(self) -> testbed_lock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Take the lock (or count one more holder in this process); :class:`TestbedBusy` if
+        another process has it."""
         cls = type(self)
         if cls._depth == 0:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -88,9 +97,9 @@ class testbed_lock:  # noqa: N801 (used like a function: ``with testbed_lock():`
             os.pwrite(fd, f"pid {os.getpid()}: {' '.join(sys.argv)}\n".encode(), 0)
             cls._fd = fd
         cls._depth += 1
-        return self
 
-    def __exit__(self, *_exc) -> None:
+    def release(self) -> None:
+        """Drop one hold; the last one releases the lock."""
         cls = type(self)
         cls._depth -= 1
         if cls._depth == 0 and cls._fd is not None:
@@ -139,11 +148,11 @@ def start(
             f"this kernel has no {RTO_MAX_SYSCTL} (Linux 6.15+); run without the cap"
         )
     lock = testbed_lock()
-    lock.__enter__()
+    lock.acquire()
     try:
         net = _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_ms)
     except BaseException:
-        lock.__exit__()
+        lock.release()
         raise
     net.hpo_lock = lock
     return net
@@ -168,7 +177,7 @@ def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_m
                 host.cmd(f"ethtool -K {intf} tx off")
             if tcp_rto_max_ms is not None:
                 # a host's namespace starts from the kernel's default, not the root's setting
-                retries = min(MAX_TCP_RETRIES, math.ceil(TCP_GIVE_UP_S * 1000 / tcp_rto_max_ms))
+                retries = min(MAX_TCP_RETRIES, math.ceil(TCP_PATIENCE_MS / tcp_rto_max_ms))
                 for setting in (
                     f"net.ipv4.tcp_rto_max_ms={int(tcp_rto_max_ms)}",
                     f"net.ipv4.tcp_retries2={retries}",
@@ -198,7 +207,7 @@ def stop(net: Mininet) -> None:
         lock = getattr(net, "hpo_lock", None)
         if lock is not None:
             net.hpo_lock = None
-            lock.__exit__()
+            lock.release()
 
 
 def _stop_unlocked(net: Mininet) -> None:

@@ -41,7 +41,9 @@ _ZEROS = bytes(CHUNK)
 # How long a finished worker waits for its peers to finish receiving (the driver stops it
 # earlier at the end of a run).
 DRAIN_TIMEOUT_S = 300.0
-PATIENCE_MS = 924_000
+# Linux's default give-up time (15 retries of doubling timeouts), kept whatever cap the host
+# puts on the retransmission timeout (topologies/network.py sets its retries from it).
+TCP_PATIENCE_MS = 924_000
 
 
 class Stop(Exception):
@@ -61,7 +63,7 @@ def patient(sock: socket.socket) -> socket.socket:
     """``sock`` set to wait as long for an acknowledgement as Linux does by default (about 15
     minutes), whatever cap the host puts on the retransmission timeout: a flow starved by
     higher priorities for a while is slow, not broken."""
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, PATIENCE_MS)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_PATIENCE_MS)
     return sock
 
 

@@ -23,7 +23,6 @@ from controller.launcher import ControllerProcess, free_port
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 FUZZ_SECONDS = 60
 
@@ -39,7 +38,7 @@ def test_generated_requests_get_no_server_error_and_conform(tmp_path, report):
              "positive_data_acceptance", "--max-time", str(FUZZ_SECONDS), "--seed", "1",
              "--workers", "2", "--header", "Content-Type: application/json",
              "--report", "junit", "--report-dir", str(tmp_path)],
-            cwd=ROOT, capture_output=True, text=True, timeout=FUZZ_SECONDS + 120,
+            cwd=tmp_path, capture_output=True, text=True, timeout=FUZZ_SECONDS + 120,
         )  # fmt: skip
         out = run.stdout.splitlines()
         cases = [

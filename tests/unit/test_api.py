@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 
 import pytest
@@ -375,3 +376,15 @@ def test_garbage_collection_pauses_are_in_the_stats():
     finally:
         pauses.uninstall()
     assert full["count"] >= 1 and full["max_ms"] > 0
+
+
+def test_the_host_header_may_name_loopback_or_the_listen_address():
+    from controller.api import allowed_hosts, is_loopback
+
+    every_ipv4 = str(ipaddress.IPv4Address(0))
+    assert allowed_hosts("127.0.0.1") == {"127.0.0.1", "localhost", "::1"}
+    assert allowed_hosts("10.1.2.3") == {"127.0.0.1", "localhost", "::1", "10.1.2.3"}
+    assert allowed_hosts("ctl.example") == {"127.0.0.1", "localhost", "::1", "ctl.example"}
+    assert allowed_hosts(every_ipv4) is None and allowed_hosts("::") is None
+    assert is_loopback("127.0.0.2") and is_loopback("localhost") and is_loopback("::1")
+    assert not is_loopback("10.1.2.3") and not is_loopback(every_ipv4)
