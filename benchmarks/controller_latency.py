@@ -99,6 +99,10 @@ def main(argv=None) -> int:
         print(f"events measured: {lat['count']} (a registration and a deletion each)")
         print(f"registration -> FlowMods sent: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, "
               f"max {lat['max']:.2f} ms")  # fmt: skip
+        if slowest := lat.get("slowest"):
+            print("slowest event: {latency_ms:.1f} ms = wait {wait_ms:.1f} + compute "
+                  "{compute_ms:.1f} + send {send_ms:.1f} ms; the controller's CPU time in it "
+                  "{cpu_ms:.1f} ms".format(**slowest))  # fmt: skip
         print(f"reorder compute: p50 {comp['p50']:.2f} ms, p99 {comp['p99']:.2f} ms "
               f"over {comp['count']} reorders")  # fmt: skip
         print(f"REST round trip (client): p50 {statistics.median(round_trips) * 1e3:.2f} ms, "

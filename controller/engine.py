@@ -74,6 +74,26 @@ class Plan:
     compute_s: float
 
 
+@dataclass(frozen=True)
+class SlowEvent:
+    """Where the time of the slowest event went: waiting for the reorder loop, computing the
+    plan, building and sending the operations; ``cpu_s`` is the process's CPU time over the whole
+    event, so ``latency_s - cpu_s`` is time the process did not run (another process had the
+    core, or it waited on I/O)."""
+
+    latency_s: float
+    wait_s: float
+    compute_s: float
+    send_s: float
+    cpu_s: float
+
+    def to_json(self) -> dict:
+        return {
+            f"{name}_ms": round(getattr(self, f"{name}_s") * 1e3, 3)
+            for name in ("latency", "wait", "compute", "send", "cpu")
+        }
+
+
 @dataclass
 class Stats:
     reorders: int = 0
@@ -86,6 +106,7 @@ class Stats:
     compute_s: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
+    slowest: SlowEvent | None = None
 
 
 class Engine:
@@ -98,6 +119,7 @@ class Engine:
         port_bps: capacity of every host port (bit/s) unless ``host_bps`` names the host.
         host_bps: per-host capacity overrides, by IPv4 address.
         monotonic: clock for latencies.
+        cpu_clock: the process's CPU time (for the slowest event's breakdown).
         gc_pauses: the process's garbage-collection pauses, for the stats (``None``: not kept).
     """
 
@@ -109,6 +131,7 @@ class Engine:
         port_bps: float = 20e6,
         host_bps: dict[str, float] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.process_time,
         gc_pauses: GcPauses | None = None,
     ) -> None:
         self.registry = registry
@@ -116,6 +139,7 @@ class Engine:
         self.port_bps = port_bps
         self.host_bps = dict(host_bps or {})
         self.monotonic = monotonic
+        self.cpu_clock = cpu_clock
         self.policy: Policy = make_policy(policy, **(policy_options or {}))
         self.policy_name, self.policy_options = policy, dict(policy_options or {})
         saved = registry.settings.get("policy")
@@ -132,11 +156,15 @@ class Engine:
         self.plan: Plan | None = None
         self.stats = Stats()
         self._pending_events: list[float] = []
+        self._oldest_event_cpu = 0.0
+        self._last_reorder: tuple[float, float] = (0.0, 0.0)  # (started, compute seconds)
 
     # ---- events and policy -------------------------------------------------------------------
 
     def note_event(self, at: float | None = None) -> None:
         """Something changed (a registration, progress): the next reorder serves it."""
+        if not self._pending_events:
+            self._oldest_event_cpu = self.cpu_clock()
         self._pending_events.append(self.monotonic() if at is None else at)
         self.stats.events += 1
 
@@ -181,6 +209,7 @@ class Engine:
             raise
         self.last_reorder_error = None
         elapsed = self.monotonic() - started
+        self._last_reorder = (started, elapsed)
         self.plan = Plan(state, schedule, table, time.time(), elapsed)
         self.stats.reorders += 1
         self.stats.compute_s.append(elapsed)
@@ -205,6 +234,18 @@ class Engine:
     def sent(self, at: float | None = None) -> None:
         """The operations for every pending event have been sent: record the latencies."""
         now = self.monotonic() if at is None else at
+        if self._pending_events:
+            oldest = min(self._pending_events)
+            slowest = self.stats.slowest
+            if slowest is None or now - oldest > slowest.latency_s:
+                started, compute = self._last_reorder
+                self.stats.slowest = SlowEvent(
+                    latency_s=now - oldest,
+                    wait_s=max(0.0, started - oldest),
+                    compute_s=compute,
+                    send_s=max(0.0, now - started - compute),
+                    cpu_s=self.cpu_clock() - self._oldest_event_cpu,
+                )
         self.stats.latencies_s.extend(now - t for t in self._pending_events)
         self._pending_events.clear()
 
@@ -283,6 +324,7 @@ class Engine:
                 "p50": ms(percentile(lat, 50)),
                 "p99": ms(percentile(lat, 99)),
                 "max": ms(max(lat, default=None)),
+                "slowest": self.stats.slowest.to_json() if self.stats.slowest else None,
             },
             "gc_pauses": self.gc_pauses.to_json() if self.gc_pauses else None,
             "reorder_compute_ms": {

@@ -57,7 +57,7 @@ def rate_kbps(rate_bps: float) -> int:
     return max(1, round(rate_bps / 1000.0))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlowRule:
     """A marking rule in table 0.
 
@@ -89,7 +89,7 @@ class FlowRule:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Op:
     """One change to the switch.
 

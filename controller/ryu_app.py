@@ -242,32 +242,42 @@ class RestController(ControllerBase):
 
 
 class PackedMatch(ofproto_v1_3_parser.OFPMatch):
-    """An ``OFPMatch`` serialised once: a reorder re-sends the same matches with new marks, and
-    building and packing OXM fields (address parsing) was most of the cost of a FlowMod."""
+    """A rule's match, already in OpenFlow 1.3 wire format: what ``OFPFlowMod.serialize`` needs.
 
-    def __init__(self, **fields) -> None:
-        super().__init__(**fields)
-        buf = bytearray()
-        self._packed_len = super().serialize(buf, 0)
-        self._packed = bytes(buf[: self._packed_len])
+    A reorder re-sends the same matches with new marks, and building and packing OXM fields
+    (address parsing) was most of the cost of a FlowMod. Only the bytes are cached: a cached
+    ``OFPMatch`` is about ten objects (its lists, wildcards and flow), and every full garbage
+    collection walked them all while the event loop waited.
+    """
+
+    def __init__(self, fields: tuple, packed: bytes) -> None:
+        # OFPMatch.__init__ is skipped on purpose: its parsed state is what is not kept.
+        self.fields = fields
+        self._packed = packed
+
+    def items(self):
+        """The ``(OXM field, value)`` pairs, as ``OFPMatch.items`` gives them."""
+        return iter(self.fields)
 
     def serialize(self, buf, offset) -> int:
-        msg_pack_into(f"!{self._packed_len}s", buf, offset, self._packed)
-        return self._packed_len
+        msg_pack_into(f"!{len(self._packed)}s", buf, offset, self._packed)
+        return len(self._packed)
 
 
-_MATCHES: dict[tuple, PackedMatch] = {}
+_MATCHES: dict[tuple, bytes] = {}
 _MATCH_CACHE_SIZE = 4 * CACHE_ENTRIES  # up to 4 rules per pair (2 ports x 2 directions)
 
 
 def packed_match(match: tuple) -> PackedMatch:
-    """The (cached) packed OpenFlow 1.3 match for a rule's match tuple."""
+    """The packed OpenFlow 1.3 match for a rule's match tuple (its bytes are cached)."""
     packed = _MATCHES.get(match)
     if packed is None:
         if len(_MATCHES) >= _MATCH_CACHE_SIZE:
             _MATCHES.clear()
-        packed = _MATCHES[match] = PackedMatch(**dict(match))
-    return packed
+        buf = bytearray()
+        length = ofproto_v1_3_parser.OFPMatch(**dict(match)).serialize(buf, 0)
+        packed = _MATCHES[match] = bytes(buf[:length])
+    return PackedMatch(match, packed)
 
 
 def build_message(datapath, op: Op):

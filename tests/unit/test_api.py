@@ -378,6 +378,31 @@ def test_garbage_collection_pauses_are_in_the_stats():
     assert full["count"] >= 1 and full["max_ms"] > 0
 
 
+def test_the_slowest_event_is_broken_down_into_wait_compute_and_send():
+    # The clocks' readings in the order the engine takes them: two events (0 and 10 ms), the
+    # reorder loop starts at 30 ms and has the plan at 35 ms, the operations are sent at 45 ms.
+    wall = iter([0.0, 0.010, 0.030, 0.035, 0.045, 1.0, 1.001])
+    cpu = iter([0.0, 0.012, 0.5, 0.5])
+    engine = Engine(
+        Registry(":memory:"), "fair", monotonic=lambda: next(wall), cpu_clock=lambda: next(cpu)
+    )
+    engine.note_event()
+    engine.note_event()
+    engine.reorder()
+    engine.sent()
+    slowest = RestApi(engine).handle("GET", "/api/stats")[1]["event_to_flowmods_ms"]["slowest"]
+    assert slowest == {
+        "latency_ms": 45.0,
+        "wait_ms": 30.0,
+        "compute_ms": 5.0,
+        "send_ms": 10.0,
+        "cpu_ms": 12.0,
+    }
+    engine.note_event()  # a faster event later (1 ms) does not replace it
+    engine.sent()
+    assert engine.stats.slowest.latency_s == pytest.approx(0.045)
+
+
 def test_the_host_header_may_name_loopback_or_the_listen_address():
     from controller.api import allowed_hosts, is_loopback
 

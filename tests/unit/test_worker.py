@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -81,7 +83,12 @@ def start(pattern, ranks, iterations, model_bytes=200_000, compute_s=0.0, extra=
 def finish(procs, timeout=60):
     outs = []
     for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
+        if proc.pid in _LINES:  # stdout is being read by read_until's thread
+            proc.wait(timeout=timeout)
+            err = proc.stderr.read()
+            out = "".join(iter(lambda p=proc: _LINES[p.pid].get(timeout=timeout), ""))
+        else:
+            out, err = proc.communicate(timeout=timeout)
         outs.append(([json.loads(line) for line in out.splitlines()], proc.returncode, err))
     return outs
 
@@ -128,11 +135,32 @@ def test_parameter_server_bytes():
         assert events[-1]["bytes_sent"] == 2 * 200_000  # one gradient per iteration
 
 
+_LINES: dict[int, queue.Queue] = {}
+
+
+def _lines_of(proc) -> queue.Queue:
+    """The process's stdout lines, read by a thread (a blocked readline cannot time out)."""
+    if proc.pid not in _LINES:
+        lines = _LINES[proc.pid] = queue.Queue()
+
+        def pump():
+            for line in iter(proc.stdout.readline, ""):
+                lines.put(line)
+            lines.put("")
+
+        threading.Thread(target=pump, daemon=True).start()
+    return _LINES[proc.pid]
+
+
 def read_until(proc, predicate, timeout=20):
     deadline = time.monotonic() + timeout
     seen = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
+    lines = _lines_of(proc)
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
         if not line:
             break
         event = json.loads(line)
@@ -146,9 +174,11 @@ def test_pause_keeps_progress_and_stop_is_clean():
     procs = start("ring", 2, 10_000, compute_s=0.02)
     try:
         read_until(procs[0], lambda e: e.get("iteration", 0) >= 3)
-        for proc in procs:
-            proc.send_signal(signal.SIGUSR1)
+        # Rank 0 first: a rank pauses after its current iteration, and one signalled while it
+        # waits for a peer that has already paused only pauses once that peer resumes.
+        procs[0].send_signal(signal.SIGUSR1)
         paused = read_until(procs[0], lambda e: e["event"] == "paused")[-1]
+        procs[1].send_signal(signal.SIGUSR1)
         time.sleep(0.6)
         for proc in procs:
             proc.send_signal(signal.SIGUSR2)
