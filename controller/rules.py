@@ -15,6 +15,7 @@ controller owns. A reorder usually changes only the DSCP of existing rules: a MO
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -89,16 +90,29 @@ class FlowRule:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One change to the switch.
+class OpKind(enum.StrEnum):
+    """What an :class:`Op` does to a switch, in OpenFlow 1.3 terms.
 
-    ``kind`` is ``flow_add``, ``flow_modify`` (strict), ``flow_delete`` (strict),
-    ``owner_modify`` (every rule with ``rule.cookie`` gets ``rule.dscp`` and ``rule.meter_id``),
-    ``meter_add``, ``meter_modify``, ``meter_delete`` or ``barrier``.
+    ``FLOW_MODIFY`` and ``FLOW_DELETE`` are strict (the rule with this priority and match);
+    ``OWNER_MODIFY`` is a non-strict MODIFY that gives every rule with ``rule.cookie`` the marks
+    ``rule.dscp`` and ``rule.meter_id``; ``METER_DELETE`` also deletes the rules using the meter.
     """
 
-    kind: str
+    FLOW_ADD = "flow_add"
+    FLOW_MODIFY = "flow_modify"
+    FLOW_DELETE = "flow_delete"
+    OWNER_MODIFY = "owner_modify"
+    METER_ADD = "meter_add"
+    METER_MODIFY = "meter_modify"
+    METER_DELETE = "meter_delete"
+    BARRIER = "barrier"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One change to a switch: a :class:`OpKind` with the rule or meter it is about."""
+
+    kind: OpKind
     rule: FlowRule | None = None
     meter_id: int | None = None
     rate_kbps: int | None = None
@@ -237,24 +251,24 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     for key, rule in installed.rules.items():
         want = desired.rules.get(key)
         if want is None or want.cookie != rule.cookie:
-            flow_deletes.append(Op("flow_delete", rule=rule))
+            flow_deletes.append(Op(OpKind.FLOW_DELETE, rule=rule))
     for key, rule in desired.rules.items():
         have = installed.rules.get(key)
         if have is None or have.cookie != rule.cookie:
-            flow_adds.append(Op("flow_add", rule=rule))
+            flow_adds.append(Op(OpKind.FLOW_ADD, rule=rule))
         elif have != rule:
-            flow_mods.append(Op("flow_modify", rule=rule))
+            flow_mods.append(Op(OpKind.FLOW_MODIFY, rule=rule))
     meter_puts, meter_deletes = [], []
     for meter_id, kbps in desired.meters.items():
         if meter_id not in installed.meters:
-            meter_puts.append(Op("meter_add", meter_id=meter_id, rate_kbps=kbps))
+            meter_puts.append(Op(OpKind.METER_ADD, meter_id=meter_id, rate_kbps=kbps))
         elif installed.meters[meter_id] != kbps:
-            meter_puts.append(Op("meter_modify", meter_id=meter_id, rate_kbps=kbps))
+            meter_puts.append(Op(OpKind.METER_MODIFY, meter_id=meter_id, rate_kbps=kbps))
     for meter_id in installed.meters:
         if meter_id not in desired.meters:
-            meter_deletes.append(Op("meter_delete", meter_id=meter_id))
+            meter_deletes.append(Op(OpKind.METER_DELETE, meter_id=meter_id))
     ops = flow_deletes + meter_puts + flow_adds + _by_owner(flow_mods, desired) + meter_deletes
-    return [*ops, Op("barrier")] if ops else []
+    return [*ops, Op(OpKind.BARRIER)] if ops else []
 
 
 def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
@@ -276,40 +290,46 @@ def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
             first = ops[0].rule
             # the match must name IP: set_field ip_dscp needs it as a prerequisite
             template = FlowRule(cookie, 0, OWNER_MATCH, first.dscp, first.meter_id)
-            out.append(Op("owner_modify", rule=template))
+            out.append(Op(OpKind.OWNER_MODIFY, rule=template))
         else:
             out.extend(ops)
     return out
 
 
 def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
-    """What a switch holding ``table`` holds after ``ops`` (an in-memory OpenFlow table)."""
+    """What a switch holding ``table`` holds after ``ops`` (the controller's record of it)."""
     rules = dict(table.rules)
     meters = dict(table.meters)
     for op in ops:
-        if op.kind == "flow_delete":
-            rules.pop(op.rule.key, None)
-        elif op.kind in ("flow_add", "flow_modify"):
-            if op.kind == "flow_modify" and op.rule.key not in rules:
-                raise ValueError(f"modify of a rule that is not installed: {op.rule}")
-            if op.rule.meter_id is not None and op.rule.meter_id not in meters:
-                raise ValueError(f"rule uses meter {op.rule.meter_id}, which does not exist")
-            rules[op.rule.key] = op.rule
-        elif op.kind == "owner_modify":
-            # non-strict MODIFY of every rule carrying the owner's cookie
-            if op.rule.meter_id is not None and op.rule.meter_id not in meters:
-                raise ValueError(f"rule uses meter {op.rule.meter_id}, which does not exist")
-            for key, rule in rules.items():
-                if rule.cookie == op.rule.cookie:
-                    rules[key] = replace(rule, dscp=op.rule.dscp, meter_id=op.rule.meter_id)
-        elif op.kind in ("meter_add", "meter_modify"):
-            if (op.kind == "meter_add") == (op.meter_id in meters):
-                raise ValueError(f"{op.kind} of meter {op.meter_id}: wrong state")
-            meters[op.meter_id] = op.rate_kbps
-        elif op.kind == "meter_delete":
-            meters.pop(op.meter_id)
-            # OpenFlow 1.3: deleting a meter deletes the flows that use it
-            rules = {k: r for k, r in rules.items() if r.meter_id != op.meter_id}
-        elif op.kind != "barrier":
-            raise ValueError(f"unknown op {op.kind}")
+        try:
+            kind = OpKind(op.kind)
+        except ValueError:
+            raise ValueError(f"unknown op {op.kind}") from None
+        match kind:
+            case OpKind.FLOW_DELETE:
+                rules.pop(op.rule.key, None)
+            case OpKind.FLOW_ADD | OpKind.FLOW_MODIFY:
+                if kind is OpKind.FLOW_MODIFY and op.rule.key not in rules:
+                    raise ValueError(f"modify of a rule that is not installed: {op.rule}")
+                _check_meter(op.rule, meters)
+                rules[op.rule.key] = op.rule
+            case OpKind.OWNER_MODIFY:
+                _check_meter(op.rule, meters)
+                for key, rule in rules.items():
+                    if rule.cookie == op.rule.cookie:
+                        rules[key] = replace(rule, dscp=op.rule.dscp, meter_id=op.rule.meter_id)
+            case OpKind.METER_ADD | OpKind.METER_MODIFY:
+                if (kind is OpKind.METER_ADD) == (op.meter_id in meters):
+                    raise ValueError(f"{kind} of meter {op.meter_id}: wrong state")
+                meters[op.meter_id] = op.rate_kbps
+            case OpKind.METER_DELETE:
+                meters.pop(op.meter_id)
+                rules = {k: r for k, r in rules.items() if r.meter_id != op.meter_id}
+            case OpKind.BARRIER:
+                pass
     return SwitchTable(rules, meters)
+
+
+def _check_meter(rule: FlowRule, meters: Mapping[int, int]) -> None:
+    if rule.meter_id is not None and rule.meter_id not in meters:
+        raise ValueError(f"rule uses meter {rule.meter_id}, which does not exist")

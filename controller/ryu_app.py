@@ -51,6 +51,7 @@ from controller.rules import (  # noqa: E402
     MARK_TABLE,
     FlowRule,
     Op,
+    OpKind,
 )
 
 LOG = logging.getLogger("controller")
@@ -283,54 +284,56 @@ def packed_match(match: tuple) -> PackedMatch:
 def build_message(datapath, op: Op):
     """The OpenFlow 1.3 message for one :class:`controller.rules.Op` (OpenFlow 1.3 only)."""
     parser, ofp = datapath.ofproto_parser, datapath.ofproto
-    if op.kind in ("flow_add", "flow_modify"):
-        command = ofp.OFPFC_ADD if op.kind == "flow_add" else ofp.OFPFC_MODIFY_STRICT
-        return parser.OFPFlowMod(
-            datapath=datapath,
-            cookie=op.rule.cookie,
-            cookie_mask=COOKIE_OWNER_MASK if op.kind == "flow_modify" else 0,
-            table_id=MARK_TABLE,
-            command=command,
-            priority=op.rule.priority,
-            match=packed_match(op.rule.match),
-            instructions=_mark_instructions(datapath, op.rule),
-        )
-    if op.kind == "owner_modify":
-        return parser.OFPFlowMod(
-            datapath=datapath,
-            cookie=op.rule.cookie,
-            cookie_mask=COOKIE_OWNER_MASK,
-            table_id=MARK_TABLE,
-            command=ofp.OFPFC_MODIFY,
-            match=packed_match(op.rule.match),
-            instructions=_mark_instructions(datapath, op.rule),
-        )
-    if op.kind == "flow_delete":
-        return parser.OFPFlowMod(
-            datapath=datapath,
-            cookie=op.rule.cookie,
-            cookie_mask=COOKIE_OWNER_MASK,
-            table_id=MARK_TABLE,
-            command=ofp.OFPFC_DELETE_STRICT,
-            priority=op.rule.priority,
-            out_port=ofp.OFPP_ANY,
-            out_group=ofp.OFPG_ANY,
-            match=packed_match(op.rule.match),
-        )
-    if op.kind in ("meter_add", "meter_modify"):
-        command = ofp.OFPMC_ADD if op.kind == "meter_add" else ofp.OFPMC_MODIFY
-        # No burst size: a small burst (5000) halved TCP goodput on this datapath (DESIGN §3).
-        return parser.OFPMeterMod(
-            datapath=datapath,
-            command=command,
-            flags=ofp.OFPMF_KBPS,
-            meter_id=op.meter_id,
-            bands=[parser.OFPMeterBandDrop(rate=op.rate_kbps, burst_size=0)],
-        )
-    if op.kind == "meter_delete":
-        return parser.OFPMeterMod(datapath=datapath, command=ofp.OFPMC_DELETE, meter_id=op.meter_id)
-    if op.kind == "barrier":
-        return parser.OFPBarrierRequest(datapath)
+    match op.kind:
+        case OpKind.FLOW_ADD | OpKind.FLOW_MODIFY:
+            adding = op.kind == OpKind.FLOW_ADD
+            return parser.OFPFlowMod(
+                datapath=datapath,
+                cookie=op.rule.cookie,
+                cookie_mask=0 if adding else COOKIE_OWNER_MASK,
+                table_id=MARK_TABLE,
+                command=ofp.OFPFC_ADD if adding else ofp.OFPFC_MODIFY_STRICT,
+                priority=op.rule.priority,
+                match=packed_match(op.rule.match),
+                instructions=_mark_instructions(datapath, op.rule),
+            )
+        case OpKind.OWNER_MODIFY:
+            return parser.OFPFlowMod(
+                datapath=datapath,
+                cookie=op.rule.cookie,
+                cookie_mask=COOKIE_OWNER_MASK,
+                table_id=MARK_TABLE,
+                command=ofp.OFPFC_MODIFY,
+                match=packed_match(op.rule.match),
+                instructions=_mark_instructions(datapath, op.rule),
+            )
+        case OpKind.FLOW_DELETE:
+            return parser.OFPFlowMod(
+                datapath=datapath,
+                cookie=op.rule.cookie,
+                cookie_mask=COOKIE_OWNER_MASK,
+                table_id=MARK_TABLE,
+                command=ofp.OFPFC_DELETE_STRICT,
+                priority=op.rule.priority,
+                out_port=ofp.OFPP_ANY,
+                out_group=ofp.OFPG_ANY,
+                match=packed_match(op.rule.match),
+            )
+        case OpKind.METER_ADD | OpKind.METER_MODIFY:
+            # No burst size: a small burst (5000) halved TCP goodput on this datapath (DESIGN §3).
+            return parser.OFPMeterMod(
+                datapath=datapath,
+                command=ofp.OFPMC_ADD if op.kind == OpKind.METER_ADD else ofp.OFPMC_MODIFY,
+                flags=ofp.OFPMF_KBPS,
+                meter_id=op.meter_id,
+                bands=[parser.OFPMeterBandDrop(rate=op.rate_kbps, burst_size=0)],
+            )
+        case OpKind.METER_DELETE:
+            return parser.OFPMeterMod(
+                datapath=datapath, command=ofp.OFPMC_DELETE, meter_id=op.meter_id
+            )
+        case OpKind.BARRIER:
+            return parser.OFPBarrierRequest(datapath)
     raise ValueError(f"unknown op {op.kind}")
 
 
