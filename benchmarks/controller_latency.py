@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from controller.launcher import ControllerProcess, free_port, wait_for  # noqa: E402
+from workloads.launcher import ControllerProcess, free_port, wait_for  # noqa: E402
 
 BRIDGE = "benchlat"
 HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from cli.argtypes import positive, tcp_port
 from controller.api import is_loopback
-from controller.argtypes import positive, tcp_port
 from controller.model import HostPort
 from controller.policies import POLICIES, parse_option_text
 from controller.registry import DatabaseError

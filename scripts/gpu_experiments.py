@@ -47,7 +47,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from controller.argtypes import positive  # noqa: E402
+from cli.argtypes import positive  # noqa: E402
 from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402

@@ -54,8 +54,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from controller.argtypes import positive  # noqa: E402
-from controller.launcher import ControllerProcess, free_port  # noqa: E402
+from cli.argtypes import positive  # noqa: E402
 from controller.metrics import (  # noqa: E402
     Interval,
     clear_best,
@@ -75,6 +74,7 @@ from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import PATTERNS, generate  # noqa: E402
+from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from controller.argtypes import positive
+from cli.argtypes import positive
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator

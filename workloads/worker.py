@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from controller.argtypes import positive, tcp_port
+from cli.argtypes import positive, tcp_port
 from workloads.curves import curve_from_json
 
 HEADER = struct.Struct("!QQ")  # iteration, payload length

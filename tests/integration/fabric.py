@@ -10,8 +10,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from controller.launcher import ControllerProcess, free_port, stop_process, wait_for  # noqa: F401
 from topologies.qos import apply_htb
+from workloads.launcher import ControllerProcess, free_port, stop_process, wait_for  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.launcher import ControllerProcess, free_port
+from workloads.launcher import ControllerProcess, free_port
 
 pytestmark = pytest.mark.integration
 

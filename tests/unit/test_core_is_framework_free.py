@@ -22,3 +22,22 @@ def test_core_imports_with_frameworks_blocked():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_the_controller_imports_nothing_from_the_experiments():
+    """``controller/`` is the switch-facing side: the workloads, the simulator, the testbed
+    topologies and the scripts build on it, never the other way round."""
+    import ast
+    from pathlib import Path
+
+    outside = {"workloads", "simulator", "topologies", "scripts", "benchmarks", "tests"}
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[2] / "controller").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in outside]
+    assert found == []
