@@ -22,9 +22,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.engine import Engine
+from controller.engine import Engine, NoPlan
 from controller.policies import POLICIES
-from controller.registry import KINDS, ApiError
+from controller.registry import (
+    KINDS,
+    DuplicateRecord,
+    InvalidInput,
+    RegistryError,
+    UnknownRecord,
+)
 
 LOG = logging.getLogger(__name__)
 PREFIX = "/api"
@@ -71,6 +77,40 @@ def openapi_document() -> dict:
     import yaml  # only this view needs it
 
     return yaml.safe_load(SPEC_PATH.read_text())
+
+
+class ApiError(Exception):
+    """A refused request: HTTP ``status``, ``message`` naming the problem, the body ``field`` at
+    fault (if one is) and extra response headers (e.g. ``Allow`` on a 405)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.headers = headers or {}
+
+    @classmethod
+    def of(cls, exc: RegistryError | NoPlan) -> ApiError:
+        """The HTTP error for a refusal of the registry or the engine."""
+        if isinstance(exc, NoPlan):
+            return cls(503, str(exc))
+        return cls(DOMAIN_STATUS[type(exc)], exc.message, exc.field)
+
+    def to_json(self) -> dict:
+        error: dict = {"code": self.status, "message": self.message}
+        if self.field:
+            error["field"] = self.field
+        return {"error": error}
+
+
+DOMAIN_STATUS = {InvalidInput: 400, UnknownRecord: 404, DuplicateRecord: 409}
 
 
 @dataclass(frozen=True)
@@ -134,6 +174,9 @@ class RestApi:
             self._check_request(method.upper(), body, headers or {})
             status, payload = self._dispatch(method.upper(), path, body)
             return Reply(status, payload)
+        except (RegistryError, NoPlan) as exc:
+            error = ApiError.of(exc)
+            return Reply(error.status, error.to_json())
         except ApiError as exc:
             return Reply(exc.status, exc.to_json(), exc.headers)
         except Exception:

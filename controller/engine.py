@@ -19,12 +19,16 @@ from dataclasses import dataclass, field
 from controller.metrics import percentile
 from controller.model import ClusterState
 from controller.policies import POLICIES, Policy, make_policy
-from controller.registry import IMPLICIT_COFLOW_BASE, ApiError, Registry
+from controller.registry import IMPLICIT_COFLOW_BASE, InvalidInput, Registry
 from controller.rules import MeterIds, Op, SwitchTable, apply_ops, desired_table, diff
 from controller.schedule import Schedule, coflow_levels, dscp_of_level
 
 LOG = logging.getLogger(__name__)
 LATENCY_SAMPLES = 10_000
+
+
+class NoPlan(Exception):
+    """There is no plan to show: the first reorder failed (the message says why)."""
 
 
 class GcPauses:
@@ -173,16 +177,16 @@ class Engine:
         return bool(self._pending_events) or self.plan is None
 
     def set_policy(self, name: str, options: dict | None = None) -> None:
-        """Switch the policy at run time (persisted); raises ``ApiError`` 400 for a bad one."""
+        """Switch the policy at run time (persisted); :class:`InvalidInput` for a bad one."""
         if not isinstance(name, str):
-            raise ApiError(400, "name: must be a string", "name")
+            raise InvalidInput("name: must be a string", "name")
         if options is not None and not isinstance(options, dict):
-            raise ApiError(400, "options: must be a JSON object", "options")
+            raise InvalidInput("options: must be a JSON object", "options")
         try:
             policy = make_policy(name, **(options or {}))
         except ValueError as exc:
             field_name = "name" if name not in POLICIES else "options"
-            raise ApiError(400, f"{field_name}: {exc}", field_name) from None
+            raise InvalidInput(f"{field_name}: {exc}", field_name) from None
         self.registry.set_setting("policy", {"name": name, "options": options or {}})
         self.policy, self.policy_name, self.policy_options = policy, name, dict(options or {})
         self.note_event()
@@ -265,7 +269,7 @@ class Engine:
             except Exception:
                 LOG.exception("reorder failed")
                 error = self.last_reorder_error
-                raise ApiError(503, f"no plan: the reorder failed ({error})") from None
+                raise NoPlan(f"no plan: the reorder failed ({error})") from None
         levels = coflow_levels(plan.schedule)
         entries = []
         for rank, group in enumerate(plan.schedule.ranks):

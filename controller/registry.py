@@ -32,35 +32,35 @@ IMPLICIT_COFLOW_BASE = 2**32
 KINDS = ("tasks", "stages", "jobs", "coflows")
 
 
-class ApiError(Exception):
-    """A request the registry refuses: HTTP-like ``status``, ``message`` naming the problem."""
+class RegistryError(Exception):
+    """A request the registry refuses: ``message`` names the problem, ``field`` the body field
+    at fault (if one is). The REST API maps each kind to its HTTP status."""
 
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        field: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
+    def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
         self.field = field
-        self.headers = headers or {}  # e.g. Allow on a 405
 
-    def to_json(self) -> dict:
-        error: dict[str, Any] = {"code": self.status, "message": self.message}
-        if self.field:
-            error["field"] = self.field
-        return {"error": error}
+
+class InvalidInput(RegistryError):
+    """A body or value that is not valid (a wrong type or range, or a reference to a record
+    that is not registered)."""
+
+
+class UnknownRecord(RegistryError):
+    """No such collection, or no record with that id."""
+
+
+class DuplicateRecord(RegistryError):
+    """A record with that id is already registered (create, not replace)."""
 
 
 class DatabaseError(Exception):
     """The registry's SQLite file cannot be used; the message names the file and the problem."""
 
 
-def bad(field_name: str, problem: str) -> ApiError:
-    return ApiError(400, f"{field_name}: {problem}", field_name)
+def bad(field_name: str, problem: str) -> InvalidInput:
+    return InvalidInput(f"{field_name}: {problem}", field_name)
 
 
 @dataclass
@@ -367,7 +367,7 @@ class Registry:
     def parse(self, kind: str, body: Any, ident: int | None = None) -> Any:
         """Validate ``body`` as a record of ``kind``; ``ident`` is the id from the URL, if any."""
         if kind not in RECORD_TYPES:
-            raise ApiError(404, f"unknown collection {kind!r}")
+            raise UnknownRecord(f"unknown collection {kind!r}")
         id_name = kind[:-1] + "_id"
         _check_fields(body, *BODY_FIELDS[kind], nullable=NULLABLE_FIELDS - {id_name})
         if ident is not None:
@@ -437,10 +437,10 @@ class Registry:
     # ---- mutations ---------------------------------------------------------------------------
 
     def create(self, kind: str, body: Any) -> Any:
-        """Register a new record (``POST``); 409 if its id is taken."""
+        """Register a new record (``POST``); :class:`DuplicateRecord` if its id is taken."""
         record = self.parse(kind, body)
         if _ident(kind, record) in self.records[kind]:
-            raise ApiError(409, f"{kind[:-1]} {_ident(kind, record)} already exists; use PUT")
+            raise DuplicateRecord(f"{kind[:-1]} {_ident(kind, record)} already exists; use PUT")
         self._write([(kind, record)], [])
         return record
 
@@ -454,12 +454,12 @@ class Registry:
 
     def get(self, kind: str, ident: int, must_exist: bool = True) -> Any:
         if kind not in RECORD_TYPES:
-            raise ApiError(404, f"unknown collection {kind!r}")
+            raise UnknownRecord(f"unknown collection {kind!r}")
         if not 0 <= ident <= MAX_ID:
-            raise ApiError(404, f"{kind[:-1]} id must be in 0..{MAX_ID}")
+            raise UnknownRecord(f"{kind[:-1]} id must be in 0..{MAX_ID}")
         record = self.records[kind].get(ident)
         if record is None and must_exist:
-            raise ApiError(404, f"no {kind[:-1]} {ident}")
+            raise UnknownRecord(f"no {kind[:-1]} {ident}")
         return record
 
     def delete(self, kind: str, ident: int) -> list[tuple[str, int]]:

@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from controller.registry import IMPLICIT_COFLOW_BASE, ApiError, Registry
+from controller.api import ApiError
+from controller.registry import IMPLICIT_COFLOW_BASE, Registry, RegistryError
 
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
 
@@ -85,9 +86,9 @@ def registry():
 def test_bad_bodies_name_the_field_and_change_nothing(registry, kind, body, field, words):
     registry.create("jobs", job_body(7))
     before = copy.deepcopy(registry.records)
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(RegistryError) as err:
         registry.create(kind, body)
-    assert err.value.status == 400
+    assert ApiError.of(err.value).status == 400
     assert err.value.field == field
     assert words in err.value.message
     assert registry.records == before
@@ -95,19 +96,19 @@ def test_bad_bodies_name_the_field_and_change_nothing(registry, kind, body, fiel
 
 def test_ids_conflicts_and_put(registry):
     registry.create("jobs", job_body(1))
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(RegistryError) as err:
         registry.create("jobs", job_body(1))
-    assert err.value.status == 409
+    assert ApiError.of(err.value).status == 409
     job, created = registry.put("jobs", 1, job_body(1, iteration_budget=20))
     assert not created and job.iteration_budget == 20
     assert job.arrival_s == 0.0  # a replace keeps the arrival time
-    with pytest.raises(ApiError, match="differs from the id 2 in the URL"):
+    with pytest.raises(RegistryError, match="differs from the id 2 in the URL"):
         registry.put("jobs", 2, job_body(1))
     auto = registry.create("tasks", {"name": "resnet"})
     assert auto.task_id == 1
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(RegistryError) as err:
         registry.get("jobs", 99)
-    assert err.value.status == 404
+    assert ApiError.of(err.value).status == 404
 
 
 def test_host_names_resolve_to_addresses(registry):
@@ -131,7 +132,7 @@ def test_delete_cascades(registry):
 def test_progress(registry):
     registry.create("jobs", job_body(1))
     assert registry.job_progress(1, {"iterations_done": 4}).iterations_done == 4
-    with pytest.raises(ApiError, match="iterations_done: must be <= iteration_budget"):
+    with pytest.raises(RegistryError, match="iterations_done: must be <= iteration_budget"):
         registry.job_progress(1, {"iterations_done": 11})
     registry.create(
         "coflows",
@@ -145,7 +146,7 @@ def test_progress(registry):
     )
     coflow = registry.coflow_progress(5, {"remaining_bytes": [0, 4]})
     assert [f.remaining_bytes for f in coflow.flows] == [0, 4]
-    with pytest.raises(ApiError, match=r"remaining_bytes\[1\]: must be <= the flow's 10"):
+    with pytest.raises(RegistryError, match=r"remaining_bytes\[1\]: must be <= the flow's 10"):
         registry.coflow_progress(5, {"remaining_bytes": [0, 11]})
     assert registry.coflow_progress(5, {"remaining_bytes": [0, 0]}) is None
     assert 5 not in registry.records["coflows"]
@@ -172,7 +173,7 @@ def test_registry_survives_a_restart(tmp_path):
     first.create("jobs", job_body(1, stage_id=1))
     first.job_progress(1, {"iterations_done": 3})
     first.set_setting("policy", {"name": "jpas", "options": {}})
-    with pytest.raises(ApiError):
+    with pytest.raises(RegistryError):
         first.create("jobs", job_body(2, stage_id=7))
     first.close()
     second = Registry(path, hosts=HOSTS)
