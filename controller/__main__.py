@@ -56,6 +56,7 @@ def load_hosts(path: str):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The controller's command line; a bad flag ends with argparse's one-line error."""
     parser = argparse.ArgumentParser(
         prog="python -m controller",
         description="SDN controller (Ryu, OpenFlow 1.3) that enforces a coflow scheduling "
@@ -146,6 +147,7 @@ def check_database(path: str) -> str | None:
 
 
 def main(argv=None) -> int:
+    """Start the controller (Ryu app, REST API, registry); the exit status for the shell."""
     args = parse_args(argv)
     options = args.options
     try:

@@ -104,6 +104,7 @@ class ApiError(Exception):
         return cls(DOMAIN_STATUS[type(exc)], exc.message, exc.field)
 
     def to_json(self) -> dict:
+        """The error body every refused request gets: ``{"error": {code, message, field}}``."""
         error: dict = {"code": self.status, "message": self.message}
         if self.field:
             error["field"] = self.field
@@ -236,9 +237,11 @@ class RestApi:
     # ---- policy and views ----------------------------------------------------------------------
 
     def get_spec(self, body) -> tuple[int, object]:
+        """``GET /api/openapi.json``: the OpenAPI document this API follows."""
         return 200, openapi_document()
 
     def get_policy(self, body) -> tuple[int, object]:
+        """``GET /api/policy``: the policy in force, its options and every policy's option specs."""
         return 200, {
             "name": self.engine.policy_name,
             "options": self.engine.policy_options,
@@ -250,6 +253,7 @@ class RestApi:
         }
 
     def put_policy(self, body) -> tuple[int, object]:
+        """``PUT /api/policy``: switch the policy (``name``, optional ``options``); persisted."""
         if not isinstance(body, dict) or "name" not in body:
             raise ApiError(400, "name: is required", "name")
         unknown = sorted(set(body) - {"name", "options"})
@@ -260,48 +264,60 @@ class RestApi:
         return self.get_policy(None)
 
     def get_order(self, body) -> tuple[int, object]:
+        """``GET /api/order``: the current plan's coflow order, levels, DSCP and rates."""
         return 200, self.engine.order_json()
 
     def get_rules(self, body) -> tuple[int, object]:
+        """``GET /api/rules``: the wanted rules and what each switch holds."""
         return 200, self.engine.rules_json()
 
     def get_stats(self, body) -> tuple[int, object]:
+        """``GET /api/stats``: counters, latencies, reorder failures and GC pauses."""
         return 200, self.engine.stats_json()
 
     def reset_stats(self, body) -> tuple[int, object]:
+        """``DELETE /api/stats``: start the counters and latency samples afresh."""
         self.engine.reset_stats()
         return 200, self.engine.stats_json()
 
     # ---- registry ------------------------------------------------------------------------------
 
     def list_records(self, body, kind: str) -> tuple[int, object]:
+        """``GET /api/{kind}``: every record of a collection, by id."""
         records = self.registry.records[kind]
         return 200, [self.registry.to_json(kind, records[i]) for i in sorted(records)]
 
     def create_record(self, body, kind: str) -> tuple[int, object]:
+        """``POST /api/{kind}``: register a new record (409 if its id is taken)."""
         record = self.registry.create(kind, _require_body(body))
         self._changed()
         return 201, self.registry.to_json(kind, record)
 
     def get_record(self, body, kind: str, id: int) -> tuple[int, object]:
+        """``GET /api/{kind}/{id}``: one record."""
         return 200, self.registry.to_json(kind, self.registry.get(kind, id))
 
     def put_record(self, body, kind: str, id: int) -> tuple[int, object]:
+        """``PUT /api/{kind}/{id}``: create or replace a record (stored progress is kept unless the
+        body sets it)."""
         record, created = self.registry.put(kind, id, _require_body(body))
         self._changed()
         return (201 if created else 200), self.registry.to_json(kind, record)
 
     def delete_record(self, body, kind: str, id: int) -> tuple[int, object]:
+        """``DELETE /api/{kind}/{id}``: delete a record and what depends on it."""
         removed = self.registry.delete(kind, id)
         self._changed()
         return 200, {"deleted": [{"kind": k, "id": i} for k, i in removed]}
 
     def job_progress(self, body, id: int) -> tuple[int, object]:
+        """``POST /api/jobs/{id}/progress``: a job's iterations done."""
         job = self.registry.job_progress(id, _require_body(body))
         self._changed()
         return 200, self.registry.to_json("jobs", job)
 
     def coflow_progress(self, body, id: int) -> tuple[int, object]:
+        """``POST /api/coflows/{id}/progress``: a coflow's remaining bytes, or that it is done."""
         coflow = self.registry.coflow_progress(id, _require_body(body))
         self._changed()
         if coflow is None:

@@ -42,13 +42,16 @@ class GcPauses:
         self._started = 0.0
 
     def install(self) -> GcPauses:
+        """Start timing the process's collections; returns itself."""
         gc.callbacks.append(self._on_gc)
         return self
 
     def uninstall(self) -> None:
+        """Stop timing collections."""
         gc.callbacks.remove(self._on_gc)
 
     def reset(self) -> None:
+        """Forget the counts and longest pauses (with the other stats)."""
         self.count = [0, 0, 0]
         self.max_s = [0.0, 0.0, 0.0]
 
@@ -61,6 +64,7 @@ class GcPauses:
         self.max_s[generation] = max(self.max_s[generation], time.perf_counter() - self._started)
 
     def to_json(self) -> dict:
+        """Count and longest pause (ms) per generation, for ``/api/stats``."""
         return {
             f"gen{g}": {"count": self.count[g], "max_ms": round(self.max_s[g] * 1e3, 3)}
             for g in range(3)
@@ -92,6 +96,7 @@ class SlowEvent:
     cpu_s: float
 
     def to_json(self) -> dict:
+        """The breakdown in milliseconds, for ``/api/stats``."""
         return {
             f"{name}_ms": round(getattr(self, f"{name}_s") * 1e3, 3)
             for name in ("latency", "wait", "compute", "send", "cpu")
@@ -100,6 +105,8 @@ class SlowEvent:
 
 @dataclass
 class Stats:
+    """Counters and latency samples since the start or the last reset (``/api/stats``)."""
+
     reorders: int = 0
     events: int = 0
     ops_sent: int = 0
@@ -174,6 +181,7 @@ class Engine:
 
     @property
     def dirty(self) -> bool:
+        """Whether a reorder is due: an event is pending or there is no plan yet."""
         return bool(self._pending_events) or self.plan is None
 
     def set_policy(self, name: str, options: dict | None = None) -> None:
@@ -224,6 +232,7 @@ class Engine:
         self.switches[dpid] = SwitchTable.empty()
 
     def switch_gone(self, dpid: int) -> None:
+        """A switch disconnected: forget what it held."""
         self.switches.pop(dpid, None)
 
     def ops_for(self, dpid: int) -> list[Op]:
@@ -262,6 +271,8 @@ class Engine:
     # ---- views for the REST API ----------------------------------------------------------------
 
     def order_json(self) -> dict:
+        """The plan's order for ``/api/order`` (computed now if there is none; :class:`NoPlan` if
+        that fails)."""
         plan = self.plan
         if plan is None:
             try:
@@ -301,6 +312,7 @@ class Engine:
         }
 
     def rules_json(self) -> dict:
+        """The wanted rules and meters and each switch's, for ``/api/rules``."""
         desired = self.plan.table if self.plan else SwitchTable.empty()
         return {
             "desired": _table_json(desired),
@@ -308,6 +320,8 @@ class Engine:
         }
 
     def stats_json(self) -> dict:
+        """Counters, latency percentiles, the slowest event, failures and GC pauses, for
+        ``/api/stats``."""
         lat = list(self.stats.latencies_s)
         comp = list(self.stats.compute_s)
         ms = lambda v: None if v is None else round(v * 1e3, 3)  # noqa: E731

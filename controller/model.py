@@ -143,12 +143,14 @@ class Coflow:
 
     @property
     def size_bytes(self) -> float:
+        """Total bytes of the coflow."""
         if self.summary is not None:
             return self.summary.size_bytes
         return sum(flow.size_bytes for flow in self.flows)
 
     @property
     def remaining_bytes(self) -> float:
+        """Bytes not yet delivered."""
         if self.summary is not None:
             return self.summary.remaining_bytes
         return sum(flow.remaining_bytes for flow in self.flows)
@@ -161,10 +163,12 @@ class Coflow:
 
     @property
     def sent_bytes(self) -> float:
+        """Bytes delivered so far."""
         return self.size_bytes - self.remaining_bytes
 
     @property
     def done(self) -> bool:
+        """Whether every byte is delivered."""
         return self.remaining_bytes <= 0
 
 

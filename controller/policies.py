@@ -133,6 +133,7 @@ class Policy:
     reorder_period_s: float | None = None
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """The order (ranks of coflow groups, most urgent first) and rate caps for ``state``."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -191,6 +192,7 @@ class Fair(Policy):
     name = "fair"
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """Every active coflow in one group: per-flow max-min fair sharing."""
         return Schedule.from_groups([[c.coflow_id for c in state.active_coflows()]])
 
 
@@ -244,6 +246,8 @@ class FifoLM(Policy):
         return self._sizes[nearest_rank_index(len(self._sizes), self.heavy_percentile)]
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """Arrival order, one rank each; coflows that sent more than the heavy threshold share a
+        last rank."""
         active = state.active_coflows()
         for coflow in active:
             if coflow.coflow_id not in self._seen:
@@ -261,6 +265,7 @@ class Sincronia(Policy):
     name = "sincronia"
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """BSSI order of the active coflows (weighted port loads in seconds)."""
         active = state.active_coflows()
         demands = [port_seconds(state, c.port_bytes()) for c in active]
         order = bssi_order(demands, [c.weight for c in active])
@@ -279,6 +284,7 @@ class Varys(Policy):
         self.use_rates = use_rates
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """Smallest bottleneck first (SEBF), with MADD rates when ``use_rates`` is set."""
         active = state.active_coflows()
         loads = {c.coflow_id: c.port_bytes() for c in active}
         gamma = {c.coflow_id: bottleneck_s(state, loads[c.coflow_id]) for c in active}
@@ -322,6 +328,7 @@ class Jpas(Policy):
         self.reorder_period_s = period_s
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """Jobs (and coflows without a job) by least attained progress first, ties by arrival."""
         entries = []  # (progress, arrival, kind, id, coflow ids)
         for job_id, coflows in _jobs_coflows(state.active_coflows()).items():
             job = state.jobs.get(job_id)
@@ -376,6 +383,7 @@ class Beamer(Policy):
         self.use_rates = use_rates
 
     def schedule(self, state: ClusterState) -> Schedule:
+        """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
         active = state.active_coflows()
         in_flight: dict[tuple, list[Coflow]] = defaultdict(list)  # work unit -> its coflows
         stages: dict[tuple, list[Coflow]] = defaultdict(list)  # stage key -> its coflows

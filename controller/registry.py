@@ -60,11 +60,14 @@ class DatabaseError(Exception):
 
 
 def bad(field_name: str, problem: str) -> InvalidInput:
+    """The :class:`InvalidInput` for ``field_name`` with ``problem`` (``"field: problem"``)."""
     return InvalidInput(f"{field_name}: {problem}", field_name)
 
 
 @dataclass
 class FlowSpec:
+    """One flow of a job or coflow record: hosts, size and bytes left."""
+
     src: str
     dst: str
     size_bytes: float
@@ -73,6 +76,8 @@ class FlowSpec:
 
 @dataclass
 class TaskRecord:
+    """An HPO task (a search): its name and weight."""
+
     task_id: int
     name: str = ""
     weight: float = 1.0
@@ -80,6 +85,8 @@ class TaskRecord:
 
 @dataclass
 class StageRecord:
+    """A stage of a task (a successive-halving rung): weight and arrival."""
+
     stage_id: int
     task_id: int | None = None
     weight: float = 1.0
@@ -88,6 +95,8 @@ class StageRecord:
 
 @dataclass
 class JobRecord:
+    """A training job: its stage and task, flows, TCP ports, iteration budget and progress."""
+
     job_id: int
     stage_id: int | None = None
     task_id: int | None = None
@@ -100,11 +109,14 @@ class JobRecord:
 
     @property
     def running(self) -> bool:
+        """Whether the job has iterations left."""
         return self.iterations_done < self.iteration_budget
 
 
 @dataclass
 class CoflowRecord:
+    """A coflow (one synchronisation's transfers): flows, owner job or stage, weight, arrival."""
+
     coflow_id: int
     flows: list[FlowSpec]
     job_id: int | None = None
@@ -298,6 +310,7 @@ class Registry:
                 self.records[kind][_ident(kind, record)] = record
 
     def set_setting(self, key: str, value: Any) -> None:
+        """Persist a controller setting (e.g. the policy) under ``key``."""
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO settings VALUES (?, ?)", (key, json.dumps(value))
@@ -305,6 +318,7 @@ class Registry:
             self.settings[key] = value
 
     def close(self) -> None:
+        """Close the database."""
         self._db.close()
 
     # ---- parsing -----------------------------------------------------------------------------
@@ -453,6 +467,7 @@ class Registry:
         return record, created
 
     def get(self, kind: str, ident: int, must_exist: bool = True) -> Any:
+        """One record; :class:`UnknownRecord` if there is none and ``must_exist``."""
         if kind not in RECORD_TYPES:
             raise UnknownRecord(f"unknown collection {kind!r}")
         if not 0 <= ident <= MAX_ID:
@@ -570,6 +585,7 @@ class Registry:
         return cached[1]
 
     def to_json(self, kind: str, record: Any) -> dict:
+        """A record as the REST API shows it (``bytes`` for sizes, a stage's job ids)."""
         data = asdict(record)
         for flow in data.get("flows", []):
             flow["bytes"] = flow.pop("size_bytes")

@@ -74,9 +74,11 @@ class FlowRule:
 
     @property
     def key(self) -> tuple:
+        """``(priority, match)``: what identifies the rule on the switch."""
         return (self.priority, self.match)
 
     def to_json(self) -> dict:
+        """The rule as ``/api/rules`` shows it (cookie in hex, owner, match as an object)."""
         owner = cookie_owner(self.cookie)
         return {
             "cookie": hex(self.cookie),
@@ -127,6 +129,7 @@ class SwitchTable:
 
     @classmethod
     def empty(cls) -> SwitchTable:
+        """A table without rules or meters (a switch that just connected)."""
         return cls({}, {})
 
 
@@ -139,6 +142,7 @@ class MeterIds:
         self._next = first
 
     def id_for(self, key: tuple) -> int:
+        """The meter id of ``key``: the one it has, else the lowest free one."""
         if key not in self._ids:
             if self._free:
                 self._free.sort()

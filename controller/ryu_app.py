@@ -139,6 +139,8 @@ class HpoScheduler(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def switch_features_handler(self, ev) -> None:
+        """A switch connected: reset our rules, install forwarding, and wake the reorder loop to
+        install the plan."""
         datapath = ev.msg.datapath
         for msg in _reset_switch(datapath) + _forwarding_base(datapath, self.settings.hosts):
             datapath.send_msg(msg)
@@ -151,6 +153,7 @@ class HpoScheduler(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def state_change_handler(self, ev) -> None:
+        """A switch disconnected: forget it until it reconnects."""
         if ev.state == DEAD_DISPATCHER and ev.datapath.id in self.datapaths:
             self.datapaths.pop(ev.datapath.id)
             self.engine.switch_gone(ev.datapath.id)
@@ -158,12 +161,14 @@ class HpoScheduler(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def error_msg_handler(self, ev) -> None:
+        """The switch rejected a message: count it and log it (a rejected FlowMod is a bug)."""
         self.engine.stats.switch_errors += 1
         msg = ev.msg
         LOG.error("switch error type=%d code=%d data=%s", msg.type, msg.code, msg.data[:64])
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def packet_in_handler(self, ev) -> None:
+        """Learn the source MAC's port and forward (flood while the destination is unknown)."""
         msg = ev.msg
         datapath = msg.datapath
         eth = packet.Packet(msg.data).get_protocol(ethernet.ethernet)
@@ -221,10 +226,12 @@ class RestController(ControllerBase):
 
     @route("api", "/api/{path}", requirements={"path": ".*"})
     def dispatch(self, req, **_kwargs) -> Response:
+        """Every ``/api/...`` request."""
         return self._serve(req)
 
     @route("api_root", "/api", requirements={})
     def dispatch_root(self, req, **_kwargs) -> Response:
+        """``/api`` itself."""
         return self._serve(req)
 
     def _serve(self, req) -> Response:
@@ -261,6 +268,7 @@ class PackedMatch(ofproto_v1_3_parser.OFPMatch):
         return iter(self.fields)
 
     def serialize(self, buf, offset) -> int:
+        """Write the packed match at ``offset`` in ``buf``; returns its length."""
         msg_pack_into(f"!{len(self._packed)}s", buf, offset, self._packed)
         return len(self._packed)
 

@@ -30,6 +30,7 @@ from workloads.yahpo import LcBench, YahpoError
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The simulator's command line (``trace`` and ``hpo`` subcommands)."""
     parser = argparse.ArgumentParser(
         prog="python -m simulator",
         description="Flow-level simulator running the controller's coflow scheduling policies.",
@@ -195,6 +196,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_trace(args) -> int:
+    """Replay a coflow trace under each policy and print (and write) the results."""
     try:
         trace = load_trace(args.trace)
     except TraceError as exc:
@@ -248,6 +250,7 @@ def run_trace(args) -> int:
 
 
 def run_hpo(args) -> int:
+    """Run the HPO workload under each policy and print (and write) the results."""
     try:
         kwargs = dict(
             n_hosts=args.hosts,
@@ -347,6 +350,7 @@ def hpo_summary(driver: HpoDriver) -> dict:
 
 
 def main(argv=None) -> int:
+    """Run the simulator's command line; the exit status for the shell."""
     args = build_parser().parse_args(argv)
     if args.host_bps is None:
         args.host_bps = args.link_gbps * 1e9

@@ -61,4 +61,5 @@ class Overheads:
         return cls(float(entry["job_startup_s"]), float(entry["goodput"]))
 
     def to_json(self) -> dict:
+        """The overheads as a JSON object (for ``summary.json``)."""
         return asdict(self)

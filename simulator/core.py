@@ -160,6 +160,7 @@ class Tables:
         return row
 
     def flow_arrays(self):
+        """The per-flow arrays, in the order the step kernels take them."""
         return (
             self.f_links,
             self.f_pair,
@@ -171,6 +172,7 @@ class Tables:
         )
 
     def group_arrays(self):
+        """The per-group arrays, in the order the step kernels take them."""
         return (
             self.g_links,
             self.g_count,
@@ -190,6 +192,7 @@ class Tables:
         )
 
     def pair_arrays(self):
+        """The host-pair arrays of a big switch, in the order the step kernels take them."""
         return (
             self.w,
             self.wt,

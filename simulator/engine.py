@@ -86,6 +86,7 @@ class Fabric:
 
     @property
     def n_leaves(self) -> int:
+        """Number of leaf switches (0 for a big switch)."""
         if self.hosts_per_leaf is None:
             return 0
         return math.ceil(self.n_hosts / self.hosts_per_leaf)
@@ -148,6 +149,7 @@ class CoflowRecord:
 
     @property
     def cct_s(self) -> float | None:
+        """Coflow completion time from arrival (``None`` while unfinished)."""
         return None if self.finish_s is None else self.finish_s - self.arrival_s
 
 
@@ -528,6 +530,7 @@ class Simulator:
 
     @property
     def bytes_delivered(self) -> float:
+        """Bytes delivered so far, over every coflow."""
         _, total_bits, _ = self._slot_bits(with_ports=False)
         return self.bytes_offered - float(total_bits.sum()) / 8.0
 
@@ -577,6 +580,7 @@ class _PortBits:
         self._bits: np.ndarray | None = None
 
     def row(self, i: int) -> np.ndarray:
+        """Bits still to send of flow group ``i`` on each port."""
         if self._bits is None:
             sim = self._sim
             if (sim.now_s, sim.steps) != (self._now_s, self._steps):
@@ -609,6 +613,7 @@ class _PortLoads(Mapping):
         return self._loads()[port]
 
     def items(self):  # a dict's view: dict(mapping.items()) then copies at C speed
+        """``(port, bytes)`` pairs of the ports with bytes left."""
         return self._loads().items()
 
     def __iter__(self):

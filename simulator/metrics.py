@@ -40,6 +40,7 @@ def trace_lower_bound(trace: Trace, host_bps: float, offline: bool) -> float:
 
 
 def coflow_rows(sim: Simulator) -> list[dict]:
+    """One row per coflow (arrival order): arrival, finish, CCT, bytes, owner."""
     rows = []
     for record in sorted(sim.coflows.values(), key=lambda r: (r.arrival_s, r.coflow_id)):
         rows.append(
@@ -58,6 +59,7 @@ def coflow_rows(sim: Simulator) -> list[dict]:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
+    """Write ``rows`` (dicts with the same keys) as CSV, creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         if not rows:
@@ -68,6 +70,7 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as sorted, indented JSON, creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 

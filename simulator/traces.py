@@ -31,6 +31,8 @@ class TraceError(ValueError):
 
 @dataclass
 class TraceCoflow:
+    """One coflow of a trace: arrival, and its flows as arrays of ports and sizes."""
+
     coflow_id: int
     arrival_s: float
     src: np.ndarray
@@ -38,20 +40,25 @@ class TraceCoflow:
     size_bytes: np.ndarray
 
     def spec(self) -> CoflowSpec:
+        """The coflow as the simulator takes it."""
         return CoflowSpec(self.coflow_id, self.src, self.dst, self.size_bytes)
 
 
 @dataclass
 class Trace:
+    """A coflow trace: the number of ports and its coflows in arrival order."""
+
     n_ports: int
     coflows: list[TraceCoflow]
 
     @property
     def n_flows(self) -> int:
+        """Number of flows over every coflow."""
         return sum(len(c.src) for c in self.coflows)
 
     @property
     def total_bytes(self) -> float:
+        """Bytes over every coflow."""
         return float(sum(c.size_bytes.sum() for c in self.coflows))
 
     def install(self, sim: Simulator, offline: bool = False) -> None:
@@ -70,9 +77,11 @@ class _Lines:
         self.pos = 0
 
     def fail(self, message: str) -> TraceError:
+        """A :class:`TraceError` naming the file and line."""
         return TraceError(f"{self.where}: {message}")
 
     def next(self, what: str) -> str:
+        """The next field of the line (``what`` names it in the error)."""
         if self.pos >= len(self.tokens):
             raise self.fail(f"line ends before {what}")
         token = self.tokens[self.pos]
@@ -80,6 +89,7 @@ class _Lines:
         return token
 
     def int(self, what: str, low: int = 0, high: int | None = None) -> int:
+        """The next field as an integer in ``[low, high]``."""
         token = self.next(what)
         try:
             value = int(token)
@@ -91,6 +101,7 @@ class _Lines:
         return value
 
     def float(self, what: str, token: str | None = None) -> float:
+        """The next field (or ``token``) as a finite, non-negative number."""
         token = self.next(what) if token is None else token
         try:
             value = float(token)
@@ -101,6 +112,7 @@ class _Lines:
         return value
 
     def done(self) -> None:
+        """Fail if the line has fields left."""
         if self.pos != len(self.tokens):
             raise self.fail(f"unexpected extra fields: {' '.join(self.tokens[self.pos :][:3])}")
 

@@ -44,6 +44,7 @@ class OneSwitchTopo(Topo):
     """
 
     def build(self, n: int = 13, bw: float = DEFAULT_BW_MBPS, switch: str = "s1") -> None:
+        """``n`` hosts on one switch, every link at ``bw`` Mbit/s."""
         if n < 2:
             raise ValueError("the testbed needs at least 2 hosts")
         s = self.addSwitch(switch, dpid="1", protocols="OpenFlow13")
@@ -73,6 +74,7 @@ class LeafSpineTopo(Topo):
         bw: float = DEFAULT_BW_MBPS,
         uplink_bw: float = DEFAULT_BW_MBPS,
     ) -> None:
+        """Leaves with their hosts, every leaf linked to every spine."""
         if leaves < 1 or hosts_per_leaf < 1 or spines < 1:
             raise ValueError("leaves, hosts_per_leaf and spines must be >= 1")
         spine_names = [

@@ -53,6 +53,7 @@ class ControllerClient:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One request; the JSON answer, or :class:`ControllerError` with the API's message."""
         url = f"{self.base_url}/api{path}"
         try:
             response = self.session.request(method, url, json=body, timeout=self.timeout_s)
@@ -83,9 +84,11 @@ class ControllerClient:
     # ---- registry ------------------------------------------------------------------------------
 
     def put_task(self, task_id: int, name: str = "", weight: float = 1.0) -> dict:
+        """Register (or replace) a task."""
         return self.request("PUT", f"/tasks/{task_id}", {"name": name, "weight": weight})
 
     def put_stage(self, stage_id: int, task_id: int | None = None, weight: float = 1.0) -> dict:
+        """Register (or replace) a stage."""
         body: dict[str, Any] = {"weight": weight}
         if task_id is not None:
             body["task_id"] = task_id
@@ -101,16 +104,19 @@ class ControllerClient:
         return self.request("PUT", f"/coflows/{coflow_id}", {"flows": flows, **fields})
 
     def job_progress(self, job_id: int, iterations_done: int) -> dict:
+        """Report a job's iterations done."""
         return self.request(
             "POST", f"/jobs/{job_id}/progress", {"iterations_done": iterations_done}
         )
 
     def coflow_progress(self, coflow_id: int, remaining_bytes: list[float]) -> dict:
+        """Report a coflow's remaining bytes per flow."""
         return self.request(
             "POST", f"/coflows/{coflow_id}/progress", {"remaining_bytes": remaining_bytes}
         )
 
     def coflow_done(self, coflow_id: int) -> dict:
+        """Report that a coflow is done (the controller deletes it)."""
         return self.request("POST", f"/coflows/{coflow_id}/progress", {"done": True})
 
     def delete(self, kind: str, ident: int) -> dict:
@@ -118,21 +124,27 @@ class ControllerClient:
         return self.request("DELETE", f"/{kind}/{ident}")
 
     def list(self, kind: str) -> list[dict]:
+        """Every record of a collection (``jobs``, ``coflows``, ...)."""
         return self.request("GET", f"/{kind}")
 
     # ---- policy and views ----------------------------------------------------------------------
 
     def policy(self) -> dict:
+        """The policy in force and the available ones."""
         return self.request("GET", "/policy")
 
     def set_policy(self, name: str, **options: Any) -> dict:
+        """Switch the policy, with options."""
         return self.request("PUT", "/policy", {"name": name, "options": options})
 
     def order(self) -> dict:
+        """The current coflow order."""
         return self.request("GET", "/order")
 
     def rules(self) -> dict:
+        """The wanted rules and what each switch holds."""
         return self.request("GET", "/rules")
 
     def stats(self) -> dict:
+        """The controller's statistics."""
         return self.request("GET", "/stats")

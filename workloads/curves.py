@@ -27,6 +27,7 @@ class LearningCurve:
     tau_iterations: float
 
     def accuracy(self, iterations: float) -> float:
+        """Accuracy after ``iterations`` iterations."""
         return self.final_accuracy * (1.0 - math.exp(-iterations / self.tau_iterations))
 
     def iterations_to(self, fraction: float) -> float:
@@ -50,13 +51,17 @@ class TabulatedCurve:
 
     @property
     def final_accuracy(self) -> float:
+        """Accuracy at the last tabulated epoch."""
         return self.epoch_accuracy[-1]
 
     @property
     def tau_iterations(self) -> float:
+        """Iterations to reach 1 - 1/e of the final accuracy (the parametric curves' time
+        constant)."""
         return max(self.iterations_to(1.0 - math.exp(-1.0)), 1e-9)
 
     def accuracy(self, iterations: float) -> float:
+        """Accuracy after ``iterations`` iterations, interpolated between epochs."""
         epoch = iterations / self.iterations_per_epoch
         if epoch <= 0:
             return 0.0

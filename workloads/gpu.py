@@ -79,9 +79,11 @@ class GpuJob:
 
     @property
     def finished(self) -> bool:
+        """Whether the job has finished (or was stopped)."""
         return self.finish_s is not None
 
     def observe(self) -> None:
+        """Record the accuracy at the GPU time held so far (the convergence history)."""
         self.history.append((self.held_s, self.accuracy))
 
 
@@ -121,21 +123,28 @@ class GpuPolicy:
     preemptive = True
 
     def rank(self, jobs: list[GpuJob], quantum_s: float) -> list[GpuJob]:
+        """The jobs, most deserving of a GPU first, for the next ``quantum_s``."""
         raise NotImplementedError
 
 
 class Fifo(GpuPolicy):
+    """First come, first served; no preemption."""
+
     name = "fifo"
     preemptive = False
 
     def rank(self, jobs, quantum_s):
+        """By arrival."""
         return sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
 
 
 class RoundRobin(GpuPolicy):
+    """Time-sharing in turn: least recently run first."""
+
     name = "rr"
 
     def rank(self, jobs, quantum_s):
+        """Least recently run first (running jobs count as run now)."""
         never = -math.inf
         # running jobs count as having run now; then least recently run first
         return sorted(
@@ -149,9 +158,13 @@ class RoundRobin(GpuPolicy):
 
 
 class Slaq(GpuPolicy):
+    """SLAQ: largest predicted normalised loss reduction first."""
+
     name = "slaq"
 
     def rank(self, jobs, quantum_s):
+        """By predicted normalised loss reduction in the next quantum, largest first."""
+
         def key(job: GpuJob):
             score = normalised_loss_reduction(job, quantum_s)
             # unmeasured jobs first: they need a slice to be predicted at all
@@ -161,9 +174,14 @@ class Slaq(GpuPolicy):
 
 
 class Hermes(GpuPolicy):
+    """Hermes (reconstructed): fastest converging first, a new job's first slice before that;
+    preemptive."""
+
     name = "hermes"
 
     def rank(self, jobs, quantum_s):
+        """New jobs first (one slice to measure them), then by convergence speed, fastest first."""
+
         def key(job: GpuJob):
             speed = convergence_speed(job)
             # a new job first gets one slice, so that its convergence can be measured
@@ -178,6 +196,7 @@ GPU_POLICIES: dict[str, Callable[[], GpuPolicy]] = {
 
 
 def make_gpu_policy(name: str) -> GpuPolicy:
+    """The GPU policy called ``name``; ``ValueError`` naming the choices otherwise."""
     try:
         return GPU_POLICIES[name]()
     except KeyError:
@@ -336,9 +355,11 @@ class GpuManager:
 
     @property
     def n_gpus(self) -> int:
+        """GPUs in the cluster."""
         return self.servers * self.gpus_per_server
 
     def active(self) -> list[GpuJob]:
+        """Jobs not finished."""
         return [j for j in self.jobs.values() if not j.finished]
 
     def submit(self, job: GpuJob, now: float, accuracy: float = 0.0) -> None:
@@ -461,6 +482,8 @@ class GpuManager:
 
 @dataclass
 class TimeSharingResult:
+    """Outcome of a GPU time-sharing run: the jobs and the makespan."""
+
     jobs: list[GpuJob]
     makespan_s: float
     gpu_utilisation: float

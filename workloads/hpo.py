@@ -118,6 +118,7 @@ class HpoTask:
 
     @property
     def n_configs(self) -> int:
+        """Number of configurations the task starts with."""
         return len(self.curves)
 
 

@@ -90,6 +90,7 @@ class JobRun:
 
     @property
     def jct_s(self) -> float | None:
+        """Job completion time from its start (``None`` while running)."""
         return None if self.finish_s is None else self.finish_s - self.start_s
 
 
@@ -109,6 +110,7 @@ class StageRun:
 
     @property
     def sct_s(self) -> float | None:
+        """Stage completion time from its start (``None`` while running)."""
         return None if self.finish_s is None else self.finish_s - self.start_s
 
 
@@ -143,6 +145,7 @@ class Actions:
     gpu: list[Decision] = field(default_factory=list)
 
     def extend(self, other: Actions) -> None:
+        """Add ``other``'s actions to these."""
         self.started += other.started
         self.gpu += other.gpu
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
+    """A TCP port free on loopback right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -61,6 +62,7 @@ class ControllerProcess:
         self.client = ControllerClient(f"http://127.0.0.1:{self.rest_port}")
 
     def start(self) -> ControllerProcess:
+        """Start the controller and wait until its REST API answers."""
         argv = [
             sys.executable,
             "-m",
@@ -85,9 +87,11 @@ class ControllerProcess:
         return self
 
     def stop(self) -> None:
+        """Stop the controller we started (SIGTERM, then SIGKILL)."""
         if self.proc is not None:
             stop_process(self.proc)
             self.proc = None
 
     def wait_switch(self, timeout_s: float = 20.0) -> None:
+        """Wait until a switch is connected to the controller."""
         wait_for(lambda: self.client.stats()["switches"], timeout_s, what="the switch to connect")

@@ -166,6 +166,7 @@ class TestbedDriver:
             )
 
     def start_job(self, task: HpoTask, job: JobRun) -> None:
+        """Register a job (flows, TCP ports) with the controller and start its workers."""
         hosts = [self.hosts[i] for i in job.hosts]
         flows = [
             {"src": self.hosts[s].IP(), "dst": self.hosts[d].IP(), "bytes": float(b)}
@@ -282,6 +283,7 @@ class TestbedDriver:
                 self.signal(job, rank)
 
     def signal(self, job: JobRun, rank: int) -> None:
+        """Pause or resume one worker as the GPU manager decided."""
         workers = self.workers[job.job_id]
         proc = workers.procs[rank]
         # not once it did its last iteration: it is exiting
@@ -290,6 +292,7 @@ class TestbedDriver:
             self.signals_sent += 1
 
     def poll(self, timeout_s: float) -> None:
+        """Read the workers' events for up to ``timeout_s`` and act on them."""
         fds = list(self._owner)
         if not fds:
             time.sleep(timeout_s)
@@ -315,6 +318,7 @@ class TestbedDriver:
                     self.on_event(job, rank, json.loads(line))
 
     def on_event(self, job: JobRun, rank: int, event: dict) -> None:
+        """One worker event: progress, synchronisation, pause, done or failure."""
         kind = event["event"]
         workers = self.workers[job.job_id]
         if kind == "error":

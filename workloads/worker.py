@@ -89,6 +89,7 @@ class Worker:
     # ---- output ------------------------------------------------------------------------------
 
     def emit(self, event: str, **fields) -> None:
+        """Print one JSON event line on stdout (the driver reads them)."""
         record = {
             "event": event,
             "job": self.args.job,
@@ -101,6 +102,7 @@ class Worker:
         sys.stdout.flush()
 
     def accuracy(self, iteration: int) -> float | None:
+        """The curve's accuracy after ``iteration`` iterations (``None`` without ``--curve``)."""
         if self.args.curve is None:
             return None
         return round(self.args.curve.accuracy(iteration), 6)
@@ -108,9 +110,11 @@ class Worker:
     # ---- sockets -----------------------------------------------------------------------------
 
     def port(self, rank: int) -> int:
+        """The TCP port rank ``rank`` listens on."""
         return self.args.base_port + rank
 
     def listen(self) -> None:
+        """Listen on this rank's port."""
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((self.hosts[self.rank], self.port(self.rank)))
@@ -118,6 +122,7 @@ class Worker:
         self.listener.settimeout(self.args.connect_timeout)
 
     def accept(self) -> socket.socket:
+        """Accept one peer's connection (within the connect timeout)."""
         try:
             conn, _ = self.listener.accept()
         except TimeoutError:
@@ -126,6 +131,7 @@ class Worker:
         return patient(conn)
 
     def connect(self, rank: int) -> socket.socket:
+        """Connect to rank ``rank``, retrying until the connect timeout."""
         address = (self.hosts[rank], self.port(rank))
         deadline = time.monotonic() + self.args.connect_timeout
         while True:
@@ -145,6 +151,7 @@ class Worker:
                 time.sleep(0.05)
 
     def send(self, sock: socket.socket, length: int) -> None:
+        """Send one message of ``length`` bytes (header, then payload)."""
         sock.sendall(HEADER.pack(self.iteration, length))
         left = length
         while left > 0:
@@ -156,6 +163,7 @@ class Worker:
             self.bytes_sent += length
 
     def recv(self, sock: socket.socket) -> int:
+        """Receive one message; returns its length."""
         header = self.recv_exact(sock, HEADER.size)
         iteration, length = HEADER.unpack(header)
         if iteration != self.iteration:
@@ -172,6 +180,7 @@ class Worker:
 
     @staticmethod
     def recv_exact(sock: socket.socket, n: int) -> bytes:
+        """Exactly ``n`` bytes from ``sock`` (``ConnectionError`` if it closes first)."""
         data = b""
         while len(data) < n:
             chunk = sock.recv(n - len(data))
@@ -181,6 +190,7 @@ class Worker:
         return data
 
     def check_stop(self) -> None:
+        """Leave the run if SIGTERM or SIGINT arrived."""
         if self.stop_requested:
             raise Stop
 
@@ -197,6 +207,7 @@ class Worker:
     # ---- the job ----------------------------------------------------------------------------
 
     def setup(self) -> None:
+        """Connect to the peers of the pattern (parameter server or ring)."""
         pattern = self.args.pattern
         if pattern == "ps":
             if self.rank == 0:
@@ -276,6 +287,7 @@ class Worker:
             raise errors[0]
 
     def run(self) -> int:
+        """Train: connect, iterate (compute, synchronise, report), drain; the exit status."""
         try:
             self.setup()
             self.emit("ready", iteration=self.iteration)
@@ -322,6 +334,7 @@ class Worker:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The worker's command line; a bad flag ends with argparse's one-line error."""
     parser = argparse.ArgumentParser(
         prog="python -m workloads.worker", description=__doc__.split("\n\n")[0]
     )
@@ -395,6 +408,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Run one worker with signal handlers installed; the exit status."""
     worker = Worker(parse_args(argv))
 
     def stop(_signum, _frame) -> None:
