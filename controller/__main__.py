@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         )
     from controller import ryu_app
 
-    ryu_app.SETTINGS = ryu_app.Settings(
+    settings = ryu_app.Settings(
         policy=args.policy,
         policy_options=options,
         db_path=args.db,
@@ -178,7 +178,9 @@ def main(argv=None) -> int:
         api_token=args.api_token or None,
     )
     extra = ["--verbose"] if args.verbose else []
-    ryu_app.run_manager(args.ofp_host, args.ofp_port, args.rest_host, args.rest_port, extra)
+    ryu_app.run_manager(
+        settings, args.ofp_host, args.ofp_port, args.rest_host, args.rest_port, extra
+    )
     return 0
 
 

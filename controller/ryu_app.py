@@ -1,13 +1,14 @@
 """The Ryu glue: OpenFlow 1.3 handshake, forwarding, rule installation and the REST API.
 
 This is the only module that imports Ryu (a port to os-ken is a rename here). Handlers are short:
-they find the switch, call the pure core (:mod:`controller.engine`, :mod:`controller.api`) and
-turn the operations it returns into OpenFlow messages. One green thread, the reorder loop,
-recomputes the schedule on every change and on a periodic tick, so no handler ever blocks the
-OpenFlow loop with a reorder.
+they parse the event, call the pure core (:mod:`controller.switching` for forwarding,
+:mod:`controller.engine` for marking, :mod:`controller.api` for REST) and turn the operations it
+returns into OpenFlow messages. One green thread, the reorder loop, recomputes the schedule on
+every change and on a periodic tick, so no handler ever blocks the OpenFlow loop with a reorder.
 
 Start it with ``python -m controller`` (see ``controller/__main__.py``), not ``ryu-manager``
-directly: the launcher fills :data:`SETTINGS` and applies the eventlet shim below.
+directly: :func:`run_manager` hands the app its :class:`Settings` and applies the eventlet shim
+below.
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ from controller.rules import (  # noqa: E402
     Op,
     OpKind,
 )
+from controller.switching import (  # noqa: E402
+    Forward,
+    Forwarding,
+    PacketIn,
+    PacketOut,
+    ResetSwitch,
+    SwitchOp,
+    TableMiss,
+)
 
 LOG = logging.getLogger("controller")
 APP_KEY = "hpo_app"
@@ -62,7 +72,8 @@ FORWARD_COOKIE = ((COOKIE_TAG | 0x3) << 32) | 0  # static and learned forwarding
 
 @dataclass
 class Settings:
-    """What the launcher hands the app (Ryu instantiates apps itself, without arguments)."""
+    """What the launcher hands the app (:func:`run_manager` passes it to the app's constructor
+    with Ryu's contexts)."""
 
     policy: str = "beamer"
     policy_options: dict = field(default_factory=dict)
@@ -75,7 +86,6 @@ class Settings:
     api_token: str | None = None
 
 
-SETTINGS = Settings()
 # A REST connection that sends nothing for this long is closed, so idle or half-open
 # connections cannot hold the server's green threads for good; and there are enough of those
 # (each costs a few kB) that it takes thousands of idle connections to make a request wait.
@@ -101,9 +111,8 @@ class HpoScheduler(app_manager.RyuApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
     _CONTEXTS = {"wsgi": WSGIApplication}
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, settings: Settings, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        settings = SETTINGS
         self.settings = settings
         if not settings.verbose:  # one access-log line per REST request is too much
             logging.getLogger("ryu.lib.hub").setLevel(logging.WARNING)
@@ -123,8 +132,8 @@ class HpoScheduler(app_manager.RyuApp):
             token=settings.api_token,
             allowed_hosts=allowed_hosts(settings.rest_host),
         )
+        self.forwarding = Forwarding(settings.hosts)
         self.datapaths: dict[int, object] = {}
-        self.mac_to_port: dict[int, dict[str, int]] = {}
         kwargs["wsgi"].register(RestController, {APP_KEY: self})
         LOG.info(
             "policy %s, %d coflows / %d jobs restored from %s",
@@ -142,10 +151,8 @@ class HpoScheduler(app_manager.RyuApp):
         """A switch connected: reset our rules, install forwarding, and wake the reorder loop to
         install the plan."""
         datapath = ev.msg.datapath
-        for msg in _reset_switch(datapath) + _forwarding_base(datapath, self.settings.hosts):
-            datapath.send_msg(msg)
+        send(datapath, self.forwarding.switch_connected(datapath.id))
         self.datapaths[datapath.id] = datapath
-        self.mac_to_port[datapath.id] = {}
         self.engine.switch_connected(datapath.id)
         self.engine.note_event()
         self.wake.set()
@@ -154,8 +161,8 @@ class HpoScheduler(app_manager.RyuApp):
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def state_change_handler(self, ev) -> None:
         """A switch disconnected: forget it until it reconnects."""
-        if ev.state == DEAD_DISPATCHER and ev.datapath.id in self.datapaths:
-            self.datapaths.pop(ev.datapath.id)
+        if ev.state == DEAD_DISPATCHER and self.datapaths.pop(ev.datapath.id, None):
+            self.forwarding.switch_gone(ev.datapath.id)
             self.engine.switch_gone(ev.datapath.id)
             LOG.info("switch %016x disconnected", ev.datapath.id)
 
@@ -168,30 +175,9 @@ class HpoScheduler(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def packet_in_handler(self, ev) -> None:
-        """Learn the source MAC's port and forward (flood while the destination is unknown)."""
-        msg = ev.msg
-        datapath = msg.datapath
-        eth = packet.Packet(msg.data).get_protocol(ethernet.ethernet)
-        if eth is None:
-            return
-        in_port = msg.match["in_port"]
-        table = self.mac_to_port.setdefault(datapath.id, {})
-        table[eth.src] = in_port
-        out_port = table.get(eth.dst)
-        parser, ofp = datapath.ofproto_parser, datapath.ofproto
-        if out_port is not None:
-            datapath.send_msg(_forward_rule(datapath, eth.dst, out_port))
-        actions = [parser.OFPActionOutput(out_port if out_port is not None else ofp.OFPP_FLOOD)]
-        data = msg.data if msg.buffer_id == ofp.OFP_NO_BUFFER else None
-        datapath.send_msg(
-            parser.OFPPacketOut(
-                datapath=datapath,
-                buffer_id=msg.buffer_id,
-                in_port=in_port,
-                actions=actions,
-                data=data,
-            )
-        )
+        """A packet for the controller: learn and forward it (:class:`Forwarding`)."""
+        if (packet_in := parse_packet_in(ev.msg)) is not None:
+            send(ev.msg.datapath, self.forwarding.packet_in(packet_in))
 
     # ---- reordering ----------------------------------------------------------------------------
 
@@ -345,6 +331,53 @@ def build_message(datapath, op: Op):
     raise ValueError(f"unknown op {op.kind}")
 
 
+def parse_packet_in(msg) -> PacketIn | None:
+    """The :class:`PacketIn` of an OpenFlow packet-in (``None`` for a frame without Ethernet)."""
+    eth = packet.Packet(msg.data).get_protocol(ethernet.ethernet)
+    if eth is None:
+        return None
+    no_buffer = msg.buffer_id == msg.datapath.ofproto.OFP_NO_BUFFER
+    return PacketIn(
+        dpid=msg.datapath.id,
+        in_port=msg.match["in_port"],
+        eth_src=eth.src,
+        eth_dst=eth.dst,
+        buffer_id=None if no_buffer else msg.buffer_id,
+        data=msg.data,
+    )
+
+
+def send(datapath, ops: list[SwitchOp]) -> None:
+    """Send the OpenFlow messages of forwarding operations to ``datapath``."""
+    for op in ops:
+        for msg in switch_messages(datapath, op):
+            datapath.send_msg(msg)
+
+
+def switch_messages(datapath, op: SwitchOp) -> list:
+    """The OpenFlow 1.3 messages of one forwarding operation (:mod:`controller.switching`)."""
+    parser, ofp = datapath.ofproto_parser, datapath.ofproto
+    match op:
+        case ResetSwitch():
+            return _reset_switch(datapath)
+        case TableMiss():
+            return _table_miss(datapath)
+        case Forward(mac=mac, port=port):
+            return [_forward_rule(datapath, mac, port)]
+        case PacketOut(packet=packet_in, port=port):
+            buffered = packet_in.buffer_id is not None
+            return [
+                parser.OFPPacketOut(
+                    datapath=datapath,
+                    buffer_id=packet_in.buffer_id if buffered else ofp.OFP_NO_BUFFER,
+                    in_port=packet_in.in_port,
+                    actions=[parser.OFPActionOutput(ofp.OFPP_FLOOD if port is None else port)],
+                    data=None if buffered else packet_in.data,
+                )
+            ]
+    raise ValueError(f"unknown switch operation {op!r}")
+
+
 def _mark_instructions(datapath, rule: FlowRule) -> list:
     parser, ofp = datapath.ofproto_parser, datapath.ofproto
     instructions = []
@@ -378,10 +411,10 @@ def _reset_switch(datapath) -> list:
     ]
 
 
-def _forwarding_base(datapath, hosts: list[HostPort]) -> list:
-    """Table-miss rules (table 0 -> table 1 -> controller) and static host forwarding."""
+def _table_miss(datapath) -> list:
+    """Table-miss rules: table 0 -> table 1 -> controller."""
     parser, ofp = datapath.ofproto_parser, datapath.ofproto
-    msgs = [
+    return [
         parser.OFPFlowMod(
             datapath=datapath,
             cookie=FORWARD_COOKIE,
@@ -404,8 +437,6 @@ def _forwarding_base(datapath, hosts: list[HostPort]) -> list:
             ],
         ),
     ]
-    msgs += [_forward_rule(datapath, h.mac, h.port) for h in hosts if h.mac and h.port]
-    return msgs
 
 
 def _forward_rule(datapath, mac: str, port: int):
@@ -422,10 +453,16 @@ def _forward_rule(datapath, mac: str, port: int):
     )
 
 
-def run_manager(ofp_host: str, ofp_port: int, rest_host: str, rest_port: int, extra=()) -> None:
-    """Run Ryu's manager with this app (blocks until the process is stopped)."""
+def run_manager(
+    settings: Settings, ofp_host: str, ofp_port: int, rest_host: str, rest_port: int, extra=()
+) -> None:
+    """Run this app under Ryu's manager with ``settings`` (blocks until the process is stopped).
+
+    What ``ryu-manager`` does, except that the app gets ``settings`` with Ryu's contexts."""
+    from ryu import cfg, log
     from ryu.app import wsgi
-    from ryu.cmd import manager
+    from ryu.base.app_manager import AppManager
+    from ryu.cmd import manager  # noqa: F401  (registers the options parsed below)
 
     max_connections = rest_connection_limit()
 
@@ -440,8 +477,7 @@ def run_manager(ofp_host: str, ofp_port: int, rest_host: str, rest_port: int, ex
         )
 
     wsgi.WSGIServer.serve_forever = serve_bounded
-
-    manager.main(
+    cfg.CONF(
         args=[
             "--ofp-listen-host",
             ofp_host,
@@ -452,6 +488,17 @@ def run_manager(ofp_host: str, ofp_port: int, rest_host: str, rest_port: int, ex
             "--wsapi-port",
             str(rest_port),
             *extra,
-            __name__,
-        ]
+        ],
+        project="ryu",
     )
+    log.init_log()
+    hub.patch(thread=True)
+    app_mgr = AppManager.get_instance()
+    app_mgr.load_apps([__name__])
+    contexts = app_mgr.create_contexts()
+    services = app_mgr.instantiate_apps(settings=settings, **contexts)
+    services.append(hub.spawn(wsgi.start_service(app_mgr)))
+    try:
+        hub.joinall(services)
+    finally:
+        app_mgr.close()

@@ -5,7 +5,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
-CORE = ["model", "bssi", "policies", "schedule", "bounds", "fluid"]
+CORE = [
+    "model",
+    "bssi",
+    "policies",
+    "schedule",
+    "bounds",
+    "fluid",
+    "switching",
+    "rules",
+    "engine",
+    "api",
+]
 
 
 def test_core_imports_with_frameworks_blocked():

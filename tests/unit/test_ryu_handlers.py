@@ -1,0 +1,122 @@
+"""Every Ryu handler of the app, driven with fake events and a fake datapath that keeps the
+OpenFlow messages it is sent (each serialised, so each is a valid OpenFlow 1.3 message)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+ryu_app = pytest.importorskip("controller.ryu_app", reason="Ryu is installed by scripts/setup.sh")
+
+from ryu.app.wsgi import WSGIApplication  # noqa: E402
+from ryu.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER  # noqa: E402
+from ryu.lib.packet import ethernet, packet  # noqa: E402
+from ryu.ofproto import ofproto_v1_3 as ofp  # noqa: E402
+from ryu.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
+
+from controller.model import HostPort  # noqa: E402
+
+H1, H2, H3 = "00:00:00:00:00:01", "00:00:00:00:00:02", "00:00:00:00:00:03"
+
+
+class FakeDatapath:
+    ofproto = ofp
+    ofproto_parser = parser
+
+    def __init__(self, dpid: int) -> None:
+        self.id = dpid
+        self.sent: list = []
+
+    def set_xid(self, msg) -> None:
+        msg.set_xid(len(self.sent) + 1)
+
+    def send_msg(self, msg) -> None:
+        msg.serialize()
+        self.sent.append(msg)
+
+    def take(self) -> list:
+        sent, self.sent = self.sent, []
+        return sent
+
+
+def frame(src: str, dst: str) -> bytes:
+    pkt = packet.Packet()
+    pkt.add_protocol(ethernet.ethernet(dst=dst, src=src, ethertype=0x88B5))
+    pkt.serialize()
+    return bytes(pkt.data)
+
+
+def packet_in(datapath, in_port: int, src: str, dst: str):
+    msg = SimpleNamespace(
+        datapath=datapath,
+        data=frame(src, dst),
+        match={"in_port": in_port},
+        buffer_id=ofp.OFP_NO_BUFFER,
+    )
+    return SimpleNamespace(msg=msg)
+
+
+@pytest.fixture
+def app():
+    settings = ryu_app.Settings(
+        db_path=":memory:",
+        hosts=[HostPort("h1", "10.0.0.1", H1, 1), HostPort("h2", "10.0.0.2", H2, 2)],
+    )
+    app = ryu_app.HpoScheduler(settings=settings, wsgi=WSGIApplication())
+    yield app
+    for thread in app.threads:
+        thread.kill()
+
+
+def test_a_connecting_switch_is_reset_and_gets_forwarding(app):
+    datapath = FakeDatapath(0xAA)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    sent = datapath.take()
+    delete, meters, barrier, miss0, miss1, to_h1, to_h2 = sent
+    assert delete.command == ofp.OFPFC_DELETE and delete.cookie_mask == ryu_app.COOKIE_OURS_MASK
+    assert meters.command == ofp.OFPMC_DELETE and meters.meter_id == ofp.OFPM_ALL
+    assert isinstance(barrier, parser.OFPBarrierRequest)
+    assert (miss0.table_id, miss1.table_id) == (0, 1)
+    assert [dict(m.match.items()) for m in (to_h1, to_h2)] == [{"eth_dst": H1}, {"eth_dst": H2}]
+    assert app.engine.switches == {0xAA: app.engine.switches[0xAA]} and app.wake.is_set()
+
+
+def test_a_registration_reaches_the_switch_as_marking_rules(app):
+    datapath = FakeDatapath(0xAA)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    datapath.take()
+    body = json.dumps({"flows": [{"src": "h1", "dst": "h2", "bytes": 1e6}]}).encode()
+    status, _ = app.api.handle("PUT", "/api/coflows/1", body, {"Content-Type": "application/json"})
+    assert status == 201
+    app.reorder_and_send()
+    mods = [m for m in datapath.take() if isinstance(m, parser.OFPFlowMod)]
+    # the pair and its reverse direction (the ACKs), each marked with level 0's DSCP
+    assert len(mods) == 2 and {m.command for m in mods} == {ofp.OFPFC_ADD}
+    assert all(m.instructions[0].actions[0].value == 56 for m in mods)
+
+
+def test_packets_are_learned_then_forwarded(app):
+    datapath = FakeDatapath(0xBB)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    datapath.take()
+    app.packet_in_handler(packet_in(datapath, 3, H3, "ff:ff:ff:ff:ff:ff"))
+    (flood,) = datapath.take()
+    assert flood.actions[0].port == ofp.OFPP_FLOOD and flood.data is not None
+    app.packet_in_handler(packet_in(datapath, 1, H1, H3))
+    rule, out = datapath.take()
+    assert dict(rule.match.items()) == {"eth_dst": H3} and rule.table_id == 1
+    assert rule.instructions[0].actions[0].port == 3 and out.actions[0].port == 3
+
+
+def test_errors_are_counted_and_a_lost_switch_is_forgotten(app):
+    datapath = FakeDatapath(0xCC)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    app.error_msg_handler(SimpleNamespace(msg=SimpleNamespace(type=4, code=9, data=b"x")))
+    assert app.engine.stats.switch_errors == 1
+    app.state_change_handler(SimpleNamespace(state=MAIN_DISPATCHER, datapath=datapath))
+    assert 0xCC in app.datapaths
+    app.state_change_handler(SimpleNamespace(state=DEAD_DISPATCHER, datapath=datapath))
+    assert 0xCC not in app.datapaths and 0xCC not in app.engine.switches
+    assert 0xCC not in app.forwarding.mac_to_port
