@@ -1,5 +1,6 @@
 """Network scheduling for HPO clusters: the pure scheduling core and the Ryu app.
 
-The core modules (``model``, ``bssi``, ``policies``, ``schedule``, ``bounds``, ``fluid``) import
-no Ryu, so the simulator and the tests use them without a switch.
+Every module but ``ryu_app`` imports no Ryu (``model``, ``bssi``, ``policies``, ``schedule``,
+``bounds``, ``rules``, ``switching``, ``engine``, ``api``, ...), so the simulator and the tests
+use them without a switch.
 """

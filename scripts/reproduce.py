@@ -43,9 +43,9 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from controller import optimum  # noqa: E402
 from controller.metrics import Interval, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
+from simulator import reference  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import coflow_rows, provenance, write_json  # noqa: E402
@@ -142,12 +142,12 @@ def against_brute_force(progress) -> list[Claim]:
     rng = random.Random("report-bssi")
     bssi = []
     for weighted in (False, True):
-        for n in range(2, optimum.MAX_COFLOWS + 1):
+        for n in range(2, reference.MAX_COFLOWS + 1):
             for _ in range(6):
-                state = optimum.state_of(optimum.random_coflows(rng, n, 4, weighted))
-                best, _ = optimum.brute_force_best(state)
+                state = reference.state_of(reference.random_coflows(rng, n, 4, weighted))
+                best, _ = reference.brute_force_best(state)
                 bssi.append(
-                    optimum.order_value(state, make_policy("sincronia").schedule(state).order)
+                    reference.order_value(state, make_policy("sincronia").schedule(state).order)
                     / best
                 )
     progress(f"brute force: {len(bssi)} BSSI instances")
@@ -156,20 +156,20 @@ def against_brute_force(progress) -> list[Claim]:
     for n_stages in (2, 3, 4):
         for n_hosts in (3, 5):
             for _ in range(8):
-                state = optimum.stage_instance(rng, n_stages, max_jobs=2, n_hosts=n_hosts)
-                if len(state.coflows) > optimum.MAX_COFLOWS:
+                state = reference.stage_instance(rng, n_stages, max_jobs=2, n_hosts=n_hosts)
+                if len(state.coflows) > reference.MAX_COFLOWS:
                     continue
-                best = optimum.best_stage_completion_sum(state)
+                best = reference.best_stage_completion_sum(state)
                 for policy, ratios in (("beamer", beamer), ("sincronia", sincronia)):
                     order = make_policy(policy).schedule(state).order
-                    ratios.append(optimum.stage_completion_sum(state, order) / best)
+                    ratios.append(reference.stage_completion_sum(state, order) / best)
     progress(f"brute force: {len(beamer)} stage instances")
     return [
         Claim(
             "BSSI (Sincronia)", "Agarwal et al., SIGCOMM 2018",
             "BSSI with greedy strict priority is within 4x of the optimal total weighted CCT "
             "(all coflows released at 0)",
-            f"{len(bssi)} random instances of 2-{optimum.MAX_COFLOWS} coflows of 1-3 flows on 4 "
+            f"{len(bssi)} random instances of 2-{reference.MAX_COFLOWS} coflows of 1-3 flows on 4 "
             "hosts, half of them weighted; the optimum by trying every order",
             "total weighted CCT / the best order's: mean [best, worst] over the instances",
             [Comparison("brute force", spread(bssi), bound=SINCRONIA_BOUND)],
@@ -178,7 +178,7 @@ def against_brute_force(progress) -> list[Claim]:
             "Beamer vs brute force", "He et al., IEEE TNSM 19(2), 2022",
             "Beamer's order keeps the average SCT within 20/3 of optimal",
             f"{len(beamer)} random instances of 2-4 stages of 1-2 jobs (one in-flight coflow "
-            f"each, at most {optimum.MAX_COFLOWS}) on 3 or 5 hosts; the optimum by trying every "
+            f"each, at most {reference.MAX_COFLOWS}) on 3 or 5 hosts; the optimum by trying every "
             "order",
             "average SCT / the best order's: mean [best, worst] over the instances",
             [Comparison("brute force", spread(beamer), bound=BEAMER_BOUND)],

@@ -4,16 +4,17 @@ Flows are rows of an ``(n, k)`` array of link indices (a big switch uses 2 links
 source's egress and the destination's ingress; a leaf-spine fabric adds the two leaf uplinks;
 unused columns point at a padding link of infinite capacity).
 
-- :func:`priority_max_min`: strict priority between levels (0 first), max-min fair within a
-  level with per-flow caps, work-conserving: each level takes what the levels above it left.
-  Progressive filling, exact: the most constrained link's flows are frozen at its fair share,
-  flows capped below the current share are frozen at their cap, until every flow is frozen.
-  Each link is a bottleneck once, so one level costs O(flows x k + links^2).
-- :func:`greedy_in_order`: the "ideal" mode: each flow in turn takes the minimum of what is
-  left on its links (and its cap), like :func:`controller.fluid.greedy_completion_times`.
+- :func:`_fill`: max-min fair within a level with per-flow caps, work-conserving: a level takes
+  what the levels above it left. Progressive filling, exact: the most constrained link's flows
+  are frozen at its fair share, flows capped below the current share are frozen at their cap,
+  until every flow is frozen. Each link is a bottleneck once, so one level costs
+  O(flows x k + links^2).
+- :func:`greedy_groups`: the "ideal" mode: each flow in turn takes the minimum of what is
+  left on its links (and its cap).
 - :func:`pair_shares`: the engine's hot path on a big switch: max-min over the matrix of flows
-  per host pair, O(n) per bottleneck link however many pairs are active
-  (:func:`pair_max_min` is its plain-array form).
+  per host pair, O(n) per bottleneck link however many pairs are active.
+
+Their plain-array forms, for checks, are in :mod:`simulator.reference`.
 
 The first call compiles the kernels (a few seconds; cached on disk afterwards).
 """
@@ -159,103 +160,6 @@ def _fill(members, links, caps, weights, residual, capacity, rates):  # pragma: 
                 _freeze(members[i], share, links, weights, residual, count, rates)
                 frozen[i] = True
                 left -= 1
-
-
-@njit(cache=True)
-def _priority_max_min(links, levels, caps, weights, capacity):  # pragma: no cover - compiled
-    n = links.shape[0]
-    rates = np.zeros(n)
-    residual = capacity.copy()
-    if n == 0:
-        return rates
-    # counting sort by level (levels are small integers)
-    top = levels.max()
-    count = np.zeros(top + 2, dtype=np.int64)
-    for f in range(n):
-        count[levels[f] + 1] += 1
-    for level in range(top + 1):
-        count[level + 1] += count[level]
-    order = np.empty(n, dtype=np.int64)
-    fill = count[:-1].copy()
-    for f in range(n):
-        order[fill[levels[f]]] = f
-        fill[levels[f]] += 1
-    for level in range(top + 1):
-        if count[level + 1] > count[level]:
-            _fill(
-                order[count[level] : count[level + 1]],
-                links,
-                caps,
-                weights,
-                residual,
-                capacity,
-                rates,
-            )
-    return rates
-
-
-def _caps(n: int, caps: np.ndarray | None) -> np.ndarray:
-    return np.full(n, np.inf) if caps is None else np.ascontiguousarray(caps, dtype=np.float64)
-
-
-def _weights(n: int, weights: np.ndarray | None) -> np.ndarray:
-    return np.ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-
-
-def priority_max_min(
-    links: np.ndarray,
-    levels: np.ndarray,
-    capacity: np.ndarray,
-    caps: np.ndarray | None = None,
-    weights: np.ndarray | None = None,
-) -> np.ndarray:
-    """Rates (bit/s) under strict priority between ``levels`` and max-min within a level.
-
-    Args:
-        links: ``(n, k)`` link indices of each entry.
-        levels: priority level of each entry (0 is served first).
-        capacity: capacity of every link (bit/s).
-        caps: per-flow rate caps (``inf`` for none), or ``None``.
-        weights: number of identical flows each entry stands for (1 when omitted; identical
-            uncapped flows at one level get equal rates under max-min, so grouping them is
-            exact); the result is the rate of each of those flows.
-    """
-    n = links.shape[0]
-    return _priority_max_min(
-        np.ascontiguousarray(links, dtype=np.int64),
-        np.ascontiguousarray(levels, dtype=np.int64),
-        _caps(n, caps),
-        _weights(n, weights),
-        np.ascontiguousarray(capacity, dtype=np.float64),
-    )
-
-
-def max_min(links: np.ndarray, capacity: np.ndarray, caps: np.ndarray | None = None) -> np.ndarray:
-    """Max-min fair rates of flows sharing ``capacity`` (one level)."""
-    return priority_max_min(links, np.zeros(links.shape[0], dtype=np.int64), capacity, caps)
-
-
-def greedy_in_order(
-    links: np.ndarray,
-    order: np.ndarray,
-    capacity: np.ndarray,
-    caps: np.ndarray | None = None,
-    weights: np.ndarray | None = None,
-) -> np.ndarray:
-    """Each flow, in ``order`` (flow indices, most urgent first), takes what its links have left.
-
-    Entries with weight 0 (empty groups) are skipped."""
-    n = links.shape[0]
-    rates = np.zeros(n)
-    greedy_groups(
-        np.ascontiguousarray(links, dtype=np.int64),
-        _weights(n, weights),
-        _caps(n, caps),
-        np.ascontiguousarray(order, dtype=np.int64),
-        np.ascontiguousarray(capacity, dtype=np.float64),
-        rates,
-    )
-    return rates
 
 
 @njit(cache=True)
@@ -416,34 +320,6 @@ def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, c
             break
         if share < 0.0:
             share = 0.0
-
-
-def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Per-flow max-min rates of a big switch's host pairs (one level, no caps).
-
-    Args:
-        w: ``(n, n)`` number of flows from host ``s`` to host ``d``.
-        capacity: ``2n`` link capacities (egress of host i, then ingress of host i).
-
-    Returns:
-        ``(n, n)`` rate of each flow of every pair (``inf`` where there is none).
-    """
-    w = np.ascontiguousarray(w, dtype=np.float64)
-    n = w.shape[0]
-    row_share, col_share = np.zeros(n), np.zeros(n)
-    residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
-    pair_shares(
-        w,
-        np.ascontiguousarray(w.T),
-        w.sum(axis=1),
-        w.sum(axis=0),
-        residual,
-        residual.copy(),
-        n,
-        row_share,
-        col_share,
-    )
-    return np.minimum(row_share[:, None], col_share[None, :])
 
 
 @njit(cache=True)

@@ -1,7 +1,7 @@
 """Small instance builders and brute-force optima shared by the unit tests (they live in
-:mod:`controller.optimum`, which the reproduction report uses too)."""
+:mod:`simulator.reference`, which the reproduction report uses too)."""
 
-from controller.optimum import (  # noqa: F401
+from simulator.reference import (  # noqa: F401
     BYTE_PER_S,
     brute_force_best,
     order_value,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.allocation import greedy_in_order, max_min, pair_max_min, priority_max_min
+from simulator.reference import greedy_in_order, max_min, pair_max_min, priority_max_min
 
 
 @st.composite

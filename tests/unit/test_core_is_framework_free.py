@@ -11,7 +11,6 @@ CORE = [
     "policies",
     "schedule",
     "bounds",
-    "fluid",
     "switching",
     "rules",
     "engine",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.fluid import greedy_completion_times, weighted_completion
 from controller.model import Coflow, Flow
+from simulator.reference import greedy_completion_times, weighted_completion
 
 from .instances import state_of
 

@@ -8,11 +8,11 @@ import random
 import numpy as np
 import pytest
 
-from controller.fluid import greedy_completion_times
 from controller.model import ClusterState, Coflow, Flow
 from controller.policies import Policy, make_policy
 from controller.schedule import Schedule
 from simulator.engine import CoflowSpec, Fabric, Simulator
+from simulator.reference import greedy_completion_times
 
 BPS = 8.0  # one byte per second
 
@@ -89,7 +89,7 @@ def random_specs(rng, n, n_hosts):
 @pytest.mark.parametrize("policy", ["fair", "fifo-lm"])
 def test_ideal_mode_matches_the_reference_fluid_schedule(policy):
     """With an order that completions do not change (arrival order), the ideal mode is the
-    greedy strict-priority schedule of controller.fluid, coflow for coflow."""
+    greedy strict-priority schedule of simulator.reference, coflow for coflow."""
     rng = random.Random(policy)
     for _ in range(20):
         specs = random_specs(rng, rng.randint(2, 7), 4)
@@ -243,8 +243,8 @@ def test_fixed_rate_levels_match_recomputing_every_step(seed):
 def test_caps_that_fit_are_what_max_min_gives():
     # the shortcut for capped levels (caps fit: each flow its cap; flows on a link the levels
     # above filled: 0) against the general priority max-min
-    from simulator.allocation import priority_max_min
     from simulator.core import FIT, FIT_STARVED, NO_FIT, _caps_fit
+    from simulator.reference import priority_max_min
 
     rng = np.random.default_rng(4)
     capacity = np.array([10.0, 10.0, 10.0, 10.0, np.inf])

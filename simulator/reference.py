@@ -1,0 +1,338 @@
+"""Reference implementations: exact, simple and slow, for checking the fast paths and for the
+report's brute-force rows. Nothing in the controller or the simulator's engine uses them.
+
+- **Fluid schedule** (:func:`greedy_completion_times`): coflows served in strict priority
+  order on a big switch. Given a total order of coflows, every flow gets, in order, the minimum
+  of the capacity left at its source's egress port and its destination's ingress port
+  (optionally capped by a rate from the policy). This is the greedy, order-preserving and
+  work-conserving allocation under which Sincronia's 4x guarantee holds, and the "ideal" mode
+  of the simulator. Every event re-allocates every active flow.
+- **Brute-force optima** on small instances, which BSSI and Beamer are measured against (the
+  unit tests' approximation guarantees, ``scripts/reproduce.py``'s "against brute force"
+  rows). Ports run at 8 bit/s, so a byte takes one second and sizes read as seconds of port
+  time. Every strict-priority order of at most 7 coflows is tried (5,040 orders), each served
+  by the fluid schedule.
+- **Plain-array allocations** (:func:`priority_max_min`, :func:`max_min`,
+  :func:`greedy_in_order`, :func:`pair_max_min`): the simulator's compiled allocation kernels
+  (:mod:`simulator.allocation`) called on plain arrays, level by level.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numba import njit
+
+from controller.model import (
+    ClusterState,
+    Coflow,
+    CoflowId,
+    Flow,
+    FlowKey,
+    Job,
+    Port,
+    Stage,
+    egress,
+    ingress,
+)
+from simulator.allocation import _fill, greedy_groups, pair_shares
+
+# ---- fluid schedule ------------------------------------------------------------------------
+
+_REL_EPS = 1e-9
+
+
+def greedy_completion_times(
+    state: ClusterState,
+    order: Sequence[CoflowId],
+    releases: bool = True,
+    flow_rates_bps: Mapping[FlowKey, float] | None = None,
+) -> dict[CoflowId, float]:
+    """Completion time of each coflow of ``order`` served in strict priority.
+
+    Args:
+        state: the coflows (``remaining_bytes`` of their flows is the work) and port capacities.
+        order: coflow ids, most urgent first; every coflow to schedule appears once.
+        releases: honour ``arrival_s`` (else every coflow is released at ``state.now_s``).
+        flow_rates_bps: optional rate cap per ``(coflow_id, flow_id)``.
+
+    Returns:
+        Absolute completion time per coflow id (a coflow with nothing to send completes on
+        release).
+    """
+    if len(set(order)) != len(order):
+        raise ValueError("order lists a coflow twice")
+    caps = flow_rates_bps or {}
+    flows = []  # [priority, release_s, src_port, dst_port, remaining_bits, cap, coflow_id]
+    done_at: dict[CoflowId, float] = {}
+    for position, coflow_id in enumerate(order):
+        coflow = state.coflows[coflow_id]
+        release = max(coflow.arrival_s, state.now_s) if releases else state.now_s
+        done_at[coflow_id] = release
+        for flow in coflow.flows:
+            if flow.remaining_bytes > 0:
+                cap = caps.get((coflow_id, flow.flow_id), math.inf)
+                flows.append(
+                    [
+                        position,
+                        release,
+                        egress(flow.src),
+                        ingress(flow.dst),
+                        8.0 * flow.remaining_bytes,
+                        cap,
+                        coflow_id,
+                    ]
+                )
+    flows.sort(key=lambda f: (f[0], f[1]))
+    now = state.now_s
+    pending = sorted(flows, key=lambda f: f[1])
+    active: list[list] = []
+    while pending or active:
+        while pending and pending[0][1] <= now:
+            active.append(pending.pop(0))
+        if not active:
+            now = pending[0][1]
+            continue
+        active.sort(key=lambda f: f[0])
+        residual: dict[Port, float] = {}
+        rates = []
+        for flow in active:
+            src_left = residual.get(flow[2], state.port_bps(flow[2]))
+            dst_left = residual.get(flow[3], state.port_bps(flow[3]))
+            rate = max(0.0, min(src_left, dst_left, flow[5]))
+            residual[flow[2]] = src_left - rate
+            residual[flow[3]] = dst_left - rate
+            rates.append(rate)
+        step = min(
+            (f[4] / r for f, r in zip(active, rates, strict=True) if r > 0), default=math.inf
+        )
+        if pending:
+            step = min(step, pending[0][1] - now)
+        if not math.isfinite(step):
+            raise ValueError("flows can never finish: a port or rate cap is zero")
+        now += step
+        still = []
+        for flow, rate in zip(active, rates, strict=True):
+            flow[4] -= rate * step
+            if flow[4] <= _REL_EPS * max(1.0, rate * step):
+                done_at[flow[6]] = max(done_at[flow[6]], now)
+            else:
+                still.append(flow)
+        active = still
+    return done_at
+
+
+def weighted_completion(
+    state: ClusterState, completion_s: Mapping[CoflowId, float], releases: bool = False
+) -> float:
+    """Sum of ``weight x completion time`` (measured from arrival when ``releases``)."""
+    total = 0.0
+    for coflow_id, done in completion_s.items():
+        coflow = state.coflows[coflow_id]
+        start = coflow.arrival_s if releases else state.now_s
+        total += coflow.weight * (done - start)
+    return total
+
+
+# ---- brute-force optima --------------------------------------------------------------------
+
+BYTE_PER_S = 8.0
+MAX_COFLOWS = 7
+
+
+def state_of(coflows, jobs=(), stages=()) -> ClusterState:
+    """A cluster state of ``coflows`` (and their jobs and stages) on 8 bit/s ports."""
+    return ClusterState.build(coflows, jobs, stages, default_port_bps=BYTE_PER_S)
+
+
+def random_coflows(rng: random.Random, n: int, n_hosts: int, weighted: bool) -> list[Coflow]:
+    """``n`` coflows of 1-3 flows between ``n_hosts`` hosts (one port pair if ``n_hosts`` is 2)."""
+    coflows = []
+    for k in range(n):
+        flows = []
+        for _ in range(rng.randint(1, 3)):
+            if n_hosts == 2:
+                src, dst = 0, 1
+            else:
+                src, dst = rng.sample(range(n_hosts), 2)
+            flows.append(Flow(src, dst, float(rng.randint(1, 20))))
+        weight = float(rng.randint(1, 5)) if weighted else 1.0
+        coflows.append(Coflow(k, flows, weight=weight))
+    return coflows
+
+
+def order_value(state: ClusterState, order) -> float:
+    """Total weighted CCT of serving ``order`` in strict priority (zero release times)."""
+    return weighted_completion(state, greedy_completion_times(state, list(order), releases=False))
+
+
+def brute_force_best(state: ClusterState) -> tuple[float, list[float]]:
+    """Best total weighted CCT over every strict-priority order, and all the values."""
+    if len(state.coflows) > MAX_COFLOWS:
+        raise ValueError(f"brute force tries at most {MAX_COFLOWS} coflows")
+    values = [order_value(state, perm) for perm in itertools.permutations(sorted(state.coflows))]
+    return min(values), values
+
+
+def stage_instance(rng: random.Random, n_stages: int, max_jobs: int, n_hosts: int) -> ClusterState:
+    """Stages of 1..max_jobs jobs, each job one in-flight coflow and its last iteration."""
+    coflows, jobs, stages = [], [], []
+    next_id = 0
+    for s in range(n_stages):
+        job_ids = []
+        for _ in range(rng.randint(1, max_jobs)):
+            src, dst = rng.sample(range(n_hosts), 2)
+            size = float(rng.randint(1, 20))
+            coflows.append(Coflow(next_id, [Flow(src, dst, size)], job_id=next_id))
+            jobs.append(Job(next_id, iteration_budget=1, stage_id=s))
+            job_ids.append(next_id)
+            next_id += 1
+        stages.append(Stage(s, job_ids))
+    return state_of(coflows, jobs, stages)
+
+
+def stage_completion_sum(state: ClusterState, order) -> float:
+    """Sum of stage completion times when coflows are served in ``order`` (zero releases)."""
+    done = greedy_completion_times(state, list(order), releases=False)
+    return sum(max(done[j] for j in stage.job_ids) for stage in state.stages.values())
+
+
+def best_stage_completion_sum(state: ClusterState) -> float:
+    """The smallest :func:`stage_completion_sum` over every order of the coflows."""
+    if len(state.coflows) > MAX_COFLOWS:
+        raise ValueError(f"brute force tries at most {MAX_COFLOWS} coflows")
+    return min(
+        stage_completion_sum(state, perm) for perm in itertools.permutations(sorted(state.coflows))
+    )
+
+
+# ---- plain-array allocations ---------------------------------------------------------------
+
+
+@njit(cache=True)
+def _priority_max_min(links, levels, caps, weights, capacity):  # pragma: no cover - compiled
+    n = links.shape[0]
+    rates = np.zeros(n)
+    residual = capacity.copy()
+    if n == 0:
+        return rates
+    # counting sort by level (levels are small integers)
+    top = levels.max()
+    count = np.zeros(top + 2, dtype=np.int64)
+    for f in range(n):
+        count[levels[f] + 1] += 1
+    for level in range(top + 1):
+        count[level + 1] += count[level]
+    order = np.empty(n, dtype=np.int64)
+    fill = count[:-1].copy()
+    for f in range(n):
+        order[fill[levels[f]]] = f
+        fill[levels[f]] += 1
+    for level in range(top + 1):
+        if count[level + 1] > count[level]:
+            _fill(
+                order[count[level] : count[level + 1]],
+                links,
+                caps,
+                weights,
+                residual,
+                capacity,
+                rates,
+            )
+    return rates
+
+
+def _caps(n: int, caps: np.ndarray | None) -> np.ndarray:
+    return np.full(n, np.inf) if caps is None else np.ascontiguousarray(caps, dtype=np.float64)
+
+
+def _weights(n: int, weights: np.ndarray | None) -> np.ndarray:
+    return np.ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+
+
+def priority_max_min(
+    links: np.ndarray,
+    levels: np.ndarray,
+    capacity: np.ndarray,
+    caps: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Rates (bit/s) under strict priority between ``levels`` and max-min within a level.
+
+    Args:
+        links: ``(n, k)`` link indices of each entry.
+        levels: priority level of each entry (0 is served first).
+        capacity: capacity of every link (bit/s).
+        caps: per-flow rate caps (``inf`` for none), or ``None``.
+        weights: number of identical flows each entry stands for (1 when omitted; identical
+            uncapped flows at one level get equal rates under max-min, so grouping them is
+            exact); the result is the rate of each of those flows.
+    """
+    n = links.shape[0]
+    return _priority_max_min(
+        np.ascontiguousarray(links, dtype=np.int64),
+        np.ascontiguousarray(levels, dtype=np.int64),
+        _caps(n, caps),
+        _weights(n, weights),
+        np.ascontiguousarray(capacity, dtype=np.float64),
+    )
+
+
+def max_min(links: np.ndarray, capacity: np.ndarray, caps: np.ndarray | None = None) -> np.ndarray:
+    """Max-min fair rates of flows sharing ``capacity`` (one level)."""
+    return priority_max_min(links, np.zeros(links.shape[0], dtype=np.int64), capacity, caps)
+
+
+def greedy_in_order(
+    links: np.ndarray,
+    order: np.ndarray,
+    capacity: np.ndarray,
+    caps: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each flow, in ``order`` (flow indices, most urgent first), takes what its links have left.
+
+    Entries with weight 0 (empty groups) are skipped."""
+    n = links.shape[0]
+    rates = np.zeros(n)
+    greedy_groups(
+        np.ascontiguousarray(links, dtype=np.int64),
+        _weights(n, weights),
+        _caps(n, caps),
+        np.ascontiguousarray(order, dtype=np.int64),
+        np.ascontiguousarray(capacity, dtype=np.float64),
+        rates,
+    )
+    return rates
+
+
+def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Per-flow max-min rates of a big switch's host pairs (one level, no caps).
+
+    Args:
+        w: ``(n, n)`` number of flows from host ``s`` to host ``d``.
+        capacity: ``2n`` link capacities (egress of host i, then ingress of host i).
+
+    Returns:
+        ``(n, n)`` rate of each flow of every pair (``inf`` where there is none).
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    n = w.shape[0]
+    row_share, col_share = np.zeros(n), np.zeros(n)
+    residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
+    pair_shares(
+        w,
+        np.ascontiguousarray(w.T),
+        w.sum(axis=1),
+        w.sum(axis=0),
+        residual,
+        residual.copy(),
+        n,
+        row_share,
+        col_share,
+    )
+    return np.minimum(row_share[:, None], col_share[None, :])
