@@ -324,7 +324,7 @@ def pair_shares(w, wt, row_count, col_count, residual, capacity, n, row_share, c
 
 @njit(cache=True)
 def greedy_groups(links, count, caps, order, capacity, rates):  # pragma: no cover - compiled
-    """:func:`greedy_in_order` for the engine's one-flow groups (empty ones get 0), in place."""
+    """Each flow group in ``order`` takes what its links have left (empty ones get 0), in place."""
     residual = capacity.copy()
     k = links.shape[1]
     for e in range(order.shape[0]):
