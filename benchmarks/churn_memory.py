@@ -14,22 +14,15 @@ stopped by PID and the bridge deleted by name.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench_switch import controller_on_bridge, our_rules_and_meters
 
-from workloads.launcher import ControllerProcess, free_port, wait_for  # noqa: E402
+from workloads.launcher import wait_for
 
 BRIDGE = "benchchurn"
-
-
-def sh(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
 
 
 def rss_mb(pid: int) -> float:
@@ -50,17 +43,7 @@ def main(argv=None) -> int:
     if args.cycles < 1 or args.every < 1:
         parser.error("--cycles and --every must be >= 1")
 
-    sh("bash", str(ROOT / "scripts/ovs.sh"), "start")
-    ofp_port = free_port()
-    sh("ovs-vsctl", "--if-exists", "del-br", BRIDGE)
-    sh("ovs-vsctl", "add-br", BRIDGE, "--", "set", "bridge", BRIDGE, "datapath_type=netdev",
-       "protocols=OpenFlow13", "fail_mode=secure")  # fmt: skip
-    tmp = Path(tempfile.mkdtemp(prefix="benchchurn-"))
-    ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, "--policy", args.policy)
-    try:
-        ctl.start()
-        sh("ovs-vsctl", "set-controller", BRIDGE, f"tcp:127.0.0.1:{ofp_port}")
-        ctl.wait_switch()
+    with controller_on_bridge(BRIDGE, "--policy", args.policy) as ctl:
         client = ctl.client
         pid = ctl.proc.pid
         print(f"policy {args.policy}; controller RSS at start {rss_mb(pid):.1f} MB", flush=True)
@@ -76,20 +59,13 @@ def main(argv=None) -> int:
                 print(f"  {cycle:>6} cycles: RSS {rss_mb(pid):.1f} MB "
                       f"({cycle / elapsed:.0f} cycles/s, ETA {eta:.0f} s)", flush=True)  # fmt: skip
 
-        def ours_left() -> tuple[int, int]:
-            dump = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", BRIDGE, "table=0").stdout
-            meters = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-meters", BRIDGE).stdout
-            return sum("set_field" in line for line in dump.splitlines()), meters.count("meter=")
-
-        wait_for(lambda: ours_left() == (0, 0), timeout_s=10, what="every rule and meter to go")
+        wait_for(lambda: our_rules_and_meters(BRIDGE) == (0, 0), timeout_s=10,
+                 what="every rule and meter to go")  # fmt: skip
         stats = client.stats()
         print(f"after {args.cycles} cycles: rules and meters of ours on the switch: 0 and 0; "
               f"records left: {stats['registered']['coflows']}; "
               f"switch errors: {stats['switch_errors']}; "
               f"reorder failures: {stats['reorder_failures']}")  # fmt: skip
-    finally:
-        ctl.stop()
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", BRIDGE], check=False)
     return 0
 
 

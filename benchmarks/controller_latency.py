@@ -18,23 +18,15 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench_switch import controller_on_bridge, our_rules_and_meters
 
-from workloads.launcher import ControllerProcess, free_port, wait_for  # noqa: E402
+from workloads.launcher import wait_for
 
 BRIDGE = "benchlat"
 HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]
-
-
-def sh(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
 
 
 def coflow_body(rng: random.Random, coflow_id: int, n_jobs: int) -> dict:
@@ -56,17 +48,7 @@ def main(argv=None) -> int:
     if args.active < 1 or args.registrations < 1:
         parser.error("--active and --registrations must be >= 1")
 
-    sh("bash", str(ROOT / "scripts/ovs.sh"), "start")
-    ofp_port = free_port()
-    sh("ovs-vsctl", "--if-exists", "del-br", BRIDGE)
-    sh("ovs-vsctl", "add-br", BRIDGE, "--", "set", "bridge", BRIDGE, "datapath_type=netdev",
-       "protocols=OpenFlow13", "fail_mode=secure")  # fmt: skip
-    tmp = Path(tempfile.mkdtemp(prefix="benchlat-"))
-    ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, "--policy", args.policy)
-    try:
-        ctl.start()
-        sh("ovs-vsctl", "set-controller", BRIDGE, f"tcp:127.0.0.1:{ofp_port}")
-        ctl.wait_switch()
+    with controller_on_bridge(BRIDGE, "--policy", args.policy) as ctl:
         client = ctl.client
         rng = random.Random(args.seed)
         n_jobs = max(1, args.active // 2)
@@ -113,20 +95,11 @@ def main(argv=None) -> int:
         print(f"garbage collections in the controller while measured: {pauses}")
 
         desired = client.rules()["desired"]
-
-        def switch_rules() -> int:
-            out = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", BRIDGE, "table=0").stdout
-            return sum("set_field" in line for line in out.splitlines())
-
-        want = len(desired["flows"])
-        got = wait_for(lambda: (n := switch_rules()) == want and n, timeout_s=10,
-                       what=f"{want} rules on the switch")  # fmt: skip
-        meters = sh("ovs-ofctl", "-O", "OpenFlow13", "dump-meters", BRIDGE).stdout.count("meter=")
-        print(f"rules on the switch: {got} (expected {want}); "
-              f"meters: {meters} (expected {len(desired['meters'])})")  # fmt: skip
-    finally:
-        ctl.stop()
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", BRIDGE], check=False)
+        want = (len(desired["flows"]), len(desired["meters"]))
+        got = wait_for(lambda: (n := our_rules_and_meters(BRIDGE)) == want and n, timeout_s=10,
+                       what=f"{want[0]} rules and {want[1]} meters on the switch")  # fmt: skip
+        print(f"rules on the switch: {got[0]} (expected {want[0]}); "
+              f"meters: {got[1]} (expected {want[1]})")  # fmt: skip
     return 0
 
 
