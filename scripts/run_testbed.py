@@ -151,14 +151,16 @@ def simulate(
 ) -> dict:
     """The simulator's prediction for the same workload, seed, link rate and bytes (emulated
     bytes at the emulated rate: the same seconds as real bytes at the modelled rate), with the
-    testbed's measured ``overheads`` if given."""
+    testbed's measured ``overheads`` if given; ``stage_sct_s`` has every stage's SCT by stage id,
+    for comparing stage by stage."""
     overheads = overheads or Overheads()
     sim = Simulator(Fabric(args.hosts, args.bw * 1e6 * overheads.goodput), make_policy(policy))
     driver = HpoDriver(
         sim, tasks, gpus=job_manager(args, gpu_policy), job_startup_s=overheads.job_startup_s
     )
     sim.run()
-    return driver.core.summary(sim.now_s)
+    stage_sct_s = {str(row["stage_id"]): row["sct_s"] for row in driver.core.stage_rows()}
+    return {**driver.core.summary(sim.now_s), "stage_sct_s": stage_sct_s}
 
 
 SWITCH_LOST_AFTER_S = 2.0

@@ -55,6 +55,9 @@ def test_overheads_slow_the_prediction_by_what_they_say():
     network = job.finish_s - job.start_s - compute
     assert raw["sct_s"]["mean"] == pytest.approx(compute + network)
     assert calibrated["sct_s"]["mean"] == pytest.approx(2.0 + compute + network / 0.8)
+    # stage by stage too: one stage here, with the same SCT
+    (stage_sct,) = calibrated["stage_sct_s"].values()
+    assert stage_sct == pytest.approx(calibrated["sct_s"]["mean"])
 
 
 def test_tcp_counters_are_read_from_proc_text():
