@@ -47,7 +47,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import positive  # noqa: E402
+from cli.argtypes import fraction, non_negative, positive  # noqa: E402
 from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
@@ -328,7 +328,9 @@ def plot(rows, out: Path, args) -> list[Path]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2], help="default: 1 2")
+    parser.add_argument(
+        "--seeds", type=non_negative(int), nargs="+", default=[1, 2], help="default: 1 2"
+    )
     parser.add_argument(
         "--hosts", type=positive(int), default=64, help="simulated cluster (default 64)"
     )
@@ -341,7 +343,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gpus-alone", type=positive(int), default=8, help="part 1 GPUs (8)")
     parser.add_argument(
         "--compute-seeds",
-        type=int,
+        type=non_negative(int),
         nargs="+",
         default=list(range(1, 11)),
         help="seeds of part 1 (default 1..10; it takes well under a second each)",
@@ -355,12 +357,14 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--good-fraction",
-        type=float,
+        type=fraction,
         default=0.1,
         help="share of good configurations (default 0.1)",
     )
     parser.add_argument("--quantum", type=positive(float), default=5.0, help="s (default 5)")
-    parser.add_argument("--resume-cost", type=float, default=0.2, help="s (default 0.2)")
+    parser.add_argument(
+        "--resume-cost", type=non_negative(float), default=0.2, help="s (default 0.2)"
+    )
     parser.add_argument(
         "--yahpo",
         type=Path,

@@ -43,6 +43,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from cli.argtypes import non_negative, positive  # noqa: E402
 from controller.metrics import Interval, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
 from simulator import reference  # noqa: E402
@@ -528,10 +529,12 @@ def main(argv=None) -> int:
         help="take the testbed's claims from a finished run_testbed.py experiment in DIR "
         "(its summary.json keeps its own provenance) instead of running it",
     )
-    parser.add_argument("--seeds", type=int, default=5, help="seeds per claim (default: 5)")
+    parser.add_argument(
+        "--seeds", type=positive(int), default=5, help="seeds per claim (default: 5)"
+    )
     parser.add_argument(
         "--testbed-seeds",
-        type=int,
+        type=non_negative(int),
         nargs="+",
         help="seeds of the testbed experiment (default: 1 with --quick, else 1 2 3)",
     )

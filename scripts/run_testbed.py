@@ -54,7 +54,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import positive  # noqa: E402
+from cli.argtypes import non_negative, number, positive  # noqa: E402
 from controller.metrics import (  # noqa: E402
     Interval,
     clear_best,
@@ -455,7 +455,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--bw", type=positive(float), default=20, help="link Mbit/s (default 20)")
     parser.add_argument("--tasks", type=positive(int), default=2)
     parser.add_argument("--configs", type=positive(int), default=9)
-    parser.add_argument("--eta", type=int, default=3)
+    parser.add_argument("--eta", type=number(int, 2), default=3)
     parser.add_argument(
         "--min-iterations",
         type=positive(int),
@@ -497,7 +497,7 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--seeds",
-        type=int,
+        type=non_negative(int),
         nargs="+",
         default=[1],
         help="workload seeds, each run under every policy (default: 1)",

@@ -33,6 +33,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from cli.argtypes import non_negative, number, positive  # noqa: E402
 from controller.metrics import (  # noqa: E402
     Interval,
     clear_best,
@@ -45,7 +46,7 @@ from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
-from simulator.traces import MB, load_trace, write_fb_trace  # noqa: E402
+from simulator.traces import MB, Trace, TraceError, load_trace, write_fb_trace  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 
 SHARED_TRACE = ROOT.parent / "shared" / "traces" / "fb-526coflows-16ports-load0.9.txt"
@@ -119,8 +120,8 @@ def synthetic_trace(path: Path, seed: int = 1) -> Path:
     return path
 
 
-def trace_runs(args, trace_path: Path) -> list[dict]:
-    trace = load_trace(trace_path)
+def trace_runs(args, trace_path: Path, trace: Trace) -> list[dict]:
+    """Every policy on the coflow trace (read from ``trace_path``): one row each."""
     print(
         f"trace {trace_path.name}: {len(trace.coflows)} coflows, {trace.n_flows} flows, "
         f"{trace.total_bytes / MB:,.0f} MB",
@@ -260,13 +261,13 @@ def plot_trace(rows: list[dict], out: Path) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=int, nargs="+", default=[13, 64, 150])
-    parser.add_argument("--loads", type=float, nargs="+", default=[0.5, 1.0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument("--hosts", type=number(int, 2), nargs="+", default=[13, 64, 150])
+    parser.add_argument("--loads", type=positive(float), nargs="+", default=[0.5, 1.0])
+    parser.add_argument("--seeds", type=non_negative(int), nargs="+", default=[1])
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
     parser.add_argument(
         "--link-gbps",
-        type=float,
+        type=positive(float),
         default=1.0,
         help="the modelled cluster's host link rate in Gbit/s (default: 1)",
     )
@@ -277,6 +278,13 @@ def main(argv=None) -> int:
         parser.error(f"--hosts must be >= {WORKERS}, --loads and --link-gbps > 0")
     args.host_bps = args.link_gbps * 1e9
     args.out.mkdir(parents=True, exist_ok=True)
+    trace_path = args.trace or (
+        SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
+    )
+    try:  # read before the sweep: a bad trace must not cost the sweep's minutes first
+        trace = load_trace(trace_path)
+    except TraceError as exc:
+        parser.error(f"--trace: {exc}")
     started = time.perf_counter()
     with open(args.out / "hpo.csv", "w", newline="") as f:
         fields = [
@@ -305,10 +313,7 @@ def main(argv=None) -> int:
         writer.writeheader()
         writer.writerows(summary)
     _print_points(rows, summary)
-    trace_path = args.trace or (
-        SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
-    )
-    trace_rows = trace_runs(args, trace_path)
+    trace_rows = trace_runs(args, trace_path, trace)
     with open(args.out / "trace.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(trace_rows[0]))
         writer.writeheader()

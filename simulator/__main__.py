@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli.argtypes import positive
+from cli.argtypes import fraction, non_negative, number, positive
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     hpo.add_argument(
         "--configs", type=positive(int), default=9, help="configurations per task (default: 9)"
     )
-    hpo.add_argument("--eta", type=int, default=3, help="reduction factor (default: 3)")
+    hpo.add_argument("--eta", type=number(int, 2), default=3, help="reduction factor (default: 3)")
     hpo.add_argument(
         "--min-iterations",
         type=positive(int),
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hpo.add_argument(
         "--interarrival",
-        type=float,
+        type=non_negative(float),
         default=0.0,
         help="mean gap between task arrivals in s (default: 0, all at once)",
     )
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="divide model bytes and compute time by this (default: 1)",
     )
-    hpo.add_argument("--seed", type=int, default=1, help="workload seed (default: 1)")
+    hpo.add_argument("--seed", type=non_negative(int), default=1, help="workload seed (default: 1)")
     hpo.add_argument(
         "--search",
         choices=SEARCHES,
@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hpo.add_argument(
         "--good-fraction",
-        type=float,
+        type=fraction,
         default=0.2,
         help="share of configurations with a good learning curve (default: 0.2)",
     )
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hpo.add_argument(
         "--resume-cost",
-        type=float,
+        type=non_negative(float),
         default=0.2,
         help="s a suspended job needs to resume (default: 0.2)",
     )

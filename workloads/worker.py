@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 
-from cli.argtypes import positive, tcp_port
+from cli.argtypes import non_negative, positive, tcp_port
 from workloads.curves import curve_from_json
 
 HEADER = struct.Struct("!QQ")  # iteration, payload length
@@ -338,8 +338,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m workloads.worker", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--job", type=int, required=True, help="job id (for the output)")
-    parser.add_argument("--rank", type=int, required=True, help="this worker's rank, 0-based")
+    parser.add_argument(
+        "--job", type=non_negative(int), required=True, help="job id (for the output)"
+    )
+    parser.add_argument(
+        "--rank", type=non_negative(int), required=True, help="this worker's rank, 0-based"
+    )
     parser.add_argument(
         "--hosts", required=True, help="comma-separated IPv4 addresses of the ranks, in rank order"
     )
@@ -355,19 +359,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--compute-s",
-        type=float,
+        type=non_negative(float),
         default=0.0,
         help="compute time of one iteration in s (default: 0)",
     )
     parser.add_argument(
         "--iterations",
-        type=int,
+        type=non_negative(int),
         required=True,
         help="iteration to stop at (total, counting --start-iteration)",
     )
     parser.add_argument(
         "--start-iteration",
-        type=int,
+        type=non_negative(int),
         default=0,
         help="iterations already done (resume after a restart)",
     )

@@ -19,7 +19,7 @@ def controller_cli(*args: str) -> subprocess.CompletedProcess:
     ("args", "words"),
     [
         (["--ofp-port", "70000"], "not a TCP port"),
-        (["--rest-port", "x"], "not a int"),
+        (["--rest-port", "x"], "not an integer"),
         (["--tick", "0"], "must be > 0"),
         (["--policy", "sjf"], "invalid choice: 'sjf'"),
         (["--policy-option", "novalue"], "expected KEY=VALUE"),

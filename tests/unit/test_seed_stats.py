@@ -9,6 +9,7 @@ import math
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,17 @@ def test_gpu_experiments_report_intervals(tmp_path):
     assert (ratio["mean"], ratio["low"], ratio["high"]) == pytest.approx(
         (expected.mean, expected.low, expected.high)
     )
+
+
+def test_sim_experiments_reads_its_trace_before_the_sweep(tmp_path):
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/sim_experiments.py"), "--trace", "/nonexistent",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "sim_experiments.py: error: --trace: /nonexistent: No such file or directory"
+    )
+    assert time.monotonic() - started < 30 and not (tmp_path / "hpo.csv").exists()

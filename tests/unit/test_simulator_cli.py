@@ -73,3 +73,18 @@ def test_link_rate_is_one_flag_stated_in_the_results(tmp_path):
     assert json.loads((tmp_path / "old" / "summary.json").read_text())["link_gbps"] == 1.0
     result = sim_cli("hpo", "--link-gbps", "0")
     assert result.returncode == 2 and "must be > 0" in result.stderr
+
+
+def test_numeric_flags_refuse_non_finite_and_out_of_range_values():
+    for flag, value, words in (
+        ("--host-bps", "nan", "argument --host-bps: must be a finite number, got nan"),
+        ("--link-gbps", "inf", "argument --link-gbps: must be a finite number, got inf"),
+        ("--interarrival", "-5", "argument --interarrival: must be >= 0, got -5"),
+        ("--good-fraction", "1.5", "argument --good-fraction: must be <= 1, got 1.5"),
+        ("--eta", "1", "argument --eta: must be >= 2, got 1"),
+        ("--hosts", "3.5", "argument --hosts: not an integer: '3.5'"),
+    ):
+        result = sim_cli("hpo", flag, value)
+        assert result.returncode == 2, (flag, value)
+        assert result.stderr.strip().splitlines()[-1].endswith(words), result.stderr
+        assert "Traceback" not in result.stderr
