@@ -13,7 +13,7 @@ from collections.abc import Callable
 KIND_NAMES = {int: "an integer", float: "a number"}
 
 
-def number(kind: type, low: float | None = None, high: float | None = None, low_open=False):
+def number(kind: type, low: float | None = None, high: float | None = None, low_open: bool = False):
     """An argparse type: a finite ``kind`` (int or float) in ``[low, high]`` (``(low, high]``
     when ``low_open``); either bound may be ``None`` (no bound)."""
 

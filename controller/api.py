@@ -99,9 +99,7 @@ class ApiError(Exception):
     @classmethod
     def of(cls, exc: RegistryError | NoPlan) -> ApiError:
         """The HTTP error for a refusal of the registry or the engine."""
-        if isinstance(exc, NoPlan):
-            return cls(503, str(exc))
-        return cls(DOMAIN_STATUS[type(exc)], exc.message, exc.field)
+        return cls(DOMAIN_STATUS[type(exc)], str(exc), getattr(exc, "field", None))
 
     def to_json(self) -> dict:
         """The error body every refused request gets: ``{"error": {code, message, field}}``."""
@@ -111,7 +109,7 @@ class ApiError(Exception):
         return {"error": error}
 
 
-DOMAIN_STATUS = {InvalidInput: 400, UnknownRecord: 404, DuplicateRecord: 409}
+DOMAIN_STATUS = {InvalidInput: 400, UnknownRecord: 404, DuplicateRecord: 409, NoPlan: 503}
 
 
 @dataclass(frozen=True)

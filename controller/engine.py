@@ -37,8 +37,7 @@ class GcPauses:
     alike, for as long as it walks every live object."""
 
     def __init__(self) -> None:
-        self.count = [0, 0, 0]
-        self.max_s = [0.0, 0.0, 0.0]
+        self.reset()
         self._started = 0.0
 
     def install(self) -> GcPauses:
@@ -80,6 +79,7 @@ class Plan:
     table: SwitchTable
     computed_at: float
     compute_s: float
+    started_s: float  # on the engine's monotonic clock, for the slowest event's breakdown
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,6 @@ class Engine:
         self.stats = Stats()
         self._pending_events: list[float] = []
         self._oldest_event_cpu = 0.0
-        self._last_reorder: tuple[float, float] = (0.0, 0.0)  # (started, compute seconds)
 
     # ---- events and policy -------------------------------------------------------------------
 
@@ -221,8 +220,7 @@ class Engine:
             raise
         self.last_reorder_error = None
         elapsed = self.monotonic() - started
-        self._last_reorder = (started, elapsed)
-        self.plan = Plan(state, schedule, table, time.time(), elapsed)
+        self.plan = Plan(state, schedule, table, time.time(), elapsed, started)
         self.stats.reorders += 1
         self.stats.compute_s.append(elapsed)
         return self.plan
@@ -247,16 +245,16 @@ class Engine:
     def sent(self, at: float | None = None) -> None:
         """The operations for every pending event have been sent: record the latencies."""
         now = self.monotonic() if at is None else at
-        if self._pending_events:
+        if self._pending_events and self.plan is not None:
             oldest = min(self._pending_events)
             slowest = self.stats.slowest
             if slowest is None or now - oldest > slowest.latency_s:
-                started, compute = self._last_reorder
+                plan = self.plan
                 self.stats.slowest = SlowEvent(
                     latency_s=now - oldest,
-                    wait_s=max(0.0, started - oldest),
-                    compute_s=compute,
-                    send_s=max(0.0, now - started - compute),
+                    wait_s=max(0.0, plan.started_s - oldest),
+                    compute_s=plan.compute_s,
+                    send_s=max(0.0, now - plan.started_s - plan.compute_s),
                     cpu_s=self.cpu_clock() - self._oldest_event_cpu,
                 )
         self.stats.latencies_s.extend(now - t for t in self._pending_events)

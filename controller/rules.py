@@ -305,15 +305,11 @@ def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
     rules = dict(table.rules)
     meters = dict(table.meters)
     for op in ops:
-        try:
-            kind = OpKind(op.kind)
-        except ValueError:
-            raise ValueError(f"unknown op {op.kind}") from None
-        match kind:
+        match op.kind:
             case OpKind.FLOW_DELETE:
                 rules.pop(op.rule.key, None)
             case OpKind.FLOW_ADD | OpKind.FLOW_MODIFY:
-                if kind is OpKind.FLOW_MODIFY and op.rule.key not in rules:
+                if op.kind == OpKind.FLOW_MODIFY and op.rule.key not in rules:
                     raise ValueError(f"modify of a rule that is not installed: {op.rule}")
                 _check_meter(op.rule, meters)
                 rules[op.rule.key] = op.rule
@@ -323,14 +319,16 @@ def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
                     if rule.cookie == op.rule.cookie:
                         rules[key] = replace(rule, dscp=op.rule.dscp, meter_id=op.rule.meter_id)
             case OpKind.METER_ADD | OpKind.METER_MODIFY:
-                if (kind is OpKind.METER_ADD) == (op.meter_id in meters):
-                    raise ValueError(f"{kind} of meter {op.meter_id}: wrong state")
+                if (op.kind == OpKind.METER_ADD) == (op.meter_id in meters):
+                    raise ValueError(f"{op.kind} of meter {op.meter_id}: wrong state")
                 meters[op.meter_id] = op.rate_kbps
             case OpKind.METER_DELETE:
                 meters.pop(op.meter_id)
                 rules = {k: r for k, r in rules.items() if r.meter_id != op.meter_id}
             case OpKind.BARRIER:
                 pass
+            case _:
+                raise ValueError(f"unknown op {op.kind}")
     return SwitchTable(rules, meters)
 
 
