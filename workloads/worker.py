@@ -44,6 +44,10 @@ DRAIN_TIMEOUT_S = 300.0
 # Linux's default give-up time (15 retries of doubling timeouts), kept whatever cap the host
 # puts on the retransmission timeout (topologies/network.py sets its retries from it).
 TCP_PATIENCE_MS = 924_000
+# SO_RCVBUFFORCE (Linux, needs CAP_NET_ADMIN; Python's socket module may not name it).
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+# The kernel doubles a requested buffer and stores it in an int.
+MAX_RECEIVE_BUFFER = (1 << 30) - 1
 
 
 class Stop(Exception):
@@ -64,6 +68,30 @@ def patient(sock: socket.socket) -> socket.socket:
     minutes), whatever cap the host puts on the retransmission timeout: a flow starved by
     higher priorities for a while is slow, not broken."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_PATIENCE_MS)
+    return sock
+
+
+def receive_buffer_bytes(model_bytes: float) -> int:
+    """Receive buffer that keeps a connection's window open while its reader is busy: room for
+    two of the largest messages a rank is sent (a ring share is under twice the model), as the
+    kernel counts each packet's overhead against it, plus 1 MiB for headers and slack.
+
+    Why: a rank one iteration ahead sends its next message while the receiver still computes.
+    With the kernel's default buffer the window closes, and a closed window with a
+    retransmission pending is abandoned (ETIMEDOUT) once the peer has been silent for twice the
+    maximum retransmission timeout: 2 s under the testbed's 1 s cap, which a priority class
+    starved behind others reaches (``tcp_rtx_probe0_timed_out`` in Linux's tcp_timer.c)."""
+    return min(MAX_RECEIVE_BUFFER, int(4 * model_bytes) + (1 << 20))
+
+
+def roomy(sock: socket.socket, size: int) -> socket.socket:
+    """``sock`` with a receive buffer of ``size`` bytes, set before it connects or listens so
+    that the window scale it announces can open the whole buffer. Above ``net.core.rmem_max``
+    this needs CAP_NET_ADMIN; without it the buffer stays at that limit."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
     return sock
 
 
@@ -115,14 +143,15 @@ class Worker:
 
     def listen(self) -> None:
         """Listen on this rank's port."""
-        self.listener = socket.socket()
+        self.listener = roomy(socket.socket(), receive_buffer_bytes(self.args.bytes))
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((self.hosts[self.rank], self.port(self.rank)))
         self.listener.listen(self.size)
         self.listener.settimeout(self.args.connect_timeout)
 
     def accept(self) -> socket.socket:
-        """Accept one peer's connection (within the connect timeout)."""
+        """Accept one peer's connection (within the connect timeout); it inherits the listener's
+        receive buffer."""
         try:
             conn, _ = self.listener.accept()
         except TimeoutError:
@@ -142,7 +171,13 @@ class Worker:
                 # not abandoned: the peer may already have accepted it, and a retry would leave
                 # it reading from a connection this side resets.
                 left = max(1.0, deadline - time.monotonic())
-                sock = socket.create_connection(address, timeout=left)
+                sock = roomy(socket.socket(), receive_buffer_bytes(self.args.bytes))
+                sock.settimeout(left)
+                try:
+                    sock.connect(address)
+                except OSError:
+                    sock.close()
+                    raise
                 sock.settimeout(None)  # the timeout was for connecting; a peer may compute longer
                 return patient(sock)
             except OSError as exc:

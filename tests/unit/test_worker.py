@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from workloads.curves import TabulatedCurve, curve_to_json
+from workloads.worker import Worker, parse_args, receive_buffer_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -248,3 +250,33 @@ def test_bad_arguments_and_unreachable_peers():
     ((events, code, _),) = finish(lonely)
     assert code == 1 and events[-1]["event"] == "error"
     assert "cannot reach rank 0" in events[-1]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a buffer above net.core.rmem_max needs root")
+def test_a_peers_next_message_fits_while_this_rank_is_busy():
+    """A worker one message ahead finishes sending it although the receiver is not reading
+    (computing): the receiver's window stays open, so the kernel never has a closed window to
+    give up on."""
+    model = 32e6  # far beyond the kernel's default buffers (tcp_rmem 6 MB + tcp_wmem 4 MB)
+    base = free_base_port(2)
+    argv = ["--job", "1", "--hosts", "127.0.0.1,127.0.0.1", "--pattern", "ps",
+            "--base-port", str(base), "--bytes", str(model), "--iterations", "1"]  # fmt: skip
+    server, client = (Worker(parse_args([*argv, "--rank", str(r)])) for r in (0, 1))
+    setup = threading.Thread(target=server.setup)
+    setup.start()
+    client.setup()
+    setup.join(10)
+    try:
+        for sock in (*server.peers, *client.peers):
+            # the kernel reports twice what was asked for (it counts packet overhead)
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) >= receive_buffer_bytes(
+                model
+            )
+        sender = threading.Thread(target=client.send, args=(client.peers[0], int(model)))
+        sender.start()
+        sender.join(20)
+        assert not sender.is_alive(), "the sender blocked: the receiver's window closed"
+        assert server.recv(server.peers[0]) == int(model)
+    finally:
+        for sock in (*server.peers, *client.peers, server.listener):
+            sock.close()
