@@ -210,7 +210,8 @@ class RestController(ControllerBase):
         super().__init__(req, link, data, **config)
         self.app: HpoScheduler = data[APP_KEY]
 
-    @route("api", "/api/{path}", requirements={"path": ".*"})
+    # "[\s\S]" and not ".": an id with a newline must still reach the API's JSON errors
+    @route("api", "/api/{path}", requirements={"path": r"[\s\S]*"})
     def dispatch(self, req, **_kwargs) -> Response:
         """Every ``/api/...`` request."""
         return self._serve(req)

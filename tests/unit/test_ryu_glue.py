@@ -128,3 +128,7 @@ def test_rest_through_ryus_wsgi_application():
     assert res.status_int == 404 and "error" in json.loads(res.body)
     res = Request.blank("/api/coflows/4", method="PATCH").get_response(wsgi)
     assert res.status_int == 405 and res.headers["Allow"] == "GET, PUT, DELETE"
+    # control characters in an id (a newline included) still reach the API and get JSON
+    res = Request.blank("/api/stages/k%C2%A0%0A%09x").get_response(wsgi)
+    assert res.status_int == 404 and res.content_type == "application/json"
+    assert "error" in json.loads(res.body)
