@@ -2,10 +2,12 @@
 
     .venv/bin/python benchmarks/simulator_speed.py [--trace ../shared/traces/FB2010-1Hr-150-0.txt]
                                                    [--policy fair sincronia ...]
+                                                   [--mode levels ideal] [--arrivals online offline]
 
-Each policy runs in its own process (so its peak RSS is its own) on a 1 Gbit/s big switch with
-coflows released at their arrival times; the time excludes loading the trace and compiling the
-kernels (a warm-up run on a tiny trace compiles them first).
+Each run (policy x mode x arrivals) is its own process (so its peak RSS is its own) on a 1 Gbit/s
+big switch, coflows released at their arrival times (``online``, default) or all at 0
+(``offline``), in ``levels`` mode (default) or ``ideal``; the time excludes loading the trace
+and compiling the kernels (a warm-up run on a tiny trace compiles them first).
 """
 
 from __future__ import annotations
@@ -24,19 +26,19 @@ sys.path.insert(0, str(ROOT))
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "FB2010-1Hr-150-0.txt"
 
 
-def run_one(trace_path: str, policy: str) -> dict:
+def run_one(trace_path: str, policy: str, mode: str = "levels", offline: bool = False) -> dict:
     import numpy as np
 
     from controller.policies import make_policy
     from simulator.engine import CoflowSpec, Fabric, Simulator
     from simulator.traces import load_trace
 
-    warm = Simulator(Fabric(2, 1e9), make_policy(policy))  # compile the kernels
+    warm = Simulator(Fabric(2, 1e9), make_policy(policy), mode=mode)  # compile the kernels
     warm.release(CoflowSpec(0, np.array([0]), np.array([1]), np.array([1.0])))
     warm.run()
     trace = load_trace(trace_path)
-    sim = Simulator(Fabric(trace.n_ports, 1e9), make_policy(policy))
-    trace.install(sim)
+    sim = Simulator(Fabric(trace.n_ports, 1e9), make_policy(policy), mode=mode)
+    trace.install(sim, offline=offline)
     started = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - started
@@ -59,28 +61,35 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default=str(DEFAULT_TRACE))
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
+    parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
+    parser.add_argument("--arrivals", nargs="+", default=["online"], choices=["online", "offline"])
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one policy in this process
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.trace, args.one)))
+        policy, mode, arrivals = args.one.split(",")
+        print(json.dumps(run_one(args.trace, policy, mode, arrivals == "offline")))
         return 0
     if not Path(args.trace).exists():
         print(f"trace {args.trace} not found; pass --trace FILE")
         return 1
-    print(f"{'policy':<10} {'wall s':>8} {'peak RSS MB':>12} {'avg CCT s':>10} {'steps':>8}")
-    for policy in args.policy:
-        out = subprocess.run(
-            [sys.executable, __file__, "--trace", args.trace, "--one", policy],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        print(
-            f"{policy:<10} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
-            f"{r['avg_cct_s']:>10.3f} {r['steps']:>8}",
-            flush=True,
-        )
+    print(
+        f"{'policy':<10} {'mode':<7} {'arrivals':<8} {'wall s':>8} {'peak RSS MB':>12} "
+        f"{'avg CCT s':>10} {'steps':>8}"
+    )
+    for mode in args.mode:
+        for arrivals in args.arrivals:
+            for policy in args.policy:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--trace", args.trace, "--one",
+                     f"{policy},{mode},{arrivals}"],
+                    capture_output=True, text=True, check=True,
+                ).stdout  # fmt: skip
+                r = json.loads(out.strip().splitlines()[-1])
+                print(
+                    f"{policy:<10} {mode:<7} {arrivals:<8} {r['wall_s']:>8.1f} "
+                    f"{r['peak_rss_mb']:>12.0f} {r['avg_cct_s']:>10.3f} {r['steps']:>8}",
+                    flush=True,
+                )
     return 0
 
 

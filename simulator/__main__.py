@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from cli.argtypes import fraction, non_negative, number, positive
+from cli.progress import Progress
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
-from simulator.engine import Fabric, Simulator
+from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
 from simulator.traces import TraceError, load_trace
@@ -219,12 +220,16 @@ def run_trace(args) -> int:
         "policies": {},
     }
     print(f"{'policy':<10} {'avg CCT s':>11} {'p95 CCT s':>11} {'total/bound':>12} {'wall s':>8}")
+    warm_up()  # (compiles the kernels the first time; not part of any run's wall time)
     for name in args.policy:
         sim = Simulator(fabric, make_policy(name), mode=args.mode)
         trace.install(sim, offline=args.offline)
+        progress = Progress(len(trace.coflows), f"{name} coflows", lines=False)
+        sim.on_coflow_done(lambda _record, progress=progress: progress.step())
         started = time.perf_counter()
         sim.run()
         wall = time.perf_counter() - started
+        progress.close()
         rows = coflow_rows(sim)
         cct = summarise([r["cct_s"] for r in rows])
         total = sum(r["cct_s"] for r in rows)
@@ -287,6 +292,7 @@ def run_hpo(args) -> int:
     }
     if surrogate is not None:
         summary["workload"]["curves"] = f"YAHPO LCBench task {args.yahpo_task} ({args.yahpo})"
+    warm_up()  # (compiles the kernels the first time; not part of any run's wall time)
     print(
         f"{'policy':<17} {'avg SCT s':>10} {'p95 SCT s':>10} {'SCT/bound':>10} "
         f"{'avg JCT s':>10} {'to 90% s':>9} {'best id s':>9} {'HPO end s':>10} {'GPU use':>7} "
@@ -306,9 +312,12 @@ def run_hpo(args) -> int:
                     args.resume_cost,
                 )
             driver = HpoDriver(sim, generate(**kwargs, surrogate=surrogate), gpus=gpus)
+            progress = Progress(driver.n_stages, f"{label} stages", lines=False)
+            driver.on_stage_done(progress.step)
             started = time.perf_counter()
             sim.run()
             wall = time.perf_counter() - started
+            progress.close()
             result = hpo_summary(driver)
             result["wall_s"] = wall
             result["network_policy"], result["gpu_policy"] = name, gpu_policy

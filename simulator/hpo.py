@@ -18,6 +18,7 @@ the manager's ``resume_cost_s``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from controller.model import Job, Stage
@@ -73,6 +74,8 @@ class HpoDriver:
         self._model_jobs: dict[int, Job] = {}
         self._model_stages: dict[int, Stage] = {}
         self._coflow_job: dict[int, tuple[int, int]] = {}  # coflow -> (job, phase)
+        self._stage_listeners: list[Callable[[], None]] = []
+        self.n_stages = sum(len(task.plan) for task in tasks)  # stages the workload will run
         sim.jobs_and_stages = lambda: (self._model_jobs, self._model_stages)
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
@@ -168,7 +171,13 @@ class HpoDriver:
         if stage.finish_s is not None:
             self._model_stages.pop(stage.stage_id, None)
             self.sim.request_reorder()
+            for listener in self._stage_listeners:
+                listener()
         self._carry_out(actions)
+
+    def on_stage_done(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` whenever a stage ends (e.g. to show progress)."""
+        self._stage_listeners.append(listener)
 
     # ---- results: the core's ------------------------------------------------------------------
 

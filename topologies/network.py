@@ -21,7 +21,6 @@ switch. A process may hold the lock across several networks (a whole experiment)
 from __future__ import annotations
 
 import fcntl
-import math
 import os
 import subprocess
 import sys
@@ -34,22 +33,12 @@ from mininet.topo import Topo
 
 from topologies.host_qos import TcRunner, host_batch
 from topologies.qos import apply_htb
-from topologies.testbed import DEFAULT_BW_MBPS
-from workloads.worker import TCP_PATIENCE_MS
-
-# A flow that a higher level starves keeps timing out, and Linux doubles its retransmission
-# timeout each time, up to 120 s: once promoted it may then sit idle for as long as it was
-# starved, an idle time the fluid model (and a transport built for priorities, e.g. pFabric's
-# fixed timeout) does not have. 1 s is the smallest cap the kernel accepts.
-TCP_RTO_MAX_MS = 1000
-RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
-# TCP gives up on a connection after a number of retransmissions (15; 8 once its process has
-# exited), which Linux's doubling timeouts spread over about 15 minutes. Capped at 1 s they
-# would take 15 s (8 s), and a flow starved that long would be dropped: keep the patience in
-# seconds instead, as far as the kernel allows (at most 255 retries; the workers also set
-# TCP_USER_TIMEOUT to the same patience, which overrides the count).
-MAX_TCP_RETRIES = 255
-
+from topologies.testbed import (
+    DEFAULT_BW_MBPS,
+    RTO_MAX_SYSCTL,
+    TCP_RTO_MAX_MS,
+    tune_host,
+)
 
 LOCK_PATH = "/run/hpo-testbed.lock"
 
@@ -173,19 +162,7 @@ def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_m
     try:
         net.start()
         for host in net.hosts:
-            for intf in host.intfList():
-                host.cmd(f"ethtool -K {intf} tx off")
-            if tcp_rto_max_ms is not None:
-                # a host's namespace starts from the kernel's default, not the root's setting
-                retries = min(MAX_TCP_RETRIES, math.ceil(TCP_PATIENCE_MS / tcp_rto_max_ms))
-                for setting in (
-                    f"net.ipv4.tcp_rto_max_ms={int(tcp_rto_max_ms)}",
-                    f"net.ipv4.tcp_retries2={retries}",
-                    f"net.ipv4.tcp_orphan_retries={retries}",
-                ):
-                    out = host.cmd(f"sysctl -qw {setting}; echo rc=$?")
-                    if "rc=0" not in out:
-                        raise RuntimeError(f"{setting} in {host.name} failed: {out.strip()}")
+            tune_host(host, tcp_rto_max_ms)
         switch_ports = [
             intf.name for sw in net.switches for intf in sw.intfList() if intf.name != "lo"
         ]

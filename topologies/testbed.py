@@ -2,10 +2,15 @@
 
 A Topo is only a graph (Mininet's habit): no namespace is made until a ``Mininet`` object starts
 it, so the graph, and the controller's host table derived from it, are testable without root.
-From the command line (as root)::
+From the command line (as root, from the repository's root)::
 
-    sudo mn --custom topologies/testbed.py --topo testbed,13 --switch user,protocols=OpenFlow13 \\
+    sudo mn --custom topologies/testbed.py --topo testbed,13 --switch hpo --host hpo \\
         --link tc --controller remote,ip=127.0.0.1,port=6653
+
+``--switch hpo`` (:class:`HpoSwitch`) is userspace OVS speaking OpenFlow 1.3 with the 8 HTB
+priority classes on every port, and ``--host hpo`` (:class:`HpoHost`) turns TCP checksum
+offload off (the userspace datapath drops offloaded segments) and caps TCP's retransmission
+timeout as the experiments do: without them the controller's DSCP marks select no class.
 
 Every host ``hI`` has IP ``10.0.0.I`` and MAC ``00:00:00:00:00:I`` (hex), so one description
 gives both the Mininet topology and the controller's ``--hosts`` file
@@ -17,9 +22,28 @@ datapath sustains for 12 simultaneous TCP senders (../shared/DESIGN.md section 3
 
 from __future__ import annotations
 
+import math
+import os
+import sys
+from pathlib import Path
+
+from mininet.node import Host, OVSSwitch
 from mininet.topo import Topo
 
 DEFAULT_BW_MBPS = 20
+# TCP_RTO_MAX_MS: a flow that a higher level starves keeps timing out, and Linux doubles its
+# retransmission timeout each time, up to 120 s: once promoted it may then sit idle for as long
+# as it was starved, an idle time the fluid model (and a transport built for priorities, e.g.
+# pFabric's fixed timeout) does not have. 1 s is the smallest cap the kernel accepts.
+# MAX_TCP_RETRIES: TCP gives up on a connection after a number of retransmissions (15; 8 once
+# its process has exited), which Linux's doubling timeouts spread over about 15 minutes. Capped
+# at 1 s they would take 15 s (8 s), and a flow starved that long would be dropped: keep the
+# patience in seconds instead, as far as the kernel allows (the workers also set
+# TCP_USER_TIMEOUT to workloads.worker.TCP_PATIENCE_MS, which overrides the count).
+# 255 is the most retries the kernel takes.
+TCP_RTO_MAX_MS = 1000
+MAX_TCP_RETRIES = 255
+RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
 
 
 def host_ip(index: int) -> str:
@@ -109,4 +133,73 @@ def host_table(topo: Topo, bw: float | None = None) -> list[dict]:
     return table
 
 
+def tcp_settings(rto_max_ms: float) -> list[str]:
+    """The sysctls of a testbed host's namespace that cap TCP's retransmission timeout at
+    ``rto_max_ms`` and keep its patience (a namespace starts from the kernel's defaults)."""
+    _repository_on_path()
+    from workloads.worker import TCP_PATIENCE_MS  # noqa: PLC0415 (stdlib only, path set above)
+
+    retries = min(MAX_TCP_RETRIES, math.ceil(TCP_PATIENCE_MS / rto_max_ms))
+    return [
+        f"net.ipv4.tcp_rto_max_ms={int(rto_max_ms)}",
+        f"net.ipv4.tcp_retries2={retries}",
+        f"net.ipv4.tcp_orphan_retries={retries}",
+    ]
+
+
+def tune_host(host, rto_max_ms: float | None) -> None:
+    """Checksum offload off on every interface of ``host`` and, unless ``rto_max_ms`` is
+    ``None``, TCP's timeout capped (raises ``RuntimeError`` naming a setting that fails)."""
+    for intf in host.intfList():
+        host.cmd(f"ethtool -K {intf} tx off")
+    if rto_max_ms is None:
+        return
+    for setting in tcp_settings(rto_max_ms):
+        out = host.cmd(f"sysctl -qw {setting}; echo rc=$?")
+        if "rc=0" not in out:
+            raise RuntimeError(f"{setting} in {host.name} failed: {out.strip()}")
+
+
+class HpoHost(Host):
+    """A testbed host for ``mn --custom`` (``--host hpo``): :func:`tune_host` once configured
+    (the timeout cap where the kernel has it, Linux 6.15+)."""
+
+    def config(self, **params):
+        """Mininet's configuration, then the testbed's."""
+        result = super().config(**params)
+        tune_host(self, TCP_RTO_MAX_MS if os.path.exists(RTO_MAX_SYSCTL) else None)
+        return result
+
+
+def _repository_on_path() -> None:
+    """Let this file import the repository's packages also under ``mn --custom``, which runs it
+    with the system Python and without ``__file__`` (the code object still names the file)."""
+    root = str(Path(_repository_on_path.__code__.co_filename).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.insert(0, root)
+
+
+class HpoSwitch(OVSSwitch):
+    """The testbed's switch for ``mn --custom`` (``--switch hpo``): userspace OVS, OpenFlow 1.3,
+    and once started the 8 HTB priority classes on every port at its link's rate."""
+
+    def __init__(self, name, **params):
+        params.setdefault("datapath", "user")
+        params.setdefault("protocols", "OpenFlow13")
+        super().__init__(name, **params)
+
+    def start(self, controllers) -> None:
+        """Start OVS, then put the priority classes on the ports."""
+        super().start(controllers)
+        _repository_on_path()
+        from topologies.qos import apply_htb  # noqa: PLC0415 (the path is set just above)
+
+        for intf in self.intfList():
+            if intf.name != "lo":
+                rate_mbps = float(intf.params.get("bw") or DEFAULT_BW_MBPS)
+                apply_htb([intf.name], rate_mbps * 1e6)
+
+
 topos = {"testbed": OneSwitchTopo, "leafspine": LeafSpineTopo}
+switches = {"hpo": HpoSwitch}
+hosts = {"hpo": HpoHost}

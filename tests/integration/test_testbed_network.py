@@ -80,3 +80,44 @@ def test_testbed_forwards_and_prioritises(testbed):
     level0 = after[level_classid(0)] - before.get(level_classid(0), 0)
     assert got > 1e6 and level0 >= 0.9 * got
     assert ctl.client.stats()["switch_errors"] == 0
+
+
+def test_the_mn_custom_switch_and_hosts_serve_the_levels(tmp_path):
+    """What ``sudo mn --custom topologies/testbed.py --switch hpo --host hpo`` builds (the same
+    classes, through Mininet's API: the ``mn`` command cleans up every bridge and controller on
+    the machine after any error): HTB priority classes on every switch port, checksum offload
+    off and the TCP timeout capped in every host."""
+    from mininet.link import TCLink
+    from mininet.net import Mininet
+    from mininet.node import RemoteController
+
+    from topologies.testbed import HpoHost, HpoSwitch, tcp_settings
+
+    sh("bash", "scripts/ovs.sh", "start")
+    switch = "tbmn"
+    with network.testbed_lock():
+        net = Mininet(
+            topo=OneSwitchTopo(n=3, switch=switch), switch=HpoSwitch, host=HpoHost, link=TCLink,
+            controller=lambda name: RemoteController(name, ip="127.0.0.1", port=free_port()),
+            autoSetMacs=False, waitConnected=False,
+        )  # fmt: skip
+        try:
+            net.start()
+            assert "datapath_type=netdev" in sh("ovs-vsctl", "list", "bridge", switch).stdout
+            for i in range(1, 4):
+                classes = class_bytes(f"{switch}-eth{i}")
+                assert {level_classid(level) for level in range(8)} <= set(classes)
+            for host in net.hosts:
+                offload = host.cmd(f"ethtool -k {host.defaultIntf()}")
+                assert "tx-checksumming: off" in offload, offload
+                if network.rto_cap_supported():
+                    for setting in tcp_settings(network.TCP_RTO_MAX_MS):
+                        name, value = setting.split("=")
+                        assert host.cmd(f"sysctl -n {name}").strip() == value
+        finally:
+            net.stop()
+            for controller in net.controllers:
+                controller.terminate()
+            sh("ovs-vsctl", "--if-exists", "del-br", switch, check=False)
+    assert sh("ovs-vsctl", "br-exists", switch, check=False).returncode == 2
+    assert f"{switch}-eth" not in sh("ip", "-o", "link").stdout

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
 from controller.policies import make_policy
+from experiments import run_testbed
 from simulator.calibration import Overheads
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-spec = importlib.util.spec_from_file_location("run_testbed", ROOT / "scripts" / "run_testbed.py")
-run_testbed = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(run_testbed)
 
 
 def test_overheads_load_and_refuse_nonsense(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,12 +10,9 @@ from pathlib import Path
 import pytest
 
 from controller.metrics import Interval
+from experiments import reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
-reproduce = importlib.util.module_from_spec(spec)
-sys.modules["reproduce"] = reproduce  # dataclasses look their module up there
-spec.loader.exec_module(reproduce)
 
 
 @pytest.mark.parametrize(
@@ -44,9 +40,10 @@ def test_claim_verdict_over_baselines():
 
 
 def run_reproduce(*args: str) -> subprocess.CompletedProcess:
-    """scripts/reproduce.py as a user runs it."""
+    """scripts/reproduce.py as a user runs it (sequentially: Ray's start-up is tested once, in
+    test_seed_stats)."""
     return subprocess.run(
-        [sys.executable, "scripts/reproduce.py", *args],
+        [sys.executable, "scripts/reproduce.py", "--sequential", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

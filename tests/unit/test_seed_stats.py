@@ -67,15 +67,28 @@ def test_no_winner_where_intervals_overlap():
     assert clear_best({"a": Interval(0.5, 0.4, 0.6, 3)}) is None
 
 
-def test_sim_experiments_summarises_seeds(tmp_path):
+def sweep_rows(path: Path) -> list[dict]:
+    """A results CSV's rows without their wall times (which differ from run to run)."""
+    with open(path, newline="") as f:
+        return [{k: v for k, v in row.items() if k != "wall_s"} for row in csv.DictReader(f)]
+
+
+def test_sim_experiments_summarises_seeds_the_same_on_ray_and_sequentially(tmp_path):
     out = tmp_path / "sim"
-    run = subprocess.run(
-        [sys.executable, "scripts/sim_experiments.py", "--hosts", "13", "--loads", "0.5",
-         "--seeds", "1", "2", "3", "--policy", "fair", "sincronia", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    command = [sys.executable, "scripts/sim_experiments.py", "--hosts", "13", "--loads", "0.5",
+               "--seeds", "1", "2", "3", "--policy", "fair", "sincronia"]  # fmt: skip
+    run = subprocess.run([*command, "--out", str(out), "--workers", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert "3 seed(s)" in run.stdout and "clear best:" in run.stdout
+    assert "ETA" in run.stdout  # progress lines
+    reference = tmp_path / "sequential"
+    run = subprocess.run([*command, "--out", str(reference), "--sequential"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    for name in ("hpo.csv", "hpo-summary.csv", "trace.csv"):
+        assert sweep_rows(out / name) == sweep_rows(reference / name), name
+    assert len(list((out / "points").glob("*.json"))) == 3 * 2 + 2  # HPO runs, trace runs
     with open(out / "hpo.csv", newline="") as f:
         runs = list(csv.DictReader(f))
     with open(out / "hpo-summary.csv", newline="") as f:
@@ -101,7 +114,8 @@ def test_gpu_experiments_report_intervals(tmp_path):
     relative to (fair, fifo) paired per seed, recomputed here from its own per-run CSV."""
     out = tmp_path / "gpu"
     run = subprocess.run(
-        [sys.executable, "scripts/gpu_experiments.py", "--hosts", "13", "--tasks", "1",
+        [sys.executable, "scripts/gpu_experiments.py", "--sequential", "--hosts", "13",
+         "--tasks", "1",
          "--seeds", "1", "2", "--compute-seeds", "1", "2", "3", "--configs-alone", "16",
          "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -1,0 +1,89 @@
+"""Progress with an ETA for long runs: a live bar on a terminal, one line per step in a log.
+
+On a terminal (stderr is a TTY) it is a tqdm bar whose messages are printed above it; anywhere
+else (CI, ``| tee``, nohup) every step prints one line with the count, the elapsed time and the
+estimated time left, so a log shows how far a run got and how long it still needs.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def clock(seconds: float) -> str:
+    """``seconds`` as ``h:mm:ss`` or ``m:ss``."""
+    seconds = max(0, round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Progress:
+    """Counts ``total`` steps of ``label``; :meth:`step` reports one with a message.
+
+    ``bar`` forces the live bar on or off (default: on when stderr is a terminal); with
+    ``lines=False`` the steps print no line (a run's many small steps: the bar only).
+
+    The ETA assumes the steps left take as long as the ones done, on average, in wall time (so
+    it counts parallel workers in). Steps already done before it started (``done``, e.g. a
+    resumed sweep's) are shown but do not count towards the rate."""
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        done: int = 0,
+        stream: TextIO | None = None,
+        bar: bool | None = None,
+        lines: bool = True,
+    ) -> None:
+        self.total = total
+        self.lines = lines  # without a bar: print a line per step (else stay silent)
+        self.label = label
+        self.done = done
+        self._skipped = done
+        self.stream = stream if stream is not None else sys.stdout
+        self.started = time.monotonic()
+        self._bar = None
+        use_bar = sys.stderr.isatty() if bar is None else bar
+        if use_bar:
+            try:
+                from tqdm import tqdm
+            except ImportError:  # the runtime install has no tqdm: lines instead
+                tqdm = None
+            if tqdm is not None:
+                self._bar = tqdm(total=total, initial=done, desc=label, unit="step", leave=False)
+
+    def eta_s(self) -> float | None:
+        """Estimated seconds until every step is done; ``None`` before the first step."""
+        counted = self.done - self._skipped
+        if counted <= 0:
+            return None
+        return (time.monotonic() - self.started) / counted * (self.total - self.done)
+
+    def line(self, message: str) -> str:
+        """The line a step prints: count, elapsed, ETA, then ``message``."""
+        width = len(str(self.total))
+        eta = self.eta_s()
+        timing = f"{clock(time.monotonic() - self.started)} elapsed"
+        if self.done < self.total:
+            timing += f", ETA {clock(eta)}" if eta is not None else ", ETA ?"
+        return f"[{self.done:>{width}}/{self.total} {timing}] {message}"
+
+    def step(self, message: str = "") -> None:
+        """One more step done; print ``message`` with the count and the ETA."""
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(1)
+            if self.lines:
+                self._bar.write(self.line(message), file=self.stream)
+        elif self.lines:
+            print(self.line(message), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """Remove the bar (lines need no closing)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,208 @@
+"""One sweep runner for every experiment script: each point (workload, seed, policy, load, ...)
+is one task, and its result one file.
+
+- By default each point is a **Ray** task on a local Ray that uses every core;
+  ``--ray-address`` runs the same sweep on a Ray cluster (the repository is shipped to the
+  workers as the job's working directory).
+- ``--sequential`` runs the points one after another in this process, without Ray: the
+  reference the parallel runs must match.
+- Every finished point is written to ``<folder>/<point>.json`` at once, so a crash loses the
+  points that were running, not the sweep; ``--resume`` keeps the points already written
+  (when their parameters match) and runs only the others.
+- A point that raises is reported with its parameters and traceback (also written next to
+  where its result would be) while the others go on; the sweep then ends with
+  :class:`SweepError` naming every failed point.
+
+A point function takes the point's parameters (a JSON-able dict) and returns a JSON-able dict.
+It must be a module-level function (Ray ships it to its workers by reference or by value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cli.argtypes import positive
+from cli.progress import Progress
+
+ROOT = Path(__file__).resolve().parents[1]
+# What a Ray cluster does not need from the repository (``--ray-address``).
+SHIPPING_EXCLUDES = [".venv/", ".git/", "results/", "**/__pycache__/"]
+
+
+class SweepError(Exception):
+    """Some points failed (their results are missing; the others were written)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a point that raised left: its error and traceback."""
+
+    error: str
+    traceback: str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sweep flags every experiment script takes."""
+    group = parser.add_argument_group("sweep (each point a Ray task, one result file per point)")
+    group.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run the points one after another in this process, without Ray (the reference)",
+    )
+    group.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="run on this Ray cluster (e.g. ray://head:10001, or auto for the one this machine "
+        "belongs to); default: a local Ray on all cores",
+    )
+    group.add_argument(
+        "--workers",
+        type=positive(int),
+        help="local Ray: at most this many points at once (default: one per core)",
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the points already written in the output folder and run only the others",
+    )
+
+
+def point_file(point: dict) -> str:
+    """The file name of a point's result: readable, and unique by a hash of its parameters."""
+    readable = re.sub(r"[^A-Za-z0-9.=_-]+", "-", "_".join(f"{k}={v}" for k, v in point.items()))
+    digest = hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{readable[:120]}_{digest}.json"
+
+
+def _stored(path: Path, point: dict) -> dict | None:
+    """The result stored at ``path`` for ``point``, or ``None`` (missing, unreadable or of
+    other parameters)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("point") != point:
+        return None
+    return record.get("result")
+
+
+def _write(path: Path, point: dict, result: dict) -> None:
+    """Write atomically: a reader (or a resumed sweep) never sees half a file."""
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_text(json.dumps({"point": point, "result": result}, indent=1) + "\n")
+    temporary.replace(path)
+
+
+def guarded(run: Callable[[dict], dict], point: dict) -> dict | Failure:
+    """``run(point)``, or the :class:`Failure` it raised (so one point cannot end the sweep)."""
+    try:
+        return run(point)
+    except Exception as exc:  # reported with the point's parameters by the caller
+        return Failure(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+
+
+def run_points(
+    points: Sequence[dict],
+    run: Callable[[dict], dict],
+    folder: Path,
+    args: argparse.Namespace,
+    label: str = "points",
+    describe: Callable[[dict, dict], str] | None = None,
+    cost: Callable[[dict], float] | None = None,
+) -> list[dict]:
+    """Run ``run`` on every point (see the module docstring); the results in ``points``' order.
+
+    ``describe(point, result)`` is the progress line of a finished point; ``cost(point)``, if
+    given, orders the submissions largest first so that the longest points do not start last.
+    Raises :class:`SweepError` if any point failed, after every other point has finished."""
+    folder.mkdir(parents=True, exist_ok=True)
+    results: list[dict | None] = [None] * len(points)
+    todo = []
+    for i, point in enumerate(points):
+        stored = _stored(folder / point_file(point), point) if args.resume else None
+        if stored is None:
+            todo.append(i)
+        else:
+            results[i] = stored
+    if cost is not None:
+        todo.sort(key=lambda i: -cost(points[i]))
+    progress = Progress(len(points), label, done=len(points) - len(todo))
+    if len(todo) < len(points):
+        print(f"{label}: {len(points) - len(todo)} of {len(points)} already done (--resume)")
+    failures: list[str] = []
+
+    def finished(i: int, outcome: dict | Failure, wall_s: float) -> None:
+        point, path = points[i], folder / point_file(points[i])
+        if isinstance(outcome, Failure):
+            path.with_suffix(".error.txt").write_text(outcome.traceback)
+            failures.append(f"{json.dumps(point)}: {outcome.error}")
+            progress.step(f"FAILED {json.dumps(point)}: {outcome.error}")
+            return
+        _write(path, point, outcome)
+        results[i] = outcome
+        text = describe(point, outcome) if describe else json.dumps(point)
+        progress.step(f"{text} ({wall_s:.1f} s)")
+
+    try:
+        if args.sequential or not todo:
+            for i in todo:
+                started = time.monotonic()
+                finished(i, guarded(run, points[i]), time.monotonic() - started)
+        else:
+            _on_ray(run, points, todo, finished, args)
+    finally:
+        progress.close()
+    if failures:
+        raise SweepError(
+            f"{len(failures)} of {len(points)} {label} failed (tracebacks in {folder}/*.error.txt; "
+            "--resume reruns only them):\n  " + "\n  ".join(failures)
+        )
+    return [r for r in results if r is not None]
+
+
+def _on_ray(run, points, todo, finished, args) -> None:
+    """Submit the points as Ray tasks and report each as it finishes."""
+    try:
+        import ray
+    except ImportError:
+        raise SweepError("Ray is not installed: pip install ray, or run --sequential") from None
+    if args.ray_address:
+        runtime_env = {"working_dir": str(ROOT), "excludes": SHIPPING_EXCLUDES}
+        ray.init(address=args.ray_address, runtime_env=runtime_env, logging_level="ERROR")
+    else:
+        # the local workers inherit this environment: let them import the repository's packages
+        path = os.environ.get("PYTHONPATH")
+        if str(ROOT) not in (path or "").split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), path]))
+        ray.init(
+            num_cpus=args.workers,
+            include_dashboard=False,
+            logging_level="ERROR",
+            object_store_memory=256 * 1024 * 1024,  # results are small
+        )
+    try:
+        task = ray.remote(_timed).options(num_cpus=1, max_retries=0)
+        pending = {task.remote(run, points[i]): i for i in todo}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                outcome, wall_s = ray.get(ref)
+                finished(pending.pop(ref), outcome, wall_s)
+    finally:
+        ray.shutdown()
+
+
+def _timed(run: Callable[[dict], dict], point: dict) -> tuple[dict | Failure, float]:
+    """:func:`guarded` and how long it took (run inside a Ray worker)."""
+    started = time.monotonic()
+    outcome = guarded(run, point)
+    return outcome, time.monotonic() - started

@@ -1,0 +1,709 @@
+"""The testbed experiment: one seeded HPO workload on the Mininet testbed under each policy.
+
+    sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
+        [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
+        [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
+        [--link-gbps 1] [--patterns ring] [--seeds 1] [--host-priorities]
+        [--tcp-rto-max-ms 1000|off]
+        [--calibrate | --calibration JSON] [--out results/testbed]
+
+The defaults are the main experiment: a network-bound cluster (1 Gbit/s links, ring
+all-reduce, the busiest ports mostly busy while stages run). The compute-bound point of the
+README is ``--link-gbps 10 --patterns ps ring --min-iterations 10``.
+
+For every policy: start OVS if needed, the controller (``python -m controller``, fresh
+registry), the one-switch testbed (userspace OVS, TCLink at ``--bw`` Mbit/s, 8 HTB classes per
+switch port), and the HPO driver with its worker processes; collect stage/job completion times,
+time to 90 % / 95 % of converged accuracy, link utilisation and bytes per priority class; tear
+everything down (by handle and by name, also on Ctrl-C or an error). Bytes are divided by
+``--link-gbps / --bw`` (the modelled real link rate over the emulated one) so that
+every link keeps the real compute/communication ratio. With ``--gpu-policy`` every network
+policy also runs under each GPU time-sharing policy (the job manager of ``workloads/gpu.py``
+pauses and resumes the workers; ``none``: every job computes at once). Every (policy, seed) runs
+on the testbed and, beside it, in the simulator on the same workload, seed, link rate and bytes:
+the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
+``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
+measured job start-up and goodput (:mod:`simulator.calibration`, the same for every policy).
+``--host-priorities`` serves the levels on the hosts' egress too (:mod:`topologies.host_qos`).
+TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a flow a higher
+level starved resumes when promoted: the README's "TCP under priorities".
+Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
+stages / jobs / configs / tasks CSV, iterations.csv: every rank's every synchronisation, worker
+logs),
+``results.json`` (every run), ``summary.json`` (per policy over the seeds: mean +/- 95 % CI,
+the simulator's prediction, the ratio to fair sharing paired per seed, the clearly best policy
+if any, and provenance), ``stages.csv`` and ``testbed.png``, and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from cli.argtypes import non_negative, number, positive  # noqa: E402
+from cli.progress import Progress  # noqa: E402
+from controller.metrics import (  # noqa: E402
+    Interval,
+    clear_best,
+    mean_ci,
+    paired_ratio_ci,
+    summarise,
+)
+from controller.policies import POLICIES, make_policy  # noqa: E402
+from simulator.calibration import Overheads  # noqa: E402
+from simulator.engine import Fabric, Simulator  # noqa: E402
+from simulator.hpo import HpoDriver  # noqa: E402
+from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
+from topologies import network  # noqa: E402
+from topologies.host_qos import HostPriorities  # noqa: E402
+from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
+from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
+from workloads.client import ControllerError  # noqa: E402
+from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
+from workloads.hpo import PATTERNS, generate  # noqa: E402
+from workloads.launcher import ControllerProcess, free_port  # noqa: E402
+from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
+from workloads.yahpo import LcBench, YahpoError  # noqa: E402
+
+# the checkout this runs from (OVS start-up script, ../shared traces)
+ROOT = Path(__file__).resolve().parents[1]
+
+DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
+
+
+def workload(args) -> list:
+    """The seeded HPO workload of this run (bytes already divided by the link scale)."""
+    return generate(
+        args.hosts,
+        args.tasks,
+        seed=args.seed,
+        configs_per_task=args.configs,
+        eta=args.eta,
+        min_iterations=args.min_iterations,
+        workers=args.workers,
+        patterns=tuple(args.patterns),
+        link_scale=args.link_scale,
+        surrogate=args.surrogate,
+    )
+
+
+def job_manager(args, gpu_policy: str) -> GpuManager | None:
+    """A fresh GPU job manager for ``gpu_policy`` (``None`` for ``none``); resuming a paused
+    worker costs nothing on the testbed."""
+    if gpu_policy == "none":
+        return None
+    return GpuManager(
+        make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
+    )
+
+
+ROOT_CLASS = "1:1"
+
+
+def class_deltas(before: dict[str, dict], after: dict[str, dict]) -> dict[str, int]:
+    """Bytes each HTB class sent between two readings, summed over the devices read."""
+    sent: dict[str, int] = {}
+    for device, counts in after.items():
+        for cls, count in counts.items():
+            sent[cls] = sent.get(cls, 0) + count - before[device].get(cls, 0)
+    return sent
+
+
+def host_class_bytes(host) -> dict[str, int]:
+    """Bytes sent by each class of a Mininet host's egress (its HTB, or its shaper's root)."""
+    return parse_class_bytes(host.cmd(f"tc -s class show dev {host.defaultIntf().name}"))
+
+
+TCP_COUNTERS = ("RetransSegs", "OutSegs", "TCPTimeouts", "TCPLossProbes", "TCPSACKReorder")
+
+
+def tcp_counters(host) -> dict[str, int]:
+    """The host's TCP counters of :data:`TCP_COUNTERS` (its namespace's ``/proc/net/snmp`` and
+    ``/proc/net/netstat``): retransmissions and timeouts say where TCP, not the schedule, lost
+    time."""
+    return parse_tcp_counters(host.cmd("cat /proc/net/snmp /proc/net/netstat"))
+
+
+def parse_tcp_counters(text: str) -> dict[str, int]:
+    """:data:`TCP_COUNTERS` from ``/proc/net/snmp`` and ``/proc/net/netstat`` text (pairs of a
+    header line and a value line per protocol)."""
+    counters: dict[str, int] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines, lines[1:], strict=False):
+        head, _, rest = names.partition(":")
+        if head in ("Tcp", "TcpExt") and values.startswith(head + ":"):
+            counters.update(zip(rest.split(), map(int, values.split()[1:]), strict=True))
+    return {key: counters.get(key, 0) for key in TCP_COUNTERS}
+
+
+def simulate(
+    policy: str, args, tasks: list, gpu_policy: str = "none", overheads: Overheads | None = None
+) -> dict:
+    """The simulator's prediction for the same workload, seed, link rate and bytes (emulated
+    bytes at the emulated rate: the same seconds as real bytes at the modelled rate), with the
+    testbed's measured ``overheads`` if given; ``stage_sct_s`` has every stage's SCT keyed
+    ``"<task>.<index>"`` (stage ids differ between testbed and simulator), for comparing stage by
+    stage with the run's ``stages.csv``."""
+    overheads = overheads or Overheads()
+    sim = Simulator(Fabric(args.hosts, args.bw * 1e6 * overheads.goodput), make_policy(policy))
+    driver = HpoDriver(
+        sim, tasks, gpus=job_manager(args, gpu_policy), job_startup_s=overheads.job_startup_s
+    )
+    sim.run()
+    stage_sct_s = {
+        f"{row['task_id']}.{row['index']}": row["sct_s"] for row in driver.core.stage_rows()
+    }
+    return {**driver.core.summary(sim.now_s), "stage_sct_s": stage_sct_s}
+
+
+SWITCH_LOST_AFTER_S = 2.0
+
+
+def testbed_watch(ctl: ControllerProcess, bridge: str):
+    """A check for :class:`TestbedDriver`: the message naming what is gone (the controller
+    process, the bridge, the switch's OpenFlow connection for :data:`SWITCH_LOST_AFTER_S`),
+    or ``None`` while all is well."""
+    disconnected_at = None
+
+    def check() -> str | None:
+        nonlocal disconnected_at
+        code = ctl.proc.poll() if ctl.proc is not None else None
+        if code is not None:
+            return f"the controller (pid {ctl.proc.pid}) exited with status {code}; see {ctl.log}"
+        if subprocess.run(["ovs-vsctl", "br-exists", bridge], check=False).returncode != 0:
+            return f"the switch {bridge} was deleted (ovs-vsctl br-exists {bridge} fails)"
+        try:
+            connected = ctl.client.stats()["switches"]
+        except ControllerError as exc:
+            return f"the controller stopped answering: {exc}"
+        now = time.monotonic()
+        if connected:
+            disconnected_at = None
+        elif disconnected_at is None:
+            disconnected_at = now
+        elif now - disconnected_at > SWITCH_LOST_AFTER_S:
+            return (f"the switch {bridge} has been disconnected from the controller for "
+                    f"{now - disconnected_at:.0f} s")  # fmt: skip
+        return None
+
+    return check
+
+
+def run_policy(
+    policy: str, args, out: Path, gpu_policy: str = "none", tasks: list | None = None
+) -> dict:
+    """One policy (pair) end to end on ``tasks`` (default: the seeded workload of ``args``);
+    everything started here is stopped before returning."""
+    out.mkdir(parents=True, exist_ok=True)
+    topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
+    hosts_file = out / "hosts.json"
+    hosts_file.write_text(json.dumps(host_table(topo)))
+    db = out / "controller.sqlite"
+    db.unlink(missing_ok=True)
+    ofp_port = free_port()
+    ctl = ControllerProcess(
+        db, hosts_file, ofp_port, "--policy", policy, "--port-bps", str(args.bw * 1e6)
+    )
+    net = None
+    try:
+        ctl.start()
+        net = network.start(
+            topo,
+            ofp_port,
+            args.bw,
+            host_priorities=args.host_priorities,
+            tcp_rto_max_ms=args.tcp_rto_max_ms,
+        )
+        ctl.wait_switch(timeout_s=30)
+        ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
+        before = {p: class_bytes(p) for p in ports}
+        tasks = workload(args) if tasks is None else tasks
+        hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
+        host_before = {h.name: host_class_bytes(h) for h in hosts}
+        tcp_before = {h.name: tcp_counters(h) for h in hosts}
+        agent = None
+        if args.host_priorities:
+            agent = HostPriorities(
+                {h.IP(): (h.defaultIntf().name, network.tc_runner(h)) for h in hosts},
+                lambda: ctl.client.rules()["desired"]["flows"],
+            )
+        gpus = job_manager(args, gpu_policy)
+        watch = testbed_watch(ctl, "s1")
+        driver = TestbedDriver(
+            hosts,
+            ctl.client,
+            tasks,
+            port_bps=args.bw * 1e6,
+            progress=lambda m: print(f"  {m}"),
+            gpus=gpus,
+            log_dir=out / "logs",
+            host_priorities=agent,
+            watch=watch,
+        )
+        started = time.monotonic()
+        try:
+            driver.run(timeout_s=args.timeout)
+        except ControllerError as exc:  # say what is gone, if the watch knows
+            raise TestbedFault(watch() or str(exc)) from None
+        duration = time.monotonic() - started
+        after = {p: class_bytes(p) for p in ports}
+        host_after = {h.name: host_class_bytes(h) for h in hosts}
+        tcp_after = {h.name: tcp_counters(h) for h in hosts}
+        stats = ctl.client.stats()
+    finally:
+        if net is not None:
+            network.stop(net)
+        ctl.stop()
+    per_class = class_deltas(before, after)
+    total = per_class.pop(ROOT_CLASS, 0)  # the port's root class counts every byte once
+    host_per_class = class_deltas(host_before, host_after)
+    host_per_class.pop(ROOT_CLASS, None)
+    stages = driver.stage_rows()
+    for name, rows in (
+        ("stages", stages),
+        ("jobs", driver.job_rows()),
+        ("configs", driver.config_rows()),
+        ("tasks", driver.task_rows()),
+        ("iterations", driver.iteration_rows),
+    ):
+        write_csv(out / f"{name}.csv", rows)
+    label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+    result = {
+        "policy": label,
+        "network_policy": policy,
+        "gpu_policy": gpu_policy,
+        "link_gbps": args.link_gbps,
+        "emulated_link_bps": args.bw * 1e6,
+        "duration_s": duration,
+        **driver.core.summary(driver.now()),
+        "cct_s": summarise(driver.cct_s),
+        "job_startup_s": summarise(driver.startup_s.values()),
+        "worker_signals": driver.signals_sent,
+        "worker_pauses": driver.pauses,
+        "bytes_sent_while_paused": driver.bytes_while_paused,
+        "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
+        "bytes_per_class": per_class,
+        "host_priorities": args.host_priorities,
+        "tcp_rto_max_ms": args.tcp_rto_max_ms,
+        "host_bytes_per_class": host_per_class,
+        "host_filter_updates": agent.updates if agent else 0,
+        "tcp": {
+            key: sum(tcp_after[h][key] - tcp_before[h][key] for h in tcp_after)
+            for key in TCP_COUNTERS
+        },
+        "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
+        "simulated": simulate(policy, args, tasks, gpu_policy),
+        "overheads": args.overheads.to_json() if args.overheads else None,
+        "simulated_calibrated": (
+            simulate(policy, args, tasks, gpu_policy, args.overheads) if args.overheads else None
+        ),
+        "stages": stages,
+    }
+    (out / "result.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+BASELINE = "fair"
+PANELS = (
+    ("sct_s", "avg_sct_s", "average SCT (s)"),
+    ("time_to_90pct_s", "avg_time_to_90pct_s", "time to 90% (s)"),
+    ("best_identified_s", "avg_best_identified_s", "best config identified (s)"),
+    ("hpo_completion_s", "avg_hpo_completion_s", "HPO completion (s)"),
+)
+
+
+def _interval(values) -> dict | None:
+    ci = mean_ci(values)
+    return None if ci is None else {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
+
+
+def interval(entry: dict | None, digits: int = 1) -> str:
+    """``mean +/- ci95`` of a summary entry."""
+    if entry is None:
+        return "-"
+    if "low" in entry:
+        return Interval(entry["mean"], entry["low"], entry["high"], entry["n"]).format(digits)
+    half = 0.0 if entry["n"] < 2 else entry["ci95"]
+    mean = entry["mean"]
+    return Interval(mean, mean - half, mean + half, entry["n"]).format(digits)
+
+
+def seed_summary(results: list[dict], args, argv) -> dict:
+    """Per policy (pair) over the seeds: each metric's mean +/- 95 % CI on the testbed, the
+    simulator's on the same workloads, and the average SCT relative to fair sharing's, paired
+    per seed; the clearly best policy, if any; where the results come from."""
+    labels = list(dict.fromkeys(r["policy"] for r in results))
+    by_label = {label: {r["seed"]: r for r in results if r["policy"] == label} for label in labels}
+    # fair sharing (with the first GPU policy it ran with, in pairs) is the baseline
+    baseline = next((label for label in labels if label.split("+")[0] == BASELINE), None)
+    base = by_label.get(baseline, {})
+    policies, ratios = {}, {}
+    for label, runs in by_label.items():
+        entry = {"seeds": sorted(runs)}
+        for key, name, _ in PANELS:
+            entry[name] = _interval(r[key].get("mean") for r in runs.values())
+        entry["sim_avg_sct_s"] = _interval(r["simulated"]["sct_s"].get("mean")
+                                           for r in runs.values())  # fmt: skip
+        entry["sim_over_testbed_avg_sct"] = _interval(
+            r["simulated"]["sct_s"]["mean"] / r["sct_s"]["mean"] for r in runs.values()
+        )
+        if all(r["simulated_calibrated"] for r in runs.values()):
+            entry["calibrated_sim_avg_sct_s"] = _interval(
+                r["simulated_calibrated"]["sct_s"].get("mean") for r in runs.values()
+            )
+            entry["calibrated_sim_over_testbed_avg_sct"] = _interval(
+                r["simulated_calibrated"]["sct_s"]["mean"] / r["sct_s"]["mean"]
+                for r in runs.values()
+            )
+        entry["busiest_port_busy"] = _interval(r["busiest_port_busy"] for r in runs.values())
+        if base:
+            ratio = paired_ratio_ci(
+                {s: r["sct_s"].get("mean") for s, r in runs.items()},
+                {s: r["sct_s"].get("mean") for s, r in base.items()},
+            )
+            if ratio is not None:
+                ratios[label] = ratio
+                entry["avg_sct_vs_baseline"] = {"mean": ratio.mean, "low": ratio.low,
+                                                "high": ratio.high, "n": ratio.n}  # fmt: skip
+        policies[label] = entry
+    return {
+        "provenance": provenance(argv),
+        "link_gbps": args.link_gbps,
+        "emulated_link_bps": args.bw * 1e6,
+        "host_priorities": args.host_priorities,
+        "tcp_rto_max_ms": args.tcp_rto_max_ms,
+        "overheads": args.overheads.to_json() if args.overheads else None,
+        "workload": {
+            "hosts": args.hosts,
+            "tasks": args.tasks,
+            "configs": args.configs,
+            "eta": args.eta,
+            "min_iterations": args.min_iterations,
+            "workers": args.workers,
+            "patterns": args.patterns,
+            "seeds": args.seeds,
+        },  # fmt: skip
+        "baseline": baseline,
+        "policies": policies,
+        "clear_best_avg_sct": clear_best(ratios),
+    }
+
+
+def plot(summary: dict, out: Path) -> Path:
+    """Per policy: each metric's mean over the seeds with its 95 % CI (testbed), and the
+    simulator's mean average SCT on the same workloads."""
+    names = list(summary["policies"])
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
+    for ax, (_, key, label) in zip(axes, PANELS, strict=True):
+        entries = [summary["policies"][n][key] for n in names]
+        means = [e["mean"] if e else 0 for e in entries]
+        errors = [0 if not e or e["ci95"] != e["ci95"] else e["ci95"] for e in entries]
+        ax.bar(names, means, yerr=errors, capsize=3, color="tab:blue", label="testbed")
+        if key == "avg_sct_s":
+            sim = [summary["policies"][n]["sim_avg_sct_s"]["mean"] for n in names]
+            ax.scatter(names, sim, color="tab:orange", zorder=3, label="simulator")
+            ax.legend()
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", rotation=30)
+    seeds = len(summary["workload"]["seeds"])
+    fig.suptitle(f"{summary['link_gbps']:g} Gbit/s modelled, {seeds} seed(s), 95 % CI")
+    fig.tight_layout()
+    path = out / "testbed.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def fmt(value) -> str:
+    """Seconds to one decimal, ``-`` if missing."""
+    return "-" if value is None else f"{value:.1f}"
+
+
+def fmt_ratio(value, reference) -> str:
+    """``value / reference`` to two decimals, ``-`` if either is missing."""
+    return "-" if not value or not reference else f"{value / reference:.2f}"
+
+
+def fmt_pct(value) -> str:
+    """A share as a percentage, ``-`` if missing."""
+    return "-" if value is None else f"{value:.0%}"
+
+
+def build_parser(description: str | None = None) -> argparse.ArgumentParser:
+    """The experiment's command line (``scripts/calibrate.py`` shares it)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
+    parser.add_argument("--policy", nargs="+", default=DEFAULT_POLICIES, choices=sorted(POLICIES))
+    parser.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        default=["none"],
+        choices=["none", *sorted(GPU_POLICIES)],
+        help="GPU time-sharing policies, each run with every --policy (default: none)",
+    )
+    parser.add_argument(
+        "--gpus-per-host", type=positive(int), default=1, help="emulated GPUs per host (default 1)"
+    )
+    parser.add_argument(
+        "--quantum", type=positive(float), default=5.0, help="time-sharing quantum s (default 5)"
+    )
+    parser.add_argument("--hosts", type=positive(int), default=13)
+    parser.add_argument("--bw", type=positive(float), default=20, help="link Mbit/s (default 20)")
+    parser.add_argument("--tasks", type=positive(int), default=2)
+    parser.add_argument("--configs", type=positive(int), default=9)
+    parser.add_argument("--eta", type=number(int, 2), default=3)
+    parser.add_argument(
+        "--min-iterations",
+        type=positive(int),
+        default=3,
+        help="iterations of the first stage (default: 3, then 9 and 27 with eta 3)",
+    )
+    parser.add_argument("--workers", type=positive(int), default=3)
+    parser.add_argument(
+        "--patterns",
+        nargs="+",
+        default=["ring"],
+        choices=PATTERNS,
+        help="synchronisation patterns to draw from (default: ring; a parameter server keeps "
+        "its ports at most about half busy, see README)",
+    )
+    parser.add_argument(
+        "--link-gbps",
+        type=positive(float),
+        default=1.0,
+        help="the modelled cluster's host link rate in Gbit/s, emulated at --bw: bytes are "
+        "divided by link-gbps / bw; the simulator's --link-gbps means the same (default: 1)",
+    )
+    parser.add_argument(
+        "--host-priorities",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve the controller's levels on every host's egress too, as the simulator does "
+        "on every port (default: off, hosts send FIFO and only the switch enforces the levels; "
+        "see README for why)",
+    )
+    parser.add_argument(
+        "--tcp-rto-max-ms",
+        type=rto_cap,
+        default=AUTO_RTO_CAP,
+        metavar="MS|off|auto",
+        help=f"cap TCP's retransmission timeout in every host at MS (>= 1000): a flow that a "
+        f"higher level starved then resumes within MS of its promotion; 'off' keeps Linux's 120 s "
+        f"(default: {network.TCP_RTO_MAX_MS} where the kernel can, Linux 6.15+, else off)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=non_negative(int),
+        nargs="+",
+        default=[1],
+        help="workload seeds, each run under every policy (default: 1)",
+    )
+    parser.add_argument(
+        "--yahpo",
+        type=Path,
+        metavar="DIR",
+        help="learning curves from the YAHPO Gym LCBench surrogate in DIR (holding lcbench/)",
+    )
+    parser.add_argument("--yahpo-task", default="3945", help="its OpenML task (default 3945)")
+    parser.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=900,
+        help="seconds per policy before giving up (default 900)",
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="JSON",
+        help="the testbed's measured overheads (scripts/calibrate.py's calibration.json): the "
+        "simulator beside every run then also predicts with them (default: raw model only)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="first measure the overheads (scripts/calibrate.py) into <out>/calibration/ and "
+        "predict with them",
+    )
+    parser.add_argument(
+        "--calibration-iterations",
+        type=positive(int),
+        default=20,
+        help="iterations of the calibration's lone job (default 20)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("results") / "testbed")
+    return parser
+
+
+AUTO_RTO_CAP = "auto"
+
+
+def rto_cap(text: str) -> int | None:
+    """An argparse type: ``off`` (None), ``auto`` or a whole number of ms the kernel accepts."""
+    if text == "off":
+        return None
+    if text == AUTO_RTO_CAP:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of ms or 'off': {text!r}") from None
+    if not 1000 <= value <= 120000:
+        raise argparse.ArgumentTypeError(f"must be within 1000..120000 ms, got {text}")
+    return value
+
+
+def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """Parse and check the command line, derive the link scale, load the surrogate and the
+    calibration, and make sure this runs as root with OVS up."""
+    args = parser.parse_args(argv)
+    if args.workers > args.hosts or args.eta < 2:
+        parser.error("--workers must be <= --hosts and --eta >= 2")
+    args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
+    if args.tcp_rto_max_ms == AUTO_RTO_CAP:
+        args.tcp_rto_max_ms = network.TCP_RTO_MAX_MS if network.rto_cap_supported() else None
+        if args.tcp_rto_max_ms is None:
+            print(
+                "note: this kernel cannot cap TCP's retransmission timeout (Linux 6.15+); "
+                "starved flows back off up to 120 s (README, 'TCP under priorities')"
+            )
+    elif args.tcp_rto_max_ms is not None and not network.rto_cap_supported():
+        parser.error(
+            "--tcp-rto-max-ms: this kernel cannot cap TCP's timeout (Linux 6.15+); "
+            "pass --tcp-rto-max-ms off"
+        )
+    args.surrogate = None
+    if args.yahpo is not None:
+        try:
+            args.surrogate = LcBench(args.yahpo, args.yahpo_task)
+        except YahpoError as exc:
+            parser.error(str(exc))
+    args.overheads = None
+    if args.calibration is not None:
+        try:
+            args.overheads = Overheads.load(args.calibration)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--calibration {args.calibration}: {exc}")
+    if os.geteuid() != 0:
+        parser.error("run as root (Mininet and Open vSwitch need it)")
+    subprocess.run(["bash", str(ROOT / "scripts" / "ovs.sh"), "start"], check=True)
+    return args
+
+
+def main(argv=None) -> int:
+    """Run the experiment holding the testbed lock; the exit status."""
+    parser = build_parser()
+    args = parse(parser, argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        with network.testbed_lock():  # the whole experiment, not only each network
+            return experiment(parser, args, argv)
+    except network.TestbedBusy as exc:
+        print(f"run_testbed.py: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list) -> int:
+    """Calibrate if asked, run every (seed, policy) and write the results; a failing run is
+    reported and the others go on. Returns the exit status (1 if any run failed)."""
+    if args.calibrate:
+        if args.calibration is not None:
+            parser.error("--calibrate and --calibration exclude each other")
+        from experiments import calibrate  # noqa: PLC0415 (it imports this module)
+
+        measured = calibrate.calibrate(
+            args, args.out / "calibration", argv, args.calibration_iterations
+        )
+        args.overheads = Overheads(**measured["overheads"])
+    results, failures = [], []
+    progress = Progress(len(args.seeds) * len(args.policy) * len(args.gpu_policy), "testbed runs")
+    for seed in args.seeds:
+        args.seed = seed  # the workload's
+        for policy in args.policy:
+            for gpu_policy in args.gpu_policy:
+                label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+                print(f"== {label}, seed {seed}", flush=True)
+                try:
+                    result = run_policy(policy, args, args.out / label / f"seed-{seed}", gpu_policy)
+                except (RuntimeError, TimeoutError, OSError, ControllerError) as exc:
+                    print(f"!! {label}, seed {seed} failed: {exc}; the other runs go on",
+                          flush=True)  # fmt: skip
+                    failures.append({"policy": label, "seed": seed, "error": str(exc)})
+                    progress.step(f"{label}, seed {seed} failed")
+                    continue
+                results.append({"seed": seed, **result})
+                average = fmt(result["sct_s"].get("mean"))
+                progress.step(f"{label}, seed {seed}: average SCT {average} s")
+    progress.close()
+    if failures:
+        write_json(args.out / "failures.json", failures)
+    if not results:
+        print(f"run_testbed.py: error: every run failed (see {args.out / 'failures.json'})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    with open(args.out / "stages.csv", "w", newline="") as f:
+        rows = [{"policy": r["policy"], "seed": r["seed"], **s} for r in results
+                for s in r["stages"]]  # fmt: skip
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    runs = [{k: v for k, v in r.items() if k != "stages"} for r in results]
+    (args.out / "results.json").write_text(json.dumps(runs, indent=2))
+    summary = seed_summary(results, args, argv)
+    summary["failures"] = failures
+    write_json(args.out / "summary.json", summary)
+    figure = plot(summary, args.out)
+    print(
+        f"\n{'policy':<17} {'seed':>4} {'avg SCT':>8} {'sim SCT':>8} {'sim/bed':>7} "
+        f"{'cal/bed':>7} {'p95 SCT':>8} {'to 90%':>7} {'best id':>8} {'HPO end':>8} "
+        f"{'busiest':>7} {'RTOs':>6} {'GPU':>5} {'preempt':>7}"
+    )
+    for r in results:
+        gpu = r["gpu"] or {}
+        bed, sim = r["sct_s"].get("mean"), r["simulated"]["sct_s"].get("mean")
+        calibrated = (r["simulated_calibrated"] or {}).get("sct_s", {}).get("mean")
+        print(
+            f"{r['policy']:<17} {r['seed']:>4} {fmt(bed):>8} {fmt(sim):>8} "
+            f"{fmt_ratio(sim, bed):>7} {fmt_ratio(calibrated, bed):>7} "
+            f"{fmt(r['sct_s'].get('p95')):>8} {fmt(r['time_to_90pct_s'].get('mean')):>7} "
+            f"{fmt(r['best_identified_s'].get('mean')):>8} "
+            f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['busiest_port_busy']:>7.0%} "
+            f"{r['tcp']['TCPTimeouts']:>6} "
+            f"{fmt_pct(gpu.get('gpu_utilisation')):>5} {gpu.get('preemptions', '-'):>7}"
+        )
+    print(
+        f"(link {args.link_gbps:g} Gbit/s modelled at {args.bw:g} Mbit/s; sim: the simulator on "
+        "the same workload, seed, link rate and bytes; cal: with the measured overheads; "
+        "busiest: the busiest port's busy share; RTOs: the hosts' TCP timeouts)"
+    )
+    print(f"\nover {len(args.seeds)} seed(s): average SCT s (mean +/- 95 % CI), and / "
+          f"{summary['baseline'] or BASELINE}'s paired per seed")  # fmt: skip
+    for label, entry in summary["policies"].items():
+        ratio = entry.get("avg_sct_vs_baseline")
+        versus = interval(ratio, 3) if ratio else "-"
+        calibrated = ""
+        if "calibrated_sim_avg_sct_s" in entry:
+            predicted = interval(entry["calibrated_sim_avg_sct_s"])
+            over = interval(entry["calibrated_sim_over_testbed_avg_sct"], 2)
+            calibrated = f"  calibrated {predicted:>16} (/bed {over})"
+        print(f"  {label:<17} testbed {interval(entry['avg_sct_s']):>16}  simulator "
+              f"{interval(entry['sim_avg_sct_s']):>16}{calibrated}  x {versus}")  # fmt: skip
+    print(f"  clearly best: {summary['clear_best_avg_sct'] or 'none (intervals overlap)'}")
+    print(f"results: {args.out}/results.json, summary.json, stages.csv, {figure.name}")
+    for failure in failures:
+        print(f"FAILED: {failure['policy']}, seed {failure['seed']}: {failure['error']}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

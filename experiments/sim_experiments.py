@@ -1,0 +1,344 @@
+"""Simulated comparison of the coflow scheduling policies (Beamer's large-scale experiments).
+
+    .venv/bin/python scripts/sim_experiments.py [--hosts 13 64 150] [--loads 0.5 1]
+                                                [--seeds 1] [--trace FILE] [--out results/sim]
+
+For every cluster size and load, one seeded HPO workload (successive halving, PS and ring
+all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3) runs under every policy on a big switch of
+1 Gbit/s ports. Load 1 is two concurrent HPO tasks per 13 hosts (the testbed's workload);
+``tasks = max(1, round(load * 2 * hosts / 13))``. Then a coflow trace runs under every policy
+(the shared resampled Facebook trace when present, else a generated one). Writes ``hpo.csv``
+(one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
+and the ratio to fair sharing paired per seed: geometric mean with its CI), ``trace.csv`` and
+PNG figures (average and p95 stage completion time, time to 90 % accuracy relative to fair
+sharing with 95 % error bars; trace CCT) to ``--out``. It prints each run as it goes, then per
+point the policies' average SCT and which one is clearly best (its interval clear of every
+other's: never with one seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from cli.argtypes import non_negative, number, positive  # noqa: E402
+from cli.sweep import SweepError, run_points  # noqa: E402
+from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
+from controller.metrics import (  # noqa: E402
+    Interval,
+    clear_best,
+    mean_ci,
+    paired_ratio_ci,
+    summarise,
+)
+from controller.policies import POLICIES, make_policy  # noqa: E402
+from simulator.__main__ import hpo_summary  # noqa: E402
+from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
+from simulator.hpo import HpoDriver  # noqa: E402
+from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
+from simulator.traces import MB, TraceError, load_trace, write_fb_trace  # noqa: E402
+from workloads.hpo import generate  # noqa: E402
+
+# the checkout this runs from (OVS start-up script, ../shared traces)
+ROOT = Path(__file__).resolve().parents[1]
+
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "fb-526coflows-16ports-load0.9.txt"
+CONFIGS, WORKERS = 9, 3
+BASELINE = "fair"
+METRICS = (
+    ("avg_sct_s", "average SCT"),
+    ("p95_sct_s", "p95 SCT"),
+    ("avg_time_to_90pct_s", "time to 90% accuracy"),
+)
+
+
+def run_point(point: dict) -> dict:
+    """One run of the sweep (a sweep point, see cli.sweep): an HPO run or a trace run."""
+    return hpo_point(point) if point["kind"] == "hpo" else trace_point(point)
+
+
+def hpo_point(point: dict) -> dict:
+    """One HPO run: a seeded workload under one policy; its row of ``hpo.csv``."""
+    warm_up()  # (a no-op once this process has loaded the kernels: not counted below)
+    started = time.perf_counter()
+    hosts = point["hosts"]
+    sim = Simulator(Fabric(hosts, point["link_gbps"] * 1e9), make_policy(point["policy"]))
+    workload = generate(
+        hosts, point["tasks"], seed=point["seed"], configs_per_task=CONFIGS, workers=WORKERS
+    )
+    driver = HpoDriver(sim, workload)
+    sim.run()
+    result = hpo_summary(driver)
+    return {
+        **{key: value for key, value in point.items() if key != "kind"},
+        "avg_sct_s": result["sct_s"]["mean"],
+        "p95_sct_s": result["sct_s"]["p95"],
+        "sct_over_bound": result["sct_over_bound"],
+        "avg_jct_s": result["jct_s"]["mean"],
+        "avg_time_to_90pct_s": result["time_to_90pct_s"].get("mean"),
+        "avg_time_to_95pct_s": result["time_to_95pct_s"].get("mean"),
+        "avg_hpo_completion_s": result["hpo_completion_s"]["mean"],
+        "busiest_port_busy": result["busiest_port_busy"],
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def hpo_points(args) -> list[dict]:
+    """Every (hosts, load, seed, policy) of the sweep, in the order the tables list them."""
+    return [
+        {"kind": "hpo", "link_gbps": args.link_gbps, "hosts": hosts, "load": load,
+         "tasks": max(1, round(load * 2 * hosts / 13)), "seed": seed, "policy": name}
+        for hosts in args.hosts for load in args.loads for seed in args.seeds
+        for name in args.policy
+    ]  # fmt: skip
+
+
+def synthetic_trace(path: Path, seed: int = 1) -> Path:
+    """A 16-port, 200-coflow trace in the Facebook format (when the shared one is absent)."""
+    rng = random.Random(seed)
+    coflows, clock = [], 0
+    for cid in range(200):
+        clock += int(rng.expovariate(1 / 150))
+        mappers = rng.sample(range(16), rng.randint(1, 6))
+        reducers = {p: round(rng.lognormvariate(2, 1.5), 1) for p in rng.sample(range(16), 3)}
+        coflows.append((cid, clock, mappers, reducers))
+    write_fb_trace(path, 16, coflows)
+    return path
+
+
+def trace_point(point: dict) -> dict:
+    """One policy on the coflow trace (a sweep point)."""
+    warm_up()
+    trace = load_trace(Path(point["trace"]))
+    host_bps = point["link_gbps"] * 1e9
+    sim = Simulator(Fabric(trace.n_ports, host_bps), make_policy(point["policy"]))
+    trace.install(sim)
+    sim.run()
+    cct = [r["cct_s"] for r in coflow_rows(sim)]
+    stats = summarise(cct)
+    bound = trace_lower_bound(trace, host_bps, offline=False)
+    return {
+        "policy": point["policy"],
+        "avg_cct_s": stats["mean"],
+        "p95_cct_s": stats["p95"],
+        "total_over_bound": sum(cct) / bound,
+        "link_gbps": point["link_gbps"],
+    }
+
+
+def trace_points(args, trace_path: Path) -> list[dict]:
+    """Every policy on the coflow trace."""
+    return [
+        {"kind": "trace", "trace": str(trace_path.resolve()), "link_gbps": args.link_gbps,
+         "policy": name}
+        for name in args.policy
+    ]  # fmt: skip
+
+
+def describe(point: dict, row: dict) -> str:
+    """A finished run's progress line."""
+    if point["kind"] == "trace":
+        return (f"trace {point['policy']:<10} avg CCT {row['avg_cct_s']:8.3f} s  "
+                f"p95 {row['p95_cct_s']:8.3f} s")  # fmt: skip
+    return (
+        f"{point['hosts']:>3} hosts load {point['load']:<4} seed {point['seed']} "
+        f"{point['policy']:<10} avg SCT {row['avg_sct_s']:8.2f} s  p95 {row['p95_sct_s']:8.2f} s"
+    )
+
+
+def cost(point: dict) -> float:
+    """A run's relative cost, so that the longest start first (the trace is about a 13-host
+    HPO run's)."""
+    return 13 * 2 if point["kind"] == "trace" else point["hosts"] * point["tasks"]
+
+
+def seed_summary(rows: list[dict]) -> list[dict]:
+    """Per (hosts, load, policy): each metric's mean and 95 % CI half-width over the seeds, and
+    its ratio to fair sharing's on the same seed (paired), mean and half-width."""
+    by_point: dict[tuple, dict[str, dict[int, dict]]] = {}
+    for r in rows:
+        point = by_point.setdefault((r["hosts"], r["load"], r["tasks"]), {})
+        point.setdefault(r["policy"], {})[r["seed"]] = r
+    out = []
+    for (hosts, load, tasks), policies in by_point.items():
+        base = policies.get(BASELINE, {})
+        for name, runs in policies.items():
+            row = {"link_gbps": next(iter(runs.values()))["link_gbps"], "hosts": hosts,
+                   "load": load, "tasks": tasks, "policy": name, "seeds": len(runs)}  # fmt: skip
+            for metric, _ in METRICS:
+                values = {seed: run[metric] for seed, run in runs.items()}
+                ci = mean_ci(values.values())
+                ratio = paired_ratio_ci(values, {s: b[metric] for s, b in base.items()})
+                row[metric] = None if ci is None else ci.mean
+                row[f"{metric}_ci95"] = None if ci is None else ci.half_width
+                row[f"{metric}_vs_{BASELINE}"] = None if ratio is None else ratio.mean
+                row[f"{metric}_vs_{BASELINE}_low"] = None if ratio is None else ratio.low
+                row[f"{metric}_vs_{BASELINE}_high"] = None if ratio is None else ratio.high
+            out.append(row)
+    return out
+
+
+def _print_points(rows: list[dict], summary: list[dict]) -> None:
+    """Per point, every policy's average SCT (mean +/- 95 % CI over the seeds) and its ratio
+    to fair sharing's, paired per seed. The seeds are different workloads, so policies are
+    compared on the paired ratios: the clear best is the one whose ratio interval lies clear of
+    every other's (fair's is exactly 1), if any."""
+    for point in sorted({(r["hosts"], r["load"], r["tasks"]) for r in summary}):
+        hosts, load, tasks = point
+        mine = {r["policy"]: r for r in summary if (r["hosts"], r["load"], r["tasks"]) == point}
+        absolute, ratios = {}, {}
+        for name, r in mine.items():
+            absolute[name] = mean_ci(
+                x["avg_sct_s"] for x in rows
+                if (x["hosts"], x["load"], x["tasks"], x["policy"]) == (*point, name)
+            )  # fmt: skip
+            if r[f"avg_sct_s_vs_{BASELINE}"] is not None:
+                ratios[name] = Interval(r[f"avg_sct_s_vs_{BASELINE}"],
+                                        r[f"avg_sct_s_vs_{BASELINE}_low"],
+                                        r[f"avg_sct_s_vs_{BASELINE}_high"], r["seeds"])  # fmt: skip
+        seeds = max(r["seeds"] for r in mine.values())
+        print(f"\n{hosts} hosts, load {load} ({tasks} tasks), {seeds} seed(s): average SCT s, "
+              f"and / {BASELINE}'s paired per seed; clear best: "
+              f"{clear_best(ratios) or 'none (intervals overlap)'}")  # fmt: skip
+        for name in sorted(mine, key=lambda n: mine[n]["avg_sct_s"]):
+            ratio = ratios[name].format(3) if name in ratios else "-"
+            print(f"  {name:<10} {absolute[name].format(1):>18}   x {ratio}")
+
+
+def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
+    """Each metric relative to fair sharing at the same point, paired per seed (the workloads
+    differ between points, so absolute values do not compare across loads): the geometric mean
+    ratio over the seeds with its 95 % interval as error bars."""
+    paths = []
+    width = 0.02 * (max(args.loads) - min(args.loads) or 1.0)
+    for metric, label in METRICS:
+        fig, axes = plt.subplots(
+            1, len(args.hosts), figsize=(4.5 * len(args.hosts), 3.6), squeeze=False
+        )
+        for ax, hosts in zip(axes[0], args.hosts, strict=True):
+            for k, name in enumerate(args.policy):
+                key = f"{metric}_vs_{BASELINE}"
+                points = sorted(
+                    (r["load"], r[key], r[f"{key}_low"], r[f"{key}_high"])
+                    for r in summary
+                    if r["hosts"] == hosts and r["policy"] == name and r[key] is not None
+                )  # fmt: skip
+                if not points:
+                    continue
+                shift = (k - (len(args.policy) - 1) / 2) * width  # keep error bars apart
+                loads = [load + shift for load, *_ in points]
+                errors = [
+                    [m - low for _, m, low, _ in points],
+                    [high - m for _, m, _, high in points],
+                ]
+                ax.errorbar(loads, [m for _, m, *_ in points], yerr=errors, marker="o",
+                            capsize=3, label=name)  # fmt: skip
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_title(f"{hosts} hosts, {len(args.seeds)} seed(s), 95 % CI")
+            ax.set_xlabel("load (1 = 2 HPO tasks per 13 hosts)")
+            ax.set_ylabel(f"{label} / fair sharing's")
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"hpo-{metric}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def plot_trace(rows: list[dict], out: Path) -> Path:
+    """Average and p95 CCT of every policy on the trace."""
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    names = [r["policy"] for r in rows]
+    ax.bar(names, [r["avg_cct_s"] for r in rows], color="tab:blue", label="average")
+    ax.scatter(names, [r["p95_cct_s"] for r in rows], color="tab:red", zorder=3, label="p95")
+    ax.set_ylabel("CCT (s)")
+    ax.set_title("coflow trace")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "trace-cct.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    """Run the sweep, print and write its tables and figures; the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=number(int, 2), nargs="+", default=[13, 64, 150])
+    parser.add_argument("--loads", type=positive(float), nargs="+", default=[0.5, 1.0])
+    parser.add_argument("--seeds", type=non_negative(int), nargs="+", default=[1])
+    parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
+    parser.add_argument(
+        "--link-gbps",
+        type=positive(float),
+        default=1.0,
+        help="the modelled cluster's host link rate in Gbit/s (default: 1)",
+    )
+    parser.add_argument("--trace", type=Path, help="coflow trace (default: the shared one)")
+    parser.add_argument("--out", type=Path, default=Path("results") / "sim")
+    add_sweep_arguments(parser)
+    args = parser.parse_args(argv)
+    if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.link_gbps <= 0:
+        parser.error(f"--hosts must be >= {WORKERS}, --loads and --link-gbps > 0")
+    args.host_bps = args.link_gbps * 1e9
+    args.out.mkdir(parents=True, exist_ok=True)
+    trace_path = args.trace or (
+        SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
+    )
+    try:  # read before the sweep: a bad trace must not cost the sweep's minutes first
+        trace = load_trace(trace_path)
+    except TraceError as exc:
+        parser.error(f"--trace: {exc}")
+    started = time.perf_counter()
+    print(
+        f"trace {trace_path.name}: {len(trace.coflows)} coflows, {trace.n_flows} flows, "
+        f"{trace.total_bytes / MB:,.0f} MB",
+        flush=True,
+    )
+    points = hpo_points(args) + trace_points(args, trace_path)
+    try:
+        results = run_points(points, run_point, args.out / "points", args, label="runs",
+                             describe=describe, cost=cost)  # fmt: skip
+    except SweepError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    rows = [r for p, r in zip(points, results, strict=True) if p["kind"] == "hpo"]
+    trace_rows = [r for p, r in zip(points, results, strict=True) if p["kind"] == "trace"]
+    with open(args.out / "hpo.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = seed_summary(rows)
+    with open(args.out / "hpo-summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(summary[0]))
+        writer.writeheader()
+        writer.writerows(summary)
+    _print_points(rows, summary)
+    with open(args.out / "trace.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(trace_rows[0]))
+        writer.writeheader()
+        writer.writerows(trace_rows)
+    figures = plot_hpo(summary, args.out, args) + [plot_trace(trace_rows, args.out)]
+    print(
+        f"\nfinished in {time.perf_counter() - started:.0f} s; results and figures in {args.out}/:"
+    )
+    for path in [args.out / "hpo.csv", args.out / "hpo-summary.csv", args.out / "trace.csv",
+                 *figures]:  # fmt: skip
+        print(f"  {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""cli.sweep: one file per point, --resume runs only what is missing, a failing point loses
+itself only; cli.progress: the ETA."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from cli.progress import Progress, clock
+from cli.sweep import SweepError, add_arguments, point_file, run_points
+
+CALLS: list[dict] = []
+
+
+def square(point: dict) -> dict:
+    CALLS.append(point)
+    if point["x"] == 3 and point.get("fail"):
+        raise ValueError("three is unlucky")
+    return {"square": point["x"] ** 2}
+
+
+def flags(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["--sequential", *argv])
+
+
+def test_a_failing_point_loses_only_itself_and_resume_runs_only_what_is_missing(tmp_path):
+    points = [{"x": x, "fail": True} for x in range(5)]
+    CALLS.clear()
+    with pytest.raises(SweepError, match="1 of 5 points failed") as failed:
+        run_points(points, square, tmp_path, flags())
+    assert "three is unlucky" in str(failed.value) and '"x": 3' in str(failed.value)
+    assert len(CALLS) == 5  # the points after the failure still ran
+    written = {json.loads(p.read_text())["point"]["x"] for p in tmp_path.glob("*.json")}
+    assert written == {0, 1, 2, 4}
+    assert "ValueError" in next(tmp_path.glob("*.error.txt")).read_text()
+
+    CALLS.clear()
+    fixed = [dict(point) for point in points]
+    fixed[3]["fail"] = False  # other parameters: its failure's file does not count as done
+    results = run_points(fixed, square, tmp_path, flags("--resume"))
+    assert [r["square"] for r in results] == [0, 1, 4, 9, 16]  # in the points' order
+    # only the point whose parameters changed ran again (the others kept their files)
+    assert CALLS == [{"x": 3, "fail": False}]
+    CALLS.clear()
+    run_points(fixed, square, tmp_path, flags())  # without --resume everything runs again
+    assert len(CALLS) == 5
+
+
+def test_point_files_are_readable_and_distinct():
+    a, b = point_file({"policy": "fair", "seed": 1}), point_file({"policy": "fair", "seed": 2})
+    assert a.startswith("policy=fair_seed=1_") and a.endswith(".json") and a != b
+    assert "/" not in point_file({"trace": "/some/where/trace.txt"})
+
+
+def test_progress_estimates_the_time_left(capsys, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr("cli.progress.time.monotonic", lambda: now[0])
+    progress = Progress(4, "runs", done=1, bar=False)  # one done before (a resumed sweep)
+    assert progress.eta_s() is None
+    now[0] += 10.0
+    progress.step("first")
+    # one counted step in 10 s, two left
+    assert progress.eta_s() == pytest.approx(20.0)
+    assert capsys.readouterr().out == "[2/4 0:10 elapsed, ETA 0:20] first\n"
+    assert clock(3725) == "1:02:05" and clock(59.6) == "1:00"
