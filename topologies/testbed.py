@@ -191,6 +191,18 @@ class HpoSwitch(OVSSwitch):
     def start(self, controllers) -> None:
         """Start OVS, then put the priority classes on the ports."""
         super().start(controllers)
+        self.serve_levels()
+
+    @classmethod
+    def batchStartup(cls, switches, **kwargs):  # noqa: N802 (Mininet's name)
+        """Mininet starts OVS switches in a batch, not with :meth:`start`: the classes then."""
+        started = super().batchStartup(switches, **kwargs)
+        for switch in started:
+            switch.serve_levels()
+        return started
+
+    def serve_levels(self) -> None:
+        """The 8 HTB priority classes on every port, at its link's rate."""
         _repository_on_path()
         from topologies.qos import apply_htb  # noqa: PLC0415 (the path is set just above)
 
