@@ -97,3 +97,34 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
     assert fair["calibrated_sim_avg_sct_s"]["mean"] == pytest.approx(14.25)
     assert summary["overheads"] == {"job_startup_s": 1.0, "goodput": 0.9}
     assert summary["tcp_rto_max_ms"] == 1000 and summary["host_priorities"] is True
+
+
+def test_stage_agreement_matches_stages_by_task_and_index(tmp_path):
+    """scripts/stage_agreement.py replays a finished experiment's workload from its command line
+    and overheads and pairs each stage of a run with the simulator's same stage."""
+    from experiments import stage_agreement
+
+    command = ["/x/.venv/bin/python", "/x/scripts/run_testbed.py", "--policy", "fair", "beamer",
+               "--seeds", "4", "--hosts", "6", "--tasks", "2", "--configs", "3",
+               "--min-iterations", "2"]  # fmt: skip
+    summary = {"provenance": {"command": command},
+               "overheads": {"job_startup_s": 1.0, "goodput": 0.9}}  # fmt: skip
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    args = run_testbed.build_parser().parse_args(command[2:])
+    args.seed, args.surrogate = 4, None
+    args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
+    predicted = run_testbed.simulate("fair", args, run_testbed.workload(args), "none",
+                                     Overheads(1.0, 0.9))["stage_sct_s"]  # fmt: skip
+    run = tmp_path / "fair" / "seed-4"
+    run.mkdir(parents=True)
+    with open(run / "stages.csv", "w") as f:  # the testbed twice as slow, stages out of order
+        f.write("task_id,index,jobs,sct_s\n")
+        for key, sct in reversed(list(predicted.items())):
+            task, index = key.split(".")
+            f.write(f"{task},{index},3,{2 * sct}\n")
+    ((policy, seed, rows),) = stage_agreement.predictions(tmp_path)  # beamer's run is missing
+    assert (policy, seed) == ("fair", 4) and len(rows) == len(predicted) >= 4
+    in_order = sorted(predicted, key=lambda key: tuple(map(int, key.split("."))))
+    assert [key for key, *_ in rows] == in_order
+    for _key, _jobs, bed, sim in rows:
+        assert sim / bed == pytest.approx(0.5)

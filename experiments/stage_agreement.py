@@ -1,0 +1,74 @@
+"""Stage by stage: the testbed's SCT against the simulator's for a finished testbed experiment.
+
+    .venv/bin/python scripts/stage_agreement.py results/testbed [--raw]
+
+For every run of ``DIR`` (``<policy>/seed-<N>/stages.csv``) it replays the same workload in the
+simulator (the experiment's own command line and measured overheads, from its
+``summary.json``; the simulator is deterministic, so this is the prediction the run made) and
+prints each stage's testbed SCT, the calibrated prediction (``--raw``: the fluid model alone)
+and their ratio, stage ``<task>.<index>`` with its number of jobs in brackets. No root needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from experiments import run_testbed
+from simulator.calibration import Overheads
+
+
+def predictions(folder: Path, raw: bool = False):
+    """Yield (policy, seed, rows) for every run of the experiment in ``folder``: rows of
+    (stage key, jobs, testbed SCT, predicted SCT), in task and stage order."""
+    summary = json.loads((folder / "summary.json").read_text())
+    command = summary["provenance"]["command"]
+    script = next(i for i, arg in enumerate(command) if arg.endswith("run_testbed.py")
+                  or arg == "experiments.run_testbed")  # fmt: skip
+    args = run_testbed.build_parser().parse_args(command[script + 1 :])
+    args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
+    args.surrogate = None
+    measured = summary.get("overheads")
+    overheads = None
+    if measured and not raw:
+        overheads = Overheads(measured["job_startup_s"], measured["goodput"])
+    for seed in args.seeds:
+        args.seed = seed
+        for policy in args.policy:
+            stages = folder / policy / f"seed-{seed}" / "stages.csv"
+            if not stages.exists():
+                continue  # a failed run
+            predicted = run_testbed.simulate(policy, args, run_testbed.workload(args), "none",
+                                             overheads)["stage_sct_s"]  # fmt: skip
+            with open(stages, newline="") as f:
+                measured_rows = list(csv.DictReader(f))
+            measured_rows.sort(key=lambda r: (int(r["task_id"]), int(r["index"])))
+            rows = []
+            for row in measured_rows:
+                key = f"{row['task_id']}.{row['index']}"
+                rows.append((key, int(row["jobs"]), float(row["sct_s"]), predicted[key]))
+            yield policy, seed, rows
+
+
+def main(argv=None) -> int:
+    """Print the stage-by-stage table; the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path, help="a run_testbed.py output folder")
+    parser.add_argument("--raw", action="store_true", help="the fluid model without overheads")
+    args = parser.parse_args(argv)
+    if not (args.folder / "summary.json").is_file():
+        parser.error(f"{args.folder}: no summary.json (not a finished run_testbed.py experiment)")
+    what = "raw" if args.raw else "calibrated"
+    print(f"stage [jobs]: testbed SCT s / {what} prediction s = prediction / testbed")
+    for policy, seed, rows in predictions(args.folder, args.raw):
+        cells = [f"{key}[{jobs}] {bed:5.1f}/{sim:5.1f}={sim / bed:.2f}"
+                 for key, jobs, bed, sim in rows]  # fmt: skip
+        print(f"{policy:<10} seed {seed}  " + "  ".join(cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
