@@ -26,9 +26,11 @@ class Progress:
     ``bar`` forces the live bar on or off (default: on when stderr is a terminal); with
     ``lines=False`` the steps print no line (a run's many small steps: the bar only).
 
-    The ETA assumes the steps left take as long as the ones done, on average, in wall time (so
-    it counts parallel workers in). Steps already done before it started (``done``, e.g. a
-    resumed sweep's) are shown but do not count towards the rate."""
+    The ETA assumes the work left goes as fast as the work done, in wall time (so it counts
+    parallel workers in). Work is one per step unless ``work`` gives the total and each
+    :meth:`step` its share (e.g. a sweep's cost estimate per point, so that long points done
+    first do not make the estimate pessimistic). Steps already done before it started
+    (``done``, e.g. a resumed sweep's) are shown but do not count towards the rate."""
 
     def __init__(
         self,
@@ -38,8 +40,11 @@ class Progress:
         stream: TextIO | None = None,
         bar: bool | None = None,
         lines: bool = True,
+        work: float | None = None,
     ) -> None:
         self.total = total
+        self.work_total = float(total - done) if work is None else float(work)
+        self.work_done = 0.0
         self.lines = lines  # without a bar: print a line per step (else stay silent)
         self.label = label
         self.done = done
@@ -58,10 +63,10 @@ class Progress:
 
     def eta_s(self) -> float | None:
         """Estimated seconds until every step is done; ``None`` before the first step."""
-        counted = self.done - self._skipped
-        if counted <= 0:
+        if self.done - self._skipped <= 0 or self.work_done <= 0:
             return None
-        return (time.monotonic() - self.started) / counted * (self.total - self.done)
+        left = max(self.work_total - self.work_done, 0.0)
+        return (time.monotonic() - self.started) / self.work_done * left
 
     def line(self, message: str) -> str:
         """The line a step prints: count, elapsed, ETA, then ``message``."""
@@ -72,9 +77,11 @@ class Progress:
             timing += f", ETA {clock(eta)}" if eta is not None else ", ETA ?"
         return f"[{self.done:>{width}}/{self.total} {timing}] {message}"
 
-    def step(self, message: str = "") -> None:
-        """One more step done; print ``message`` with the count and the ETA."""
+    def step(self, message: str = "", work: float = 1.0) -> None:
+        """One more step done (``work`` of the total); print ``message`` with the count and
+        the ETA."""
         self.done += 1
+        self.work_done += work
         if self._bar is not None:
             self._bar.update(1)
             if self.lines:

@@ -122,7 +122,8 @@ def run_points(
     """Run ``run`` on every point (see the module docstring); the results in ``points``' order.
 
     ``describe(point, result)`` is the progress line of a finished point; ``cost(point)``, if
-    given, orders the submissions largest first so that the longest points do not start last.
+    given, orders the submissions largest first so that the longest points do not start last,
+    and weighs the points in the ETA.
     Raises :class:`SweepError` if any point failed, after every other point has finished."""
     folder.mkdir(parents=True, exist_ok=True)
     results: list[dict | None] = [None] * len(points)
@@ -135,22 +136,26 @@ def run_points(
             results[i] = stored
     if cost is not None:
         todo.sort(key=lambda i: -cost(points[i]))
-    progress = Progress(len(points), label, done=len(points) - len(todo))
+    work = None if cost is None else sum(cost(points[i]) for i in todo)
+    progress = Progress(len(points), label, done=len(points) - len(todo), work=work)
     if len(todo) < len(points):
         print(f"{label}: {len(points) - len(todo)} of {len(points)} already done (--resume)")
     failures: list[str] = []
+
+    def share(point: dict) -> float:
+        return 1.0 if cost is None else cost(point)
 
     def finished(i: int, outcome: dict | Failure, wall_s: float) -> None:
         point, path = points[i], folder / point_file(points[i])
         if isinstance(outcome, Failure):
             path.with_suffix(".error.txt").write_text(outcome.traceback)
             failures.append(f"{json.dumps(point)}: {outcome.error}")
-            progress.step(f"FAILED {json.dumps(point)}: {outcome.error}")
+            progress.step(f"FAILED {json.dumps(point)}: {outcome.error}", share(point))
             return
         _write(path, point, outcome)
         results[i] = outcome
         text = describe(point, outcome) if describe else json.dumps(point)
-        progress.step(f"{text} ({wall_s:.1f} s)")
+        progress.step(f"{text} ({wall_s:.1f} s)", share(point))
 
     try:
         if args.sequential or not todo:

@@ -432,7 +432,7 @@ def main(argv=None) -> int:
     try:
         rows = run_points(
             runs, run_point, args.out / "points", args, label="runs", describe=describe,
-            cost=lambda p: 0 if p["part"] == "compute" else p["hosts"],
+            cost=lambda p: 0.1 if p["part"] == "compute" else p["hosts"],
         )  # fmt: skip
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -615,7 +615,7 @@ def main(argv=None) -> int:
         results = run_points(
             points, run_claim_point, args.out / "points", args, label="simulator runs",
             describe=lambda p, _: " ".join(str(v) for v in p.values()),
-            cost=lambda p: {"beamer": 3, "varys": 2, "jpas": 1}.get(p["claim"], 0),
+            cost=lambda p: {"beamer": 3, "varys": 2, "jpas": 1}.get(p["claim"], 0.2),
         )  # fmt: skip
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -67,3 +67,29 @@ def test_progress_estimates_the_time_left(capsys, monkeypatch):
     assert progress.eta_s() == pytest.approx(20.0)
     assert capsys.readouterr().out == "[2/4 0:10 elapsed, ETA 0:20] first\n"
     assert clock(3725) == "1:02:05" and clock(59.6) == "1:00"
+
+
+def test_a_weighted_eta_is_not_fooled_by_the_longest_points_going_first(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("cli.progress.time.monotonic", lambda: now[0])
+    # one point of cost 8, then four of cost 1: 12 units of work
+    progress = Progress(5, "runs", bar=False, lines=False, work=12.0)
+    now[0] = 8.0  # the big one took 8 s
+    progress.step(work=8.0)
+    assert progress.eta_s() == pytest.approx(4.0)  # 4 units left at 1 unit/s, not 4 x 8 s
+    unweighted = Progress(5, "runs", bar=False, lines=False)
+    unweighted.started = 0.0
+    unweighted.step()
+    assert unweighted.eta_s() == pytest.approx(32.0)  # what counting steps alone would say
+
+
+def test_the_sweep_weighs_its_eta_by_cost(tmp_path, capsys):
+    points = [{"x": x} for x in (1, 4, 2)]
+    run_points(points, square, tmp_path, flags(), cost=lambda p: p["x"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("] ")[1].split(" (")[0] for line in lines] == [
+        json.dumps({"x": 4}),
+        json.dumps({"x": 2}),
+        json.dumps({"x": 1}),
+    ]  # the costliest first
+    assert "ETA" in lines[0] and "ETA" not in lines[-1]
