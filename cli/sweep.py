@@ -171,7 +171,7 @@ def run_points(
             f"{len(failures)} of {len(points)} {label} failed (tracebacks in {folder}/*.error.txt; "
             "--resume reruns only them):\n  " + "\n  ".join(failures)
         )
-    return [r for r in results if r is not None]
+    return results  # every point has its result: a failure raised above
 
 
 def _on_ray(run, points, todo, finished, args) -> None:

@@ -410,8 +410,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results") / "gpu")
     add_sweep_arguments(parser)
     args = parser.parse_args(argv)
-    if not 0 <= args.good_fraction <= 1:
-        parser.error("--good-fraction must be in [0, 1]")
     if not 0 <= args.resume_cost < args.quantum:
         parser.error("need 0 <= --resume-cost < --quantum")
     if args.hosts < 3:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import random
 import sys
 import time
@@ -45,7 +46,7 @@ from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
-from simulator.traces import MB, TraceError, load_trace, write_fb_trace  # noqa: E402
+from simulator.traces import MB, Trace, TraceError, load_trace, write_fb_trace  # noqa: E402
 from workloads.hpo import generate  # noqa: E402
 
 # the checkout this runs from (OVS start-up script, ../shared traces)
@@ -115,17 +116,24 @@ def synthetic_trace(path: Path, seed: int = 1) -> Path:
     return path
 
 
+@functools.cache
+def trace_and_bound(path: str, host_bps: float) -> tuple[Trace, float]:
+    """The trace and its lower bound on the total CCT, read once per process (every policy's
+    point uses them; ``install`` only reads the trace)."""
+    trace = load_trace(Path(path))
+    return trace, trace_lower_bound(trace, host_bps, offline=False)
+
+
 def trace_point(point: dict) -> dict:
     """One policy on the coflow trace (a sweep point)."""
     warm_up()
-    trace = load_trace(Path(point["trace"]))
     host_bps = point["link_gbps"] * 1e9
+    trace, bound = trace_and_bound(point["trace"], host_bps)
     sim = Simulator(Fabric(trace.n_ports, host_bps), make_policy(point["policy"]))
     trace.install(sim)
     sim.run()
     cct = [r["cct_s"] for r in coflow_rows(sim)]
     stats = summarise(cct)
-    bound = trace_lower_bound(trace, host_bps, offline=False)
     return {
         "policy": point["policy"],
         "avg_cct_s": stats["mean"],
@@ -298,7 +306,7 @@ def main(argv=None) -> int:
         SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
     )
     try:  # read before the sweep: a bad trace must not cost the sweep's minutes first
-        trace = load_trace(trace_path)
+        trace, _ = trace_and_bound(str(trace_path.resolve()), args.host_bps)
     except TraceError as exc:
         parser.error(f"--trace: {exc}")
     started = time.perf_counter()

@@ -272,8 +272,6 @@ def run_hpo(args) -> int:
             search=args.search,
             good_fraction=args.good_fraction,
         )
-        if not 0 <= args.good_fraction <= 1:
-            raise ValueError("--good-fraction must be in [0, 1]")
         surrogate = None if args.yahpo is None else LcBench(args.yahpo, args.yahpo_task)
         generate(**kwargs, surrogate=surrogate)
     except (ValueError, YahpoError) as exc:

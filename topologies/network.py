@@ -37,6 +37,7 @@ from topologies.testbed import (
     DEFAULT_BW_MBPS,
     RTO_MAX_SYSCTL,
     TCP_RTO_MAX_MS,
+    rto_cap_supported,
     tune_host,
 )
 
@@ -94,11 +95,6 @@ class testbed_lock:  # noqa: N801 (used like a function: ``with testbed_lock():`
         if cls._depth == 0 and cls._fd is not None:
             os.close(cls._fd)  # releases the flock
             cls._fd = None
-
-
-def rto_cap_supported() -> bool:
-    """Whether this kernel can cap TCP's retransmission timeout (``tcp_rto_max_ms``, 6.15+)."""
-    return os.path.exists(RTO_MAX_SYSCTL)
 
 
 def tc_runner(host) -> TcRunner:

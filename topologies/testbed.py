@@ -133,6 +133,11 @@ def host_table(topo: Topo, bw: float | None = None) -> list[dict]:
     return table
 
 
+def rto_cap_supported() -> bool:
+    """Whether this kernel can cap TCP's retransmission timeout (``tcp_rto_max_ms``, 6.15+)."""
+    return os.path.exists(RTO_MAX_SYSCTL)
+
+
 def tcp_settings(rto_max_ms: float) -> list[str]:
     """The sysctls of a testbed host's namespace that cap TCP's retransmission timeout at
     ``rto_max_ms`` and keep its patience (a namespace starts from the kernel's defaults)."""
@@ -167,7 +172,7 @@ class HpoHost(Host):
     def config(self, **params):
         """Mininet's configuration, then the testbed's."""
         result = super().config(**params)
-        tune_host(self, TCP_RTO_MAX_MS if os.path.exists(RTO_MAX_SYSCTL) else None)
+        tune_host(self, TCP_RTO_MAX_MS if rto_cap_supported() else None)
         return result
 
 

@@ -42,7 +42,7 @@ _ZEROS = bytes(CHUNK)
 # earlier at the end of a run).
 DRAIN_TIMEOUT_S = 300.0
 # Linux's default give-up time (15 retries of doubling timeouts), kept whatever cap the host
-# puts on the retransmission timeout (topologies/network.py sets its retries from it).
+# puts on the retransmission timeout (topologies/testbed.py sets its retries from it).
 TCP_PATIENCE_MS = 924_000
 # SO_RCVBUFFORCE (Linux, needs CAP_NET_ADMIN; Python's socket module may not name it).
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
@@ -112,6 +112,7 @@ class Worker:
         self.paused = args.start_paused
         self.started = time.monotonic()
         self.listener: socket.socket | None = None
+        self.receive_buffer = receive_buffer_bytes(args.bytes)
         self.peers: list[socket.socket] = []
 
     # ---- output ------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ class Worker:
 
     def listen(self) -> None:
         """Listen on this rank's port."""
-        self.listener = roomy(socket.socket(), receive_buffer_bytes(self.args.bytes))
+        self.listener = roomy(socket.socket(), self.receive_buffer)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((self.hosts[self.rank], self.port(self.rank)))
         self.listener.listen(self.size)
@@ -171,7 +172,7 @@ class Worker:
                 # not abandoned: the peer may already have accepted it, and a retry would leave
                 # it reading from a connection this side resets.
                 left = max(1.0, deadline - time.monotonic())
-                sock = roomy(socket.socket(), receive_buffer_bytes(self.args.bytes))
+                sock = roomy(socket.socket(), self.receive_buffer)
                 sock.settimeout(left)
                 try:
                     sock.connect(address)
@@ -436,8 +437,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--rank must be in 0..{len(args.hosts) - 1}")
     if args.base_port + len(args.hosts) - 1 > 65535:
         parser.error("--base-port + number of ranks exceeds 65535")
-    if args.compute_s < 0 or args.iterations < 0 or args.start_iteration < 0:
-        parser.error("--compute-s, --iterations and --start-iteration must be >= 0")
     if args.curve is not None:
         try:
             args.curve = curve_from_json(args.curve)
