@@ -3,7 +3,7 @@
     sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
         [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
-        [--link-gbps 1] [--patterns ring] [--seeds 1] [--host-priorities]
+        [--link-gbps 1] [--patterns ring] [--seeds 1] [--no-host-priorities]
         [--tcp-rto-max-ms 1000|off]
         [--calibrate | --calibration JSON] [--out results/testbed]
 
@@ -24,7 +24,8 @@ on the testbed and, beside it, in the simulator on the same workload, seed, link
 the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
 ``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
 measured job start-up and goodput (:mod:`simulator.calibration`, the same for every policy).
-``--host-priorities`` serves the levels on the hosts' egress too (:mod:`topologies.host_qos`).
+The levels are served on the hosts' egress too (:mod:`topologies.host_qos`), as the simulator
+serves them on every port; ``--no-host-priorities`` leaves the hosts FIFO (switch only).
 TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a flow a higher
 level starved resumes when promoted: the README's "TCP under priorities".
 Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
@@ -488,10 +489,11 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--host-priorities",
         action=argparse.BooleanOptionalAction,
-        default=False,
+        default=True,
         help="serve the controller's levels on every host's egress too, as the simulator does "
-        "on every port (default: off, hosts send FIFO and only the switch enforces the levels; "
-        "see README for why)",
+        "on every port and as Sincronia and Varys enforce them at end hosts (default: on; "
+        "--no-host-priorities leaves the hosts' sending links FIFO and only the switch enforces "
+        "the levels, see README)",
     )
     parser.add_argument(
         "--tcp-rto-max-ms",

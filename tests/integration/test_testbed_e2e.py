@@ -120,6 +120,7 @@ def test_short_testbed_run(tmp_path):
             assert stage["sct_s"] >= stage["compute_s"]
         assert 0 < result["link_utilisation"] < 1
         assert result["link_gbps"] == 10 and result["emulated_link_bps"] == 20e6
+        assert result["host_priorities"] is True  # the default: the hosts serve the levels too
     # fair sharing puts every job at the top level; sincronia spreads them over levels
     fair = results["fair"]["bytes_per_class"]
     assert fair[level_classid(0)] >= 0.9 * sum(fair.values())
@@ -137,7 +138,8 @@ def test_short_testbed_run(tmp_path):
 
 def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
     """Hermes' job manager pauses and resumes real workers: 2 tasks of 4 two-worker jobs share
-    one GPU per host on 6 hosts, so jobs wait for GPUs and get preempted."""
+    one GPU per host on 6 hosts, so jobs wait for GPUs and get preempted; the switch alone
+    serves the levels (``--no-host-priorities``)."""
     out = tmp_path / "testbed-gpu"
     run_testbed(
         out,
@@ -166,9 +168,11 @@ def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
         "--patterns",
         "ps",
         "ring",
+        "--no-host-priorities",
     )
     [result] = json.loads((out / "results.json").read_text())
     assert result["policy"] == "fair+hermes" and result["sct_s"]["count"] == 6
+    assert result["host_priorities"] is False and result["host_filter_updates"] == 0
     gpu = result["gpu"]
     assert gpu["preemptions"] >= 1 and result["worker_signals"] >= gpu["preemptions"]
     assert 0 < gpu["gpu_utilisation"] <= 1
