@@ -30,7 +30,8 @@ TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a 
 level starved resumes when promoted: the README's "TCP under priorities".
 Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
 stages / jobs / configs / tasks CSV, iterations.csv: every rank's every synchronisation, worker
-logs),
+logs, timeline.json and timeline-simulated.json with schedule.png: the levels and port
+utilisation over time as recorded beside the simulator's prediction),
 ``results.json`` (every run), ``summary.json`` (per policy over the seeds: mean +/- 95 % CI,
 the simulator's prediction, the ratio to fair sharing paired per seed, the clearly best policy
 if any, and provenance), ``stages.csv`` and ``testbed.png``, and prints the tables.
@@ -62,6 +63,8 @@ from controller.metrics import (  # noqa: E402
     summarise,
 )
 from controller.policies import POLICIES, make_policy  # noqa: E402
+from controller.timeline import CoflowLevel, Timeline, port_names  # noqa: E402
+from experiments.schedule_plot import draw as draw_schedule  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
@@ -149,23 +152,80 @@ def parse_tcp_counters(text: str) -> dict[str, int]:
 
 
 def simulate(
-    policy: str, args, tasks: list, gpu_policy: str = "none", overheads: Overheads | None = None
+    policy: str,
+    args,
+    tasks: list,
+    gpu_policy: str = "none",
+    overheads: Overheads | None = None,
+    timeline: Timeline | None = None,
 ) -> dict:
     """The simulator's prediction for the same workload, seed, link rate and bytes (emulated
     bytes at the emulated rate: the same seconds as real bytes at the modelled rate), with the
     testbed's measured ``overheads`` if given; ``stage_sct_s`` has every stage's SCT keyed
     ``"<task>.<index>"`` (stage ids differ between testbed and simulator), for comparing stage by
-    stage with the run's ``stages.csv``."""
+    stage with the run's ``stages.csv``. Records the run's schedule into ``timeline`` if given."""
     overheads = overheads or Overheads()
-    sim = Simulator(Fabric(args.hosts, args.bw * 1e6 * overheads.goodput), make_policy(policy))
+    fabric = Fabric(args.hosts, args.bw * 1e6 * overheads.goodput)
+    sim = Simulator(fabric, make_policy(policy), timeline=timeline)
     driver = HpoDriver(
         sim, tasks, gpus=job_manager(args, gpu_policy), job_startup_s=overheads.job_startup_s
     )
     sim.run()
+    if timeline is not None:
+        timeline.close(sim.now_s)
+        timeline.stages = driver.core.stage_labels()
     stage_sct_s = {
         f"{row['task_id']}.{row['index']}": row["sct_s"] for row in driver.core.stage_rows()
     }
     return {**driver.core.summary(sim.now_s), "stage_sct_s": stage_sct_s}
+
+
+SAMPLE_PERIOD_S = 0.5  # the testbed's timeline: levels and port counters this often
+
+
+def testbed_recorder(ctl: ControllerProcess, timeline: Timeline, n_hosts: int, bridge: str):
+    """A ``sample`` for :class:`TestbedDriver`: every :data:`SAMPLE_PERIOD_S`, the levels of
+    the controller's plan (``GET /api/order``; a job's traffic is one coflow ``job<N>`` while
+    the job is registered, computing or sending) and the switch ports' byte counters (port I
+    receives what host I-1 sends) into ``timeline``."""
+    counters = [
+        Path(f"/sys/class/net/{bridge}-eth{i + 1}/statistics/{side}_bytes")
+        for side in ("rx", "tx")
+        for i in range(n_hosts)
+    ]
+    start = [int(path.read_text()) for path in counters]
+    next_s = 0.0
+
+    def sample(now_s: float, force: bool = False) -> None:
+        nonlocal next_s
+        if now_s < next_s and not force:
+            return
+        next_s = now_s + SAMPLE_PERIOD_S
+        try:
+            order = ctl.client.order()["order"]
+        except ControllerError:  # no plan right now: the levels of the last sample hold
+            order = None
+        if order is not None:
+            timeline.levels_at(
+                now_s,
+                [
+                    CoflowLevel(
+                        f"job{e['job_id']}" if e["implicit"] else e["coflow_id"],
+                        e["job_id"],
+                        e["stage_id"],
+                        e["level"],
+                    )
+                    for e in order
+                ],
+            )
+        try:
+            timeline.ports_at(
+                now_s, [int(p.read_text()) - s for p, s in zip(counters, start, strict=True)]
+            )
+        except OSError:  # the switch is going away; the watch reports it
+            pass
+
+    return sample
 
 
 SWITCH_LOST_AFTER_S = 2.0
@@ -241,6 +301,8 @@ def run_policy(
             )
         gpus = job_manager(args, gpu_policy)
         watch = testbed_watch(ctl, "s1")
+        timeline = Timeline(port_names(args.hosts), args.bw * 1e6, "testbed")
+        recorder = testbed_recorder(ctl, timeline, args.hosts, "s1")
         driver = TestbedDriver(
             hosts,
             ctl.client,
@@ -251,6 +313,7 @@ def run_policy(
             log_dir=out / "logs",
             host_priorities=agent,
             watch=watch,
+            sample=recorder,
         )
         started = time.monotonic()
         try:
@@ -258,6 +321,9 @@ def run_policy(
         except ControllerError as exc:  # say what is gone, if the watch knows
             raise TestbedFault(watch() or str(exc)) from None
         duration = time.monotonic() - started
+        recorder(driver.now(), force=True)
+        timeline.close(driver.now())
+        timeline.stages = driver.core.stage_labels()
         after = {p: class_bytes(p) for p in ports}
         host_after = {h.name: host_class_bytes(h) for h in hosts}
         tcp_after = {h.name: tcp_counters(h) for h in hosts}
@@ -280,6 +346,20 @@ def run_policy(
     ):
         write_csv(out / f"{name}.csv", rows)
     label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+    predicted = Timeline(
+        port_names(args.hosts),
+        args.bw * 1e6,
+        "simulator, calibrated" if args.overheads else "simulator",
+    )
+    simulated = simulate(
+        policy, args, tasks, gpu_policy, timeline=None if args.overheads else predicted
+    )
+    calibrated = None
+    if args.overheads:
+        calibrated = simulate(policy, args, tasks, gpu_policy, args.overheads, predicted)
+    timeline.write(out / "timeline.json")
+    predicted.write(out / "timeline-simulated.json")
+    draw_schedule([timeline, predicted], out / "schedule.png", f"{label}, seed {args.seed}")
     result = {
         "policy": label,
         "network_policy": policy,
@@ -304,11 +384,9 @@ def run_policy(
             for key in TCP_COUNTERS
         },
         "controller": {k: stats[k] for k in ("event_to_flowmods_ms", "ops_sent", "switch_errors")},
-        "simulated": simulate(policy, args, tasks, gpu_policy),
+        "simulated": simulated,
         "overheads": args.overheads.to_json() if args.overheads else None,
-        "simulated_calibrated": (
-            simulate(policy, args, tasks, gpu_policy, args.overheads) if args.overheads else None
-        ),
+        "simulated_calibrated": calibrated,
         "stages": stages,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))

@@ -2,11 +2,14 @@
 
     python -m simulator trace TRACE [--policy beamer sincronia ...] [--mode levels|ideal]
                                     [--offline] [--host-bps 1e9] [--hosts-per-leaf N
-                                    --oversubscription X] [--out DIR]
+                                    --oversubscription X] [--out DIR [--schedule]]
+    python -m simulator hpo [--hosts 13 --tasks 4 ...] [same options]
 
 Runs a coflow trace (Facebook benchmark format or per-flow format, told apart automatically)
 under each policy and prints average / p95 CCT and the ratio of the total CCT to a lower bound;
-``--out`` also writes per-coflow CSV files and a JSON summary.
+``--out`` also writes per-coflow CSV files and a JSON summary; with ``--schedule`` every run also
+draws its schedule (``schedule-<policy>.png``: levels over time and port utilisation, from
+``timeline-<policy>.json``; see :mod:`experiments.schedule_plot`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from cli.argtypes import fraction, non_negative, number, positive
 from cli.progress import Progress
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
+from controller.timeline import Timeline, port_names
 from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
@@ -194,6 +198,12 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         help="leaf uplink oversubscription (default: 1)",
     )
     parser.add_argument("--out", type=Path, help="folder for CSV/JSON results")
+    parser.add_argument(
+        "--schedule",
+        action="store_true",
+        help="also record every run's schedule and draw it into --out (schedule-<policy>.png: "
+        "levels over time and port utilisation, from timeline-<policy>.json)",
+    )
 
 
 def run_trace(args) -> int:
@@ -222,7 +232,8 @@ def run_trace(args) -> int:
     print(f"{'policy':<10} {'avg CCT s':>11} {'p95 CCT s':>11} {'total/bound':>12} {'wall s':>8}")
     warm_up()  # (compiles the kernels the first time; not part of any run's wall time)
     for name in args.policy:
-        sim = Simulator(fabric, make_policy(name), mode=args.mode)
+        timeline = _timeline(args, fabric, name)
+        sim = Simulator(fabric, make_policy(name), mode=args.mode, timeline=timeline)
         trace.install(sim, offline=args.offline)
         progress = Progress(len(trace.coflows), f"{name} coflows", lines=False)
         sim.on_coflow_done(lambda _record, progress=progress: progress.step())
@@ -248,6 +259,7 @@ def run_trace(args) -> int:
         )
         if args.out:
             write_csv(args.out / f"coflows-{name}.csv", rows)
+            _draw(timeline, sim, args.out, name)
     if args.out:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
@@ -299,7 +311,8 @@ def run_hpo(args) -> int:
     for name in args.policy:
         for gpu_policy in args.gpu_policy:
             label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
-            sim = Simulator(fabric, make_policy(name), mode=args.mode)
+            timeline = _timeline(args, fabric, label)
+            sim = Simulator(fabric, make_policy(name), mode=args.mode, timeline=timeline)
             gpus = None
             if gpu_policy != "none":
                 gpus = GpuManager(
@@ -337,10 +350,31 @@ def run_hpo(args) -> int:
                 write_csv(args.out / f"configs-{label}.csv", driver.config_rows())
                 write_csv(args.out / f"tasks-{label}.csv", driver.task_rows())
                 write_csv(args.out / f"coflows-{label}.csv", coflow_rows(sim))
+                if timeline is not None:
+                    timeline.stages = driver.core.stage_labels()
+                _draw(timeline, sim, args.out, label)
     if args.out:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
     return 0
+
+
+def _timeline(args, fabric: Fabric, label: str) -> Timeline | None:
+    """A timeline to record the run ``label`` into, if ``--schedule`` asked for one."""
+    if not args.schedule:
+        return None
+    return Timeline(port_names(fabric.n_hosts), fabric.host_bps, f"simulator, {label}")
+
+
+def _draw(timeline: Timeline | None, sim: Simulator, out: Path, label: str) -> None:
+    """Write the run's timeline and its picture into ``out`` (nothing without a timeline)."""
+    if timeline is None:
+        return
+    from experiments.schedule_plot import draw  # matplotlib only where a picture is asked for
+
+    timeline.close(sim.now_s)
+    timeline.write(out / f"timeline-{label}.json")
+    print(f"  {draw([timeline], out / f'schedule-{label}.png')}")
 
 
 def _fmt(value) -> str:
@@ -361,6 +395,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.host_bps is None:
         args.host_bps = args.link_gbps * 1e9
+    if args.schedule and args.out is None:
+        build_parser().exit(2, "python -m simulator: error: --schedule needs --out DIR\n")
     if args.command == "trace":
         return run_trace(args)
     return run_hpo(args)

@@ -41,6 +41,7 @@ import numpy as np
 from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
+from controller.timeline import CoflowLevel, Timeline
 from simulator.core import (
     MAX_LEVEL_ROWS,
     STUCK,
@@ -164,6 +165,10 @@ class Simulator:
         mode: ``"levels"`` (8 priority levels, max-min within a level) or ``"ideal"``.
         n_levels: priority levels of the switch in ``levels`` mode.
         jobs_and_stages: callable giving the current jobs and stages (HPO workloads).
+        timeline: record every coflow's level at each reorder and every host port's delivered
+            bytes at each event into it (:mod:`controller.timeline`; ports as
+            :func:`controller.timeline.port_names` of the fabric's hosts). Recording only reads
+            the state: the run's results are the same with or without it.
     """
 
     def __init__(
@@ -173,6 +178,7 @@ class Simulator:
         mode: str = "levels",
         n_levels: int = N_LEVELS,
         jobs_and_stages: Callable[[], tuple[dict[int, Job], dict[int, Stage]]] | None = None,
+        timeline: Timeline | None = None,
     ) -> None:
         if mode not in ("levels", "ideal"):
             raise ValueError(f"mode must be 'levels' or 'ideal', got {mode!r}")
@@ -219,6 +225,11 @@ class Simulator:
         self.bytes_offered = 0.0
         self.reorders = 0
         self.steps = 0
+        self.timeline = timeline
+        if timeline is not None and len(timeline.ports) != 2 * n:
+            raise ValueError(f"the timeline has {len(timeline.ports)} ports, the fabric {2 * n}")
+        self._released_port_bits = np.zeros(2 * n)  # per host port, for the timeline
+        self._sampled_steps = -1
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -265,6 +276,10 @@ class Simulator:
             return record
         slot = len(self._slots)
         pair = src * self.fabric.n_hosts + dst
+        if self.timeline is not None:
+            bits = 8.0 * sizes[keep]
+            np.add.at(self._released_port_bits, src, bits)
+            np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
         self._slots.append(record)
         self._slot_bucket.append(-1)
@@ -289,6 +304,8 @@ class Simulator:
                 self._advance(next_event)
                 continue
             limit = min(next_event, ticks.after(self.now_s), until_s)
+            if self.timeline is not None:
+                self._sample_ports()
             finished = np.empty(len(self._active_slots), dtype=np.int64)
             why, now_s, steps, n_finished = run_steps(
                 tables.flow_arrays(),
@@ -310,6 +327,8 @@ class Simulator:
             )
             self._advance(now_s)
             self.steps += steps
+            if self.timeline is not None:
+                self._sample_ports()
             if why == STUCK:
                 raise RuntimeError(
                     f"stuck at {self.now_s} s: {len(self._active_slots)} coflows can never "
@@ -337,6 +356,8 @@ class Simulator:
     def _slot_done(self, slot: int) -> None:
         record = self._slots[slot]
         record.finish_s = self.now_s
+        if self.timeline is not None:
+            self.timeline.end(record.coflow_id, self.now_s)
         self._active_slots.discard(slot)
         self._b_members[self._slot_bucket[slot]].discard(slot)
         self._finished(record)
@@ -435,6 +456,8 @@ class Simulator:
             level = {slot_of[c]: pos for pos, c in enumerate(schedule.order)}
             n_levels = max(len(schedule.order), 1)
         capped = {slot_of[c] for c in schedule.coflow_gamma_s}
+        if self.timeline is not None:
+            self._record_levels(level)
         target = self._assign_buckets(level, capped)
         moved = False
         for s, bucket in target.items():
@@ -475,6 +498,25 @@ class Simulator:
             start = np.asarray([0, len(order)], dtype=np.int64)
         self._order, self._level_start, self._general = order, start, general
         self._positive = np.empty(len(order), dtype=np.int64)
+
+    def _record_levels(self, level: dict[int, int]) -> None:
+        """The timeline's snapshot of every active coflow's level (slot -> level)."""
+        snapshot = []
+        for slot, lvl in level.items():
+            record = self._slots[slot]
+            snapshot.append(CoflowLevel(record.coflow_id, record.job_id, record.stage_id, lvl))
+        self.timeline.levels_at(self.now_s, snapshot)
+
+    def _sample_ports(self) -> None:
+        """The timeline's port sample: bits released so far minus bits left, per host port
+        (skipped where the last sample is already at this moment and nothing moved since)."""
+        samples = self.timeline.sample_s
+        if samples and samples[-1] == self.now_s and self._sampled_steps == self.steps:
+            return
+        self._sampled_steps = self.steps
+        _, _, left = self._slot_bits(with_ports=True)
+        delivered = self._released_port_bits - left.sum(axis=0)
+        self.timeline.ports_at(self.now_s, np.maximum(delivered, 0.0) / 8.0)
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
         """The bucket of every active coflow, reusing buckets so that few flows move."""

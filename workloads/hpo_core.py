@@ -371,6 +371,11 @@ class HpoCore:
         result["busiest_quarter_busy"] = sum(quarter) / len(quarter) if busy else math.nan
         return result
 
+    def stage_labels(self) -> dict[int, str]:
+        """Stage id -> ``"task T stage I"``: the same stage under the same name wherever its id
+        differs (testbed and simulator number stages as they start)."""
+        return {s.stage_id: f"task {s.task_id} stage {s.index}" for s in self.stages.values()}
+
     def stage_rows(self) -> list[dict]:
         """One row per stage: times, SCT, compute floor, lower bound and SCT over it."""
         return [

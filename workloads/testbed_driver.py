@@ -83,6 +83,8 @@ class TestbedDriver:
         watch: called about every :data:`WATCH_PERIOD_S` while the run goes on; a message it
             returns (the switch or the controller is gone) ends the run with
             :class:`TestbedFault`.
+        sample: called with the run's clock on every turn of the event loop (at least every
+            0.2 s); it decides itself when to record (e.g. the schedule's timeline).
     """
 
     def __init__(
@@ -96,9 +98,11 @@ class TestbedDriver:
         log_dir: Path | None = None,
         host_priorities: HostPriorities | None = None,
         watch: Callable[[], str | None] | None = None,
+        sample: Callable[[float], None] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.watch = watch
+        self.sample = sample
         self.host_priorities = host_priorities
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -257,6 +261,8 @@ class TestbedDriver:
                     boundary = self.now() + self.gpus.quantum_s
                 if self.host_priorities is not None:
                     self.host_priorities.maybe_refresh()
+                if self.sample is not None:
+                    self.sample(self.now())
                 self.poll(0.1 if self.host_priorities is not None else 0.2)
         finally:
             self.stop_all()

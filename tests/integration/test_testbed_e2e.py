@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from controller.policies import make_policy
+from controller.timeline import Timeline
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from tests.conftest import needs_root_and
@@ -127,6 +128,26 @@ def test_short_testbed_run(tmp_path):
     spread = results["sincronia"]["bytes_per_class"]
     assert sum(1 for level in range(7) if spread.get(level_classid(level), 0) > 10_000) >= 2
     assert (out / "testbed.png").stat().st_size > 0
+    # every run drew its schedule beside the simulator's, from the timelines it recorded
+    for policy in ("fair", "sincronia"):
+        run_dir = out / policy / "seed-1"
+        measured = Timeline.read(run_dir / "timeline.json")
+        predicted = Timeline.read(run_dir / "timeline-simulated.json")
+        jobs = {int(row["job_id"]) for row in read_csv(run_dir / "jobs.csv")}
+        assert {s.job_id for s in measured.spans} == jobs == {s.job_id for s in predicted.spans}
+        assert set(measured.stages.values()) == set(predicted.stages.values())
+        levels = {s.level for s in measured.spans}
+        if policy == "fair":
+            assert levels == {0}
+        else:
+            assert len(levels) >= 2, levels
+        # the switch's counters saw the workers' bytes (plus headers and ACKs), and no port
+        # carried more than its emulated rate
+        sent, modelled = sum(measured.port_bytes[-1][:6]), sum(predicted.port_bytes[-1][:6])
+        assert 0.98 <= sent / modelled < 1.5, (policy, sent, modelled)
+        _, utilisation = measured.utilisation(max(1, round(measured.end_s)))
+        assert 0.5 < max(max(row) for row in utilisation) <= 1.1, policy
+        assert (run_dir / "schedule.png").stat().st_size > 10_000
     # nothing left behind: bridge, switch ports, worker processes
     assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode == 2
     assert (

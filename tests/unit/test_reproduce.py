@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.metrics import Interval
+from controller.metrics import Interval, mean_ci
 from experiments import reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,18 +78,36 @@ def test_one_testbed_seed_decides_nothing():
     assert claim.verdict == "inconclusive"
 
 
+SEED_BASE = {1: 30.0, 2: 40.0, 3: 35.0}  # fair's average SCT per seed: the seeds differ a lot
+# per policy: testbed and calibrated simulator as factors of fair's per seed
+FACTORS = {
+    "fair": ((1.0, 1.0, 1.0), (1.0, 1.0, 1.0)),
+    "beamer": ((0.9, 0.88, 0.91), (0.95, 0.93, 0.96)),  # clearly faster; the simulator agrees
+    "sincronia": ((1.1, 0.9, 1.0), (1.2, 1.3, 1.25)),  # not separated from fair
+    "jpas": ((1.2, 1.15, 1.18), (0.97, 0.98, 0.99)),  # clearly slower; the simulator disagrees
+}
+
+
 def a_testbed_summary():
-    def entry(mean, ci95, n=3):
-        return {"mean": mean, "ci95": ci95, "n": n}
+    def entry(values):
+        ci = mean_ci(values)
+        return {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
 
-    def policy(bed, sim, calibrated):
-        return {
-            "avg_sct_s": bed,
-            "sim_avg_sct_s": entry(sim, 0.5),
-            "calibrated_sim_avg_sct_s": entry(calibrated, 0.5),
-            "calibrated_sim_over_testbed_avg_sct": entry(calibrated / bed["mean"], 0.01),
+    runs, policies = [], {}
+    for name, (bed_factors, sim_factors) in FACTORS.items():
+        bed = [SEED_BASE[s] * f for s, f in zip(SEED_BASE, bed_factors, strict=True)]
+        sim = [SEED_BASE[s] * f for s, f in zip(SEED_BASE, sim_factors, strict=True)]
+        for seed, measured, predicted in zip(SEED_BASE, bed, sim, strict=True):
+            runs.append({"policy": name, "seed": seed, "sct_s": {"mean": measured},
+                         "simulated_calibrated": {"sct_s": {"mean": predicted}}})  # fmt: skip
+        policies[name] = {
+            "avg_sct_s": entry(bed),
+            "sim_avg_sct_s": entry([0.8 * x for x in sim]),
+            "calibrated_sim_avg_sct_s": entry(sim),
+            "calibrated_sim_over_testbed_avg_sct": entry(
+                [p / m for p, m in zip(sim, bed, strict=True)]
+            ),
         }
-
     return {
         "link_gbps": 1.0,
         "emulated_link_bps": 20e6,
@@ -103,24 +121,31 @@ def a_testbed_summary():
             "patterns": ["ring"],
             "seeds": [1, 2, 3],
         },  # fmt: skip
-        "policies": {
-            "fair": policy(entry(32.0, 1.0), 28.0, 32.5),
-            "beamer": policy(entry(28.0, 1.0), 24.0, 27.0),  # clearly faster than fair
-            "sincronia": policy(entry(33.0, 4.5), 29.0, 40.0),  # 21 % off, overlaps fair
-        },
+        "policies": policies,
+        "runs": runs,
     }
 
 
-def test_agreement_checks_the_calibrated_prediction_and_the_separated_rankings():
+def test_agreement_checks_the_calibrated_prediction_and_the_paired_rankings():
     rows = {row["policy"]: row for row in reproduce.agreement(a_testbed_summary())}
     assert rows["fair"]["within"] and rows["beamer"]["within"]
-    assert rows["sincronia"]["within"] is False
-    # only beamer's interval lies clear of another's (fair's; sincronia's overlaps both)
-    assert rows["beamer"]["ranking"] == [{"faster_than": "fair", "simulator_agrees": True}]
-    assert rows["fair"]["ranking"] == [] and rows["sincronia"]["ranking"] == []
+    assert rows["sincronia"]["within"] is False  # 25 % off
+    # the absolute intervals overlap (the seeds differ more than the policies); paired per
+    # seed, beamer is clearly faster than fair and jpas, fair than jpas, and sincronia's
+    # ratios vary too much to separate it from anything
+    beamer, fair = rows["beamer"]["testbed"], rows["fair"]["testbed"]
+    assert beamer["mean"] + beamer["ci95"] > fair["mean"] - fair["ci95"]
+    assert [r["faster_than"] for r in rows["beamer"]["ranking"]] == ["fair", "jpas"]
+    assert [r["simulator_agrees"] for r in rows["beamer"]["ranking"]] == [True, True]
+    assert rows["sincronia"]["ranking"] == []
+    fair = rows["fair"]["ranking"]
+    assert [(r["faster_than"], r["simulator_agrees"]) for r in fair] == [("jpas", False)]
+    assert fair[0]["testbed_ratio"]["high"] < 1 < fair[0]["simulator_ratio"]
+    assert rows["jpas"]["ranking"] == []
     lines = reproduce.agreement_lines(list(rows.values()), a_testbed_summary())
-    assert any("| beamer | 28.0 +/- 1.0 | 24.0 +/- 0.5 | 27.0 +/- 0.5 |" in line for line in lines)
-    assert any("faster than fair: simulator agrees" in line for line in lines)
+    assert any(line.startswith("| beamer | 31.") and "+/-" in line for line in lines)
+    assert any("faster than jpas (0.850 [" in line and "simulator disagrees (1.0" in line
+               for line in lines)  # fmt: skip
 
 
 def test_beamer_on_the_testbed_is_paired_per_seed():
@@ -177,6 +202,6 @@ def test_report_from_a_finished_testbed_experiment(tmp_path):
     assert result["mode"] == "testbed results given" and result["testbed_seeds"] == [1]
     verdicts = {c["name"]: c["verdict"] for c in result["claims"]}
     assert verdicts["BSSI (Sincronia)"] == verdicts["Beamer vs brute force"] == "reproduced"
-    assert len(result["simulator_vs_testbed"]) == 3
+    assert len(result["simulator_vs_testbed"]) == 4
     missing = run_reproduce("--testbed-results", str(tmp_path / "none"))
     assert missing.returncode == 2 and "no summary.json there" in missing.stderr

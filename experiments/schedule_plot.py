@@ -1,0 +1,156 @@
+"""Pictures of a run's schedule: which priority level every job (or coflow) held over time,
+and how busy every host port was.
+
+    .venv/bin/python scripts/schedule_plot.py TIMELINE.json [TIMELINE.json ...] [-o schedule.png]
+
+Each timeline (:mod:`controller.timeline`, written by ``python -m simulator ... --timeline
+DIR`` and by every testbed run) becomes one column on a common time axis: on top a Gantt-style
+chart, one row per job (per coflow where there are no jobs), grouped and labelled by stage,
+coloured by level (0 the highest); below, one row per host port (``hostI-out`` sends,
+``hostI-in`` receives), shaded by its utilisation averaged over bins of about half a second.
+A testbed run draws its own timeline beside the simulator's prediction of the same workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.colors import BoundaryNorm  # noqa: E402
+
+from controller.schedule import N_LEVELS  # noqa: E402
+from controller.timeline import LevelSpan, Timeline  # noqa: E402
+
+BIN_S = 0.5  # utilisation bins: the testbed's poll period
+MAX_BINS = 400
+MAX_LABELLED_GROUPS = 30
+
+
+def _row_of(span: LevelSpan) -> str:
+    return f"job {span.job_id}" if span.job_id is not None else f"coflow {span.key}"
+
+
+def _group_of(span: LevelSpan, timeline: Timeline) -> str:
+    if span.stage_id is None:
+        return ""
+    return timeline.stages.get(span.stage_id, f"stage {span.stage_id}")
+
+
+def gantt_rows(timeline: Timeline) -> tuple[dict[str, int], list[tuple[str, float]]]:
+    """Every row's position (jobs or coflows, grouped by stage; groups and rows in order of
+    their first span) and every group's label with its middle row position."""
+    first: dict[str, float] = {}
+    group_first: dict[str, float] = {}
+    group_of_row: dict[str, str] = {}
+    for span in timeline.spans:
+        row, group = _row_of(span), _group_of(span, timeline)
+        first[row] = min(first.get(row, span.start_s), span.start_s)
+        group_first[group] = min(group_first.get(group, span.start_s), span.start_s)
+        group_of_row.setdefault(row, group)
+    ordered = sorted(first, key=lambda r: (group_first[group_of_row[r]], first[r], r))
+    position = {row: i for i, row in enumerate(ordered)}
+    labels = []
+    for group in sorted(group_first, key=group_first.get):
+        rows = [position[r] for r in ordered if group_of_row[r] == group]
+        labels.append((group, (rows[0] + rows[-1]) / 2))
+    return position, labels
+
+
+def draw(timelines: Sequence[Timeline], out: Path, title: str = "") -> Path:
+    """Draw ``timelines`` side by side on one time axis into ``out`` (PNG)."""
+    if not timelines:
+        raise ValueError("no timeline to draw")
+    end_s = max(t.end_s for t in timelines) or 1.0
+    n_bins = max(1, min(MAX_BINS, round(end_s / BIN_S)))
+    top = max([s.level for t in timelines for s in t.spans] + [N_LEVELS - 1])
+    cmap = plt.get_cmap("viridis", top + 1)
+    norm = BoundaryNorm([lvl - 0.5 for lvl in range(top + 2)], cmap.N)
+    n_ports = max(len(t.ports) for t in timelines)
+    fig, axes = plt.subplots(
+        2,
+        len(timelines),
+        figsize=(6.5 * len(timelines) + 1.5, 9),
+        squeeze=False,
+        sharex=True,
+        gridspec_kw={"height_ratios": [3, max(1.0, min(2.0, n_ports / 13))]},
+    )
+    levels_image = ports_image = None
+    for column, timeline in enumerate(timelines):
+        gantt, ports = axes[0][column], axes[1][column]
+        position, groups = gantt_rows(timeline)
+        if timeline.spans:
+            width = max(0.5, min(6.0, 250 / max(len(position), 1)))
+            levels_image = gantt.hlines(
+                [position[_row_of(s)] for s in timeline.spans],
+                [s.start_s for s in timeline.spans],
+                [s.end_s for s in timeline.spans],
+                colors=[cmap(norm(s.level)) for s in timeline.spans],
+                linewidth=width,
+            )
+        gantt.set_ylim(len(position) - 0.5, -0.5)
+        if len(groups) <= MAX_LABELLED_GROUPS and any(label for label, _ in groups):
+            gantt.set_yticks([middle for _, middle in groups])
+            gantt.set_yticklabels([label for label, _ in groups], fontsize=7)
+        else:
+            gantt.set_yticks([])
+        gantt.set_title(f"{timeline.source or 'run'}: levels ({len(position)} rows)")
+        gantt.grid(axis="x", alpha=0.3)
+        edges, utilisation = timeline.utilisation(n_bins, end_s)
+        ports_image = ports.imshow(
+            utilisation if any(utilisation) else [[0.0]],
+            aspect="auto",
+            interpolation="nearest",
+            extent=(0, end_s, len(timeline.ports), 0),
+            vmin=0,
+            vmax=1,
+            cmap="Greys",
+        )
+        if len(timeline.ports) <= 2 * 16:
+            ports.set_yticks([i + 0.5 for i in range(len(timeline.ports))])
+            ports.set_yticklabels(timeline.ports, fontsize=5)
+        else:
+            ports.set_yticks([])
+        ports.set_xlabel("time (s)")
+        ports.set_title(f"port utilisation (bins of {end_s / n_bins:.2g} s)", fontsize=9)
+        ports.set_xlim(0, end_s)
+    if levels_image is not None:
+        bar = fig.colorbar(
+            plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes[0].tolist(), pad=0.01
+        )
+        if top < 2 * N_LEVELS:
+            bar.set_label("priority level (0 = highest)")
+            bar.set_ticks(range(top + 1))
+        else:  # the simulator's ideal mode: one level per position in the order
+            bar.set_label("position in the order (0 = first)")
+    if ports_image is not None:
+        fig.colorbar(ports_image, ax=axes[1].tolist(), pad=0.01).set_label("utilisation")
+    if title:
+        fig.suptitle(title)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Draw the timelines named on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("timelines", nargs="+", type=Path, metavar="TIMELINE.json")
+    parser.add_argument("-o", "--out", type=Path, default=Path("schedule.png"))
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+    try:
+        timelines = [Timeline.read(path) for path in args.timelines]
+    except ValueError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    print(draw(timelines, args.out, args.title))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
