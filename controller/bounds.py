@@ -14,14 +14,24 @@ single machine that must process all of its items' demand, so:
 :func:`completion_lower_bound` returns the largest bound that applies.
 
 HPO stages and jobs (:func:`job_lower_bound`, :func:`stage_lower_bound`): a job repeats
-``iterations`` times "compute, then synchronise" and a synchronisation cannot start before its
-compute ends; a synchronisation is one or more coflows that run one after the other (a parameter
-server's push, then its pull), so the job needs ``iterations x (compute + the bottlenecks of its
-synchronisation's coflows, each alone)``. A stage ends with its last job, so it needs the larger
-of its slowest job alone and, for every port, the time before any of its jobs can send there
-(one compute) plus all of the stage's bytes through that port at line rate. Both hold for any
-schedule, priority, GPU sharing or pause (those only add waiting), on the simulator and on the
-testbed.
+``iterations`` times "compute, then synchronise"; a synchronisation is one or more phases run
+one after the other (a parameter server's push, then its pull: the server sends the model back
+only once it has every gradient), and a worker computes its next iteration as soon as its own
+flows of the last phase are done, not when every worker's are. So iterations may overlap by
+that much: a worker whose pull ends first computes and pushes while the others still pull. With
+``c`` the compute time, ``B_i`` phase i's bottleneck port at line rate (its bytes there over the
+rate), ``f`` the shortest flow of the last phase alone, and ``n`` iterations, the job needs
+
+    n (c + B_1 + ... + B_m) - (n - 1) (B_m - f)
+
+(every phase of iteration k+1 starts after the first last-phase flow of k ends plus ``c``, and
+the phases within an iteration are each other's barriers). For ring all-reduce (one phase, every
+worker alone on its sending port) ``f = B_1`` and the bound is ``n (c + B_1)``. A stage ends with
+its last job, so it needs the larger of its slowest job alone and, for every port, the time
+before any of its jobs can send there (one compute) plus all of the stage's bytes through that
+port at line rate. Both hold for any schedule, priority, GPU sharing or pause (those only add
+waiting) and whether workers move on together or one by one: on the simulator, whose coflows
+end together, and on the testbed, whose workers do not.
 """
 
 from __future__ import annotations
@@ -139,11 +149,16 @@ class JobDemand:
         compute_s: compute time of one iteration.
         phases: the coflows of one synchronisation, run one after the other: bytes each puts
             through each port.
+        shortest_last_flow_bytes: the smallest flow of the last phase; a worker can go on to
+            its next iteration once its own flow of the last phase is done. ``None``: the
+            largest load of the last phase on a port (no overlap, as when every flow of it
+            has a port to itself, like ring all-reduce).
     """
 
     iterations: int
     compute_s: float
     phases: Sequence[Mapping[Hashable, float]]
+    shortest_last_flow_bytes: float | None = None
 
     @property
     def sync_bytes(self) -> dict[Hashable, float]:
@@ -156,9 +171,17 @@ class JobDemand:
 
 
 def job_lower_bound(job: JobDemand, port_bps: float) -> float:
-    """``iterations x (compute + the bottleneck of each synchronisation coflow alone)``."""
-    alone = sum(8.0 * max(phase.values(), default=0.0) / port_bps for phase in job.phases)
-    return job.iterations * (job.compute_s + alone)
+    """``n (c + B_1 + ... + B_m) - (n - 1) (B_m - f)``: every iteration's compute and its
+    phases' bottlenecks, less what consecutive iterations may overlap (see the module
+    docstring)."""
+    if job.iterations <= 0:
+        return 0.0
+    bottlenecks = [8.0 * max(phase.values(), default=0.0) / port_bps for phase in job.phases]
+    overlap = 0.0
+    if bottlenecks and job.shortest_last_flow_bytes is not None:
+        shortest = 8.0 * job.shortest_last_flow_bytes / port_bps
+        overlap = max(bottlenecks[-1] - shortest, 0.0)
+    return job.iterations * (job.compute_s + sum(bottlenecks)) - (job.iterations - 1) * overlap
 
 
 def stage_lower_bound(jobs: Sequence[JobDemand], port_bps: float) -> float:

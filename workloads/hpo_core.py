@@ -150,6 +150,12 @@ class Actions:
         self.gpu += other.gpu
 
 
+def _shortest_remote_flow(phase) -> float | None:
+    """The smallest flow of a phase that crosses the network (``None`` if none does)."""
+    sizes = [float(b) for s, d, b in zip(*phase, strict=True) if s != d and b > 0]
+    return min(sizes, default=None)
+
+
 class HpoCore:
     """The state of HPO tasks driven by events; see the module docstring.
 
@@ -283,7 +289,7 @@ class HpoCore:
                 port_bytes([Flow(int(s), int(d), float(b)) for s, d, b in zip(*phase, strict=True)],
                            remaining=False)
                 for phase in phases
-            ])  # fmt: skip
+            ], _shortest_remote_flow(phases[-1]) if phases else None)  # fmt: skip
             demands.append(demand)
             trained = self.configs[(task.task_id, config)].trained
             job = JobRun(

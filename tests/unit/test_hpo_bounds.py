@@ -68,6 +68,43 @@ def test_stage_bound_is_the_larger_of_slowest_job_and_busiest_port():
     assert stage_lower_bound([], 1e9) == 0.0
 
 
+def per_worker_ps_schedule(workers: int, iterations: int, compute_s: float, model_s: float):
+    """A feasible schedule of one PS job whose workers go on one by one: the PS's ingress takes
+    the pushes one after the other in the order the workers are ready, its egress the pulls in
+    worker order; a worker computes as soon as its own pull is done. Returns its makespan."""
+    ready = [compute_s] * workers  # when each worker's push can start
+    end = 0.0
+    for _ in range(iterations):
+        ingress = 0.0
+        for w in sorted(range(workers), key=lambda w: ready[w]):
+            ingress = max(ingress, ready[w]) + model_s  # the PS gathers every gradient
+        egress = ingress
+        for w in range(workers):
+            egress += model_s  # then sends the model back, one worker after the other
+            ready[w] = egress + compute_s
+        end = egress
+    return end
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5])
+@pytest.mark.parametrize("iterations", [1, 2, 7])
+def test_a_ps_job_whose_workers_go_on_one_by_one_never_beats_its_bound(workers, iterations):
+    """Without the overlap term, the bound would be ``n (c + 2 W t)``: the staggered schedule
+    beats that for W >= 2 and n >= 2, and meets the bound with it exactly."""
+    model_s, compute_s = 1.0, 0.5
+    pull = {ingress(w): 1e9 / 8 for w in range(1, workers + 1)}
+    push = {ingress(0): workers * 1e9 / 8}
+    pull = {egress(0): workers * 1e9 / 8, **pull}
+    job = JobDemand(iterations, compute_s, [push, pull], shortest_last_flow_bytes=1e9 / 8)
+    staggered = per_worker_ps_schedule(workers, iterations, compute_s, model_s)
+    bound = job_lower_bound(job, 1e9)
+    assert bound == pytest.approx(staggered)  # attained: it cannot be raised
+    together = iterations * (compute_s + 2 * workers * model_s)  # every pull ends together
+    assert together >= bound
+    if workers >= 2 and iterations >= 2:
+        assert staggered < together  # the bound without the overlap is not a bound
+
+
 def assert_within_bounds(driver: HpoDriver) -> int:
     """Every finished stage, job and task took at least its bound; returns the items checked."""
     checked = 0
