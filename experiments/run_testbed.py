@@ -129,7 +129,10 @@ def host_class_bytes(host) -> dict[str, int]:
     return parse_class_bytes(host.cmd(f"tc -s class show dev {host.defaultIntf().name}"))
 
 
-TCP_COUNTERS = ("RetransSegs", "OutSegs", "TCPTimeouts", "TCPLossProbes", "TCPSACKReorder")
+TCP_COUNTERS = ("RetransSegs", "OutSegs", "TCPTimeouts", "TCPLossProbes", "TCPSACKReorder",
+                "TCPAbortOnData", "TCPAbortOnClose", "TCPAbortOnMemory", "TCPAbortOnTimeout",
+                "TCPAbortOnLinger", "TCPAbortFailed", "ListenOverflows", "ListenDrops",
+                "EstabResets", "OutRsts")  # fmt: skip
 
 
 def tcp_counters(host) -> dict[str, int]:
@@ -320,6 +323,13 @@ def run_policy(
             driver.run(timeout_s=args.timeout)
         except ControllerError as exc:  # say what is gone, if the watch knows
             raise TestbedFault(watch() or str(exc)) from None
+        except Exception:  # keep what each host's TCP saw (resets, aborts) for the post-mortem
+            tcp_failed = {h.name: tcp_counters(h) for h in hosts}
+            write_json(out / "tcp.json", {
+                h: {k: tcp_failed[h][k] - tcp_before[h][k] for k in TCP_COUNTERS}
+                for h in tcp_failed
+            })  # fmt: skip
+            raise
         duration = time.monotonic() - started
         recorder(driver.now(), force=True)
         timeline.close(driver.now())

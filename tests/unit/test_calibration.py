@@ -59,14 +59,16 @@ def test_tcp_counters_are_read_from_proc_text():
     text = (
         "Ip: Forwarding DefaultTTL\nIp: 1 64\n"
         "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 1000 12\n"
-        "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes\nTcpExt: 0 3 7\n"
+        "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes TCPAbortOnMemory\nTcpExt: 0 3 7 2\n"
     )
-    assert run_testbed.parse_tcp_counters(text) == {
+    counters = run_testbed.parse_tcp_counters(text)
+    assert set(counters) == set(run_testbed.TCP_COUNTERS)
+    assert {k: v for k, v in counters.items() if v} == {
         "RetransSegs": 12,
         "OutSegs": 1000,
         "TCPTimeouts": 3,
         "TCPLossProbes": 7,
-        "TCPSACKReorder": 0,
+        "TCPAbortOnMemory": 2,
     }
 
 
