@@ -331,5 +331,11 @@ def test_faults_end_one_run_each_and_a_second_testbed_is_refused(tmp_path, repor
     failures = json.loads((out / "summary.json").read_text())["failures"]
     assert [(f["policy"], f["seed"]) for f in failures] == [("fair", 1), ("jpas", 1)]
     assert json.loads((out / "failures.json").read_text()) == failures
+    # the run that failed inside the driver kept what every host's TCP saw
+    tcp = json.loads((out / "fair" / "seed-1" / "tcp.json").read_text())
+    assert sorted(tcp) == ["h1", "h2", "h3", "h4"]
+    assert all(set(counters) >= {"OutSegs", "EstabResets", "TCPAbortOnMemory"}
+               for counters in tcp.values())  # fmt: skip
+    assert sum(counters["OutSegs"] for counters in tcp.values()) > 0
     assert mininet_shells() - shells_before == set()
     assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode != 0
