@@ -15,6 +15,7 @@ CORE = [
     "rules",
     "engine",
     "api",
+    "timeline",
 ]
 
 
