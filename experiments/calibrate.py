@@ -81,7 +81,7 @@ def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATION
     for pattern in args.patterns:
         tasks = lone_job(args, pattern)
         print(f"== calibration: a lone {pattern} job, {iterations} iterations", flush=True)
-        run_testbed.run_policy(POLICY, args, out / f"lone-{pattern}", tasks=tasks)
+        run_testbed.run_with_retries(POLICY, args, out / f"lone-{pattern}", tasks=tasks)
         compute_s = tasks[0].model.compute_s
         bed = measured_iteration_s(out / f"lone-{pattern}")
         sim = simulated_iteration_s(args, tasks)
@@ -96,7 +96,8 @@ def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATION
 
     print(f"== calibration: {args.tasks} x {args.configs} jobs started at once", flush=True)
     burst_args = argparse.Namespace(**{**vars(args), "min_iterations": 1})
-    startup = run_testbed.run_policy(POLICY, burst_args, out / "burst")["job_startup_s"]
+    burst, _ = run_testbed.run_with_retries(POLICY, burst_args, out / "burst")
+    startup = burst["job_startup_s"]
     goodput = sum(entry["goodput"] for entry in lone.values()) / len(lone)
     overheads = Overheads(job_startup_s=startup["mean"], goodput=goodput)
     calibration = {

@@ -43,6 +43,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -181,6 +182,34 @@ def simulate(
         f"{row['task_id']}.{row['index']}": row["sct_s"] for row in driver.core.stage_rows()
     }
     return {**driver.core.summary(sim.now_s), "stage_sct_s": stage_sct_s}
+
+
+RUN_FAILURES = (RuntimeError, TimeoutError, OSError, ControllerError)
+
+
+def run_with_retries(
+    policy: str, args, out: Path, gpu_policy: str = "none", tasks: list | None = None
+) -> tuple[dict, list[str]]:
+    """:func:`run_policy`, tried again in a fresh testbed up to ``args.retries`` times after a
+    failure (runs are independent repeats of the same workload). Returns the result and the
+    errors of the attempts that failed, whose folders are kept beside ``out`` as
+    ``<out>-failed-<attempt>`` (worker logs, ``tcp.json``); raises the last error if every
+    attempt failed."""
+    errors: list[str] = []
+    for attempt in range(1, args.retries + 2):
+        try:
+            return run_policy(policy, args, out, gpu_policy, tasks), errors
+        except RUN_FAILURES as exc:
+            errors.append(str(exc))
+            if attempt > args.retries:
+                raise
+            kept = out.with_name(f"{out.name}-failed-{attempt}")
+            if out.exists():
+                shutil.rmtree(kept, ignore_errors=True)
+                out.rename(kept)
+            print(f"!! {out}: attempt {attempt} failed: {exc}; trying again in a fresh testbed "
+                  f"(the failed attempt's files: {kept})", flush=True)  # fmt: skip
+    raise AssertionError("unreachable")
 
 
 SAMPLE_PERIOD_S = 0.5  # the testbed's timeline: levels and port counters this often
@@ -593,6 +622,14 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         f"(default: {network.TCP_RTO_MAX_MS} where the kernel can, Linux 6.15+, else off)",
     )
     parser.add_argument(
+        "--retries",
+        type=non_negative(int),
+        default=1,
+        help="try a failed run (or calibration run) again this many times, each in a fresh "
+        "testbed; every failed attempt is reported, kept as <run>-failed-<N>/ and listed in "
+        "results.json (default: 1)",
+    )
+    parser.add_argument(
         "--seeds",
         type=non_negative(int),
         nargs="+",
@@ -724,14 +761,16 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
                 label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
                 print(f"== {label}, seed {seed}", flush=True)
                 try:
-                    result = run_policy(policy, args, args.out / label / f"seed-{seed}", gpu_policy)
-                except (RuntimeError, TimeoutError, OSError, ControllerError) as exc:
+                    result, failed = run_with_retries(
+                        policy, args, args.out / label / f"seed-{seed}", gpu_policy
+                    )
+                except RUN_FAILURES as exc:
                     print(f"!! {label}, seed {seed} failed: {exc}; the other runs go on",
                           flush=True)  # fmt: skip
                     failures.append({"policy": label, "seed": seed, "error": str(exc)})
                     progress.step(f"{label}, seed {seed} failed")
                     continue
-                results.append({"seed": seed, **result})
+                results.append({"seed": seed, **result, "failed_attempts": failed})
                 average = fmt(result["sct_s"].get("mean"))
                 progress.step(f"{label}, seed {seed}: average SCT {average} s")
     progress.close()
@@ -751,6 +790,14 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     (args.out / "results.json").write_text(json.dumps(runs, indent=2))
     summary = seed_summary(results, args, argv)
     summary["failures"] = failures
+    summary["retried"] = [
+        {"policy": r["policy"], "seed": r["seed"], "errors": r["failed_attempts"]}
+        for r in results
+        if r["failed_attempts"]
+    ]
+    for entry in summary["retried"]:
+        print(f"retried: {entry['policy']}, seed {entry['seed']} (failed first: "
+              f"{'; '.join(entry['errors'])})")  # fmt: skip
     write_json(args.out / "summary.json", summary)
     figure = plot(summary, args.out)
     print(

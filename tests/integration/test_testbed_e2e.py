@@ -289,7 +289,7 @@ def test_faults_end_one_run_each_and_a_second_testbed_is_refused(tmp_path, repor
     shells_before = mininet_shells()
     argv = [sys.executable, "scripts/run_testbed.py", "--hosts", "4", "--tasks", "1", "--configs",
             "3", "--eta", "3", "--min-iterations", "20", "--workers", "2", "--policy", "fair",
-            "jpas", "sincronia", "--timeout", "300", "--link-gbps", "10", "--out",
+            "jpas", "sincronia", "--timeout", "300", "--link-gbps", "10", "--retries", "0", "--out",
             str(out)]  # fmt: skip
     run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)  # fmt: skip

@@ -130,3 +130,27 @@ def test_stage_agreement_matches_stages_by_task_and_index(tmp_path):
     assert [key for key, *_ in rows] == in_order
     for _key, _jobs, bed, sim in rows:
         assert sim / bed == pytest.approx(0.5)
+
+
+def test_a_failed_run_is_tried_again_in_a_fresh_testbed_and_its_files_kept(tmp_path, monkeypatch):
+    attempts = []
+
+    def flaky(policy, args, out, gpu_policy="none", tasks=None):
+        attempts.append(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tcp.json").write_text(str(len(attempts)))
+        if len(attempts) == 1:
+            raise RuntimeError("job 3 rank 1: [Errno 104] Connection reset by peer")
+        return {"policy": policy}
+
+    monkeypatch.setattr(run_testbed, "run_policy", flaky)
+    out = tmp_path / "fair" / "seed-1"
+    result, failed = run_testbed.run_with_retries("fair", Namespace(retries=1), out)
+    assert result == {"policy": "fair"} and attempts == [out, out]
+    assert failed == ["job 3 rank 1: [Errno 104] Connection reset by peer"]
+    assert (out / "tcp.json").read_text() == "2"  # the retry's own files
+    assert (tmp_path / "fair" / "seed-1-failed-1" / "tcp.json").read_text() == "1"
+    attempts.clear()
+    with pytest.raises(RuntimeError, match="Connection reset"):
+        run_testbed.run_with_retries("fair", Namespace(retries=0), tmp_path / "other")
+    assert len(attempts) == 1
