@@ -196,20 +196,19 @@ def run_with_retries(
     ``<out>-failed-<attempt>`` (worker logs, ``tcp.json``); raises the last error if every
     attempt failed."""
     errors: list[str] = []
-    for attempt in range(1, args.retries + 2):
+    while True:
         try:
             return run_policy(policy, args, out, gpu_policy, tasks), errors
         except RUN_FAILURES as exc:
             errors.append(str(exc))
-            if attempt > args.retries:
+            if len(errors) > args.retries:
                 raise
-            kept = out.with_name(f"{out.name}-failed-{attempt}")
+            kept = out.with_name(f"{out.name}-failed-{len(errors)}")
             if out.exists():
                 shutil.rmtree(kept, ignore_errors=True)
                 out.rename(kept)
-            print(f"!! {out}: attempt {attempt} failed: {exc}; trying again in a fresh testbed "
-                  f"(the failed attempt's files: {kept})", flush=True)  # fmt: skip
-    raise AssertionError("unreachable")
+            print(f"!! {out}: attempt {len(errors)} failed: {exc}; trying again in a fresh "
+                  f"testbed (the failed attempt's files: {kept})", flush=True)  # fmt: skip
 
 
 SAMPLE_PERIOD_S = 0.5  # the testbed's timeline: levels and port counters this often
