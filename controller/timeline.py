@@ -146,6 +146,31 @@ class Timeline:
         ]
         return edges.tolist(), rows
 
+    def busy_share(self, windows: Iterable[tuple[float, float]]) -> dict[str, float]:
+        """Per port, the share of ``windows`` (``(start_s, end_s)``, merged where they overlap)
+        that its recorded bytes keep it sending at the line rate: bytes carried inside the
+        windows (counters interpolated as in :meth:`utilisation`) over what the line carries
+        in them. The testbed's counters count every byte on the wire (headers, resent
+        segments), so there it is the port's measured busy time. Empty without samples."""
+        merged: list[list[float]] = []
+        for start, end in sorted(windows):
+            if end <= start:
+                continue
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        length = sum(end - start for start, end in merged)
+        if not merged or not self.sample_s:
+            return {}
+        counters = np.asarray(self.port_bytes, dtype=float)
+        edges = np.asarray(merged, dtype=float)
+        share = {}
+        for p, name in enumerate(self.ports):
+            at = np.interp(edges, self.sample_s, counters[:, p])
+            share[name] = float((at[:, 1] - at[:, 0]).sum() * 8.0 / (self.port_bps * length))
+        return share
+
     def to_json(self) -> dict:
         """A JSON document (open spans are not included: :meth:`close` first)."""
         return {

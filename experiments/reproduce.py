@@ -284,6 +284,8 @@ def agreement(testbed: dict) -> list[dict]:
             "calibrated_over_testbed": calibrated,
             "within": None if calibrated is None
             else abs(calibrated["mean"] - 1) <= AGREEMENT,
+            "busiest_port": entry.get("busiest_port_busy"),
+            "wire_busiest_port": entry.get("wire_busiest_port_busy"),
             "ranking": [],
         })  # fmt: skip
     for row in rows:
@@ -448,11 +450,13 @@ def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
         f"{overheads.get('job_startup_s', float('nan')):.2f} s, goodput "
         f"{overheads.get('goodput', float('nan')):.3f} of the line rate; "
         "`scripts/calibrate.py`). Target: calibrated within "
-        f"{AGREEMENT:.0%} of the testbed.",
+        f"{AGREEMENT:.0%} of the testbed. *Busiest port*: its busy share while stages run, by "
+        "the workload's bytes at the line rate / by the switch port's byte counter (the wire).",
         "",
         "| policy | testbed | simulator | calibrated | calibrated / testbed | within "
-        f"{AGREEMENT:.0%} | ranking where the testbed separates policies (paired per seed) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"{AGREEMENT:.0%} | ranking where the testbed separates policies (paired per seed) "
+        "| busiest port % (bytes / wire) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for row in rows:
         ranking = (
@@ -469,7 +473,7 @@ def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
         lines.append(
             f"| {row['policy']} | {_fmt(row['testbed'])} | {_fmt(row['simulator'])} | "
             f"{_fmt(row['calibrated'])} | {_fmt(row['calibrated_over_testbed'], 2)} | {within} | "
-            f"{ranking} |"
+            f"{ranking} | {_pct(row.get('busiest_port'))} / {_pct(row.get('wire_busiest_port'))} |"
         )
     return lines
 
@@ -480,6 +484,14 @@ def _fmt(entry: dict | None, digits: int = 1) -> str:
     if entry["n"] < 2:
         return f"{entry['mean']:.{digits}f} (n=1)"
     return f"{entry['mean']:.{digits}f} +/- {entry['ci95']:.{digits}f}"
+
+
+def _pct(entry: dict | None) -> str:
+    """A share's mean +/- CI in percent, ``-`` if missing."""
+    if entry is None:
+        return "-"
+    scaled = {**entry, "mean": 100 * entry["mean"], "ci95": 100 * entry.get("ci95", 0.0)}
+    return _fmt(scaled, 0)
 
 
 def testbed_provenance(testbed: dict | None) -> list[str]:

@@ -130,10 +130,11 @@ def host_class_bytes(host) -> dict[str, int]:
     return parse_class_bytes(host.cmd(f"tc -s class show dev {host.defaultIntf().name}"))
 
 
-TCP_COUNTERS = ("RetransSegs", "OutSegs", "TCPTimeouts", "TCPLossProbes", "TCPSACKReorder",
-                "TCPAbortOnData", "TCPAbortOnClose", "TCPAbortOnMemory", "TCPAbortOnTimeout",
-                "TCPAbortOnLinger", "TCPAbortFailed", "ListenOverflows", "ListenDrops",
-                "EstabResets", "OutRsts")  # fmt: skip
+TCP_COUNTERS = ("RetransSegs", "OutSegs", "TCPTimeouts", "TCPSynRetrans", "TCPLossProbes",
+                "TCPSACKReorder", "TCPAbortOnData", "TCPAbortOnClose", "TCPAbortOnMemory",
+                "TCPAbortOnTimeout", "TCPAbortOnLinger", "TCPAbortFailed", "ListenOverflows",
+                "ListenDrops", "EstabResets", "OutRsts", "SyncookiesSent", "SyncookiesRecv",
+                "SyncookiesFailed", "TCPReqQFullDoCookies", "TCPReqQFullDrop")  # fmt: skip
 
 
 def tcp_counters(host) -> dict[str, int]:
@@ -397,6 +398,12 @@ def run_policy(
         calibrated = simulate(policy, args, tasks, gpu_policy, args.overheads, predicted)
     timeline.write(out / "timeline.json")
     predicted.write(out / "timeline-simulated.json")
+    wire = sorted(
+        timeline.busy_share(
+            (s.start_s, s.finish_s) for s in driver.stages.values() if s.finish_s is not None
+        ).values(),
+        reverse=True,
+    )
     draw_schedule([timeline, predicted], out / "schedule.png", f"{label}, seed {args.seed}")
     result = {
         "policy": label,
@@ -408,10 +415,21 @@ def run_policy(
         **driver.core.summary(driver.now()),
         "cct_s": summarise(driver.cct_s),
         "job_startup_s": summarise(driver.startup_s.values()),
+        "handshakes": {
+            "longest_connect_s": driver.longest_connect_s,
+            "synack_retransmits": driver.synack_retransmits,
+            "connections_redone": driver.handshake_retries,
+        },
         "worker_signals": driver.signals_sent,
         "worker_pauses": driver.pauses,
         "bytes_sent_while_paused": driver.bytes_while_paused,
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
+        # the switch ports' own byte counters (headers and resent segments included) over the
+        # stages' time: how busy the wire was, where busiest_port_busy counts the model's bytes
+        "wire_busiest_port_busy": wire[0] if wire else None,
+        "wire_busiest_quarter_busy": (
+            sum(wire[: max(1, len(wire) // 4)]) / max(1, len(wire) // 4) if wire else None
+        ),
         "bytes_per_class": per_class,
         "host_priorities": args.host_priorities,
         "tcp_rto_max_ms": args.tcp_rto_max_ms,
@@ -484,6 +502,9 @@ def seed_summary(results: list[dict], args, argv) -> dict:
                 for r in runs.values()
             )
         entry["busiest_port_busy"] = _interval(r["busiest_port_busy"] for r in runs.values())
+        entry["wire_busiest_port_busy"] = _interval(
+            r.get("wire_busiest_port_busy") for r in runs.values()
+        )
         if base:
             ratio = paired_ratio_ci(
                 {s: r["sct_s"].get("mean") for s, r in runs.items()},
@@ -802,7 +823,7 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     print(
         f"\n{'policy':<17} {'seed':>4} {'avg SCT':>8} {'sim SCT':>8} {'sim/bed':>7} "
         f"{'cal/bed':>7} {'p95 SCT':>8} {'to 90%':>7} {'best id':>8} {'HPO end':>8} "
-        f"{'busiest':>7} {'RTOs':>6} {'GPU':>5} {'preempt':>7}"
+        f"{'busiest':>7} {'wire':>5} {'RTOs':>6} {'GPU':>5} {'preempt':>7}"
     )
     for r in results:
         gpu = r["gpu"] or {}
@@ -814,13 +835,14 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
             f"{fmt(r['sct_s'].get('p95')):>8} {fmt(r['time_to_90pct_s'].get('mean')):>7} "
             f"{fmt(r['best_identified_s'].get('mean')):>8} "
             f"{fmt(r['hpo_completion_s'].get('mean')):>8} {r['busiest_port_busy']:>7.0%} "
-            f"{r['tcp']['TCPTimeouts']:>6} "
+            f"{fmt_pct(r.get('wire_busiest_port_busy')):>5} {r['tcp']['TCPTimeouts']:>6} "
             f"{fmt_pct(gpu.get('gpu_utilisation')):>5} {gpu.get('preemptions', '-'):>7}"
         )
     print(
         f"(link {args.link_gbps:g} Gbit/s modelled at {args.bw:g} Mbit/s; sim: the simulator on "
         "the same workload, seed, link rate and bytes; cal: with the measured overheads; "
-        "busiest: the busiest port's busy share; RTOs: the hosts' TCP timeouts)"
+        "busiest: the busiest port's busy share, by the workload's bytes at the line rate; wire: "
+        "by its switch port's byte counter; RTOs: the hosts' TCP timeouts)"
     )
     print(f"\nover {len(args.seeds)} seed(s): average SCT s (mean +/- 95 % CI), and / "
           f"{summary['baseline'] or BASELINE}'s paired per seed")  # fmt: skip

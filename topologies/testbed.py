@@ -39,10 +39,13 @@ DEFAULT_BW_MBPS = 20
 # its process has exited), which Linux's doubling timeouts spread over about 15 minutes. Capped
 # at 1 s they would take 15 s (8 s), and a flow starved that long would be dropped: keep the
 # patience in seconds instead, as far as the kernel allows (the workers also set
-# TCP_USER_TIMEOUT to workloads.worker.TCP_PATIENCE_MS, which overrides the count).
-# 255 is the most retries the kernel takes.
+# TCP_USER_TIMEOUT to workloads.worker.TCP_PATIENCE_MS, which overrides the count). The
+# handshake keeps it too: Linux 6.19 caps the SYN-ACK timer the same way, and 5 SYN-ACKs 1 s
+# apart would drop a connection whose ACK waited 6 s behind higher levels.
+# 255 is the most retries the kernel takes, 127 for SYNs.
 TCP_RTO_MAX_MS = 1000
 MAX_TCP_RETRIES = 255
+MAX_SYN_RETRIES = 127
 RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
 
 
@@ -149,6 +152,8 @@ def tcp_settings(rto_max_ms: float) -> list[str]:
         f"net.ipv4.tcp_rto_max_ms={int(rto_max_ms)}",
         f"net.ipv4.tcp_retries2={retries}",
         f"net.ipv4.tcp_orphan_retries={retries}",
+        f"net.ipv4.tcp_synack_retries={retries}",
+        f"net.ipv4.tcp_syn_retries={min(MAX_SYN_RETRIES, retries)}",
     ]
 
 

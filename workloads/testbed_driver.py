@@ -124,6 +124,11 @@ class TestbedDriver:
         self.iteration_rows: list[dict] = []
         # per job: seconds from its stage's start until every rank was connected and ready
         self.startup_s: dict[int, float] = {}
+        # handshakes, as the workers report them once connected: the longest connect() and the
+        # SYN-ACKs resent before the connecting side's ACK arrived
+        self.longest_connect_s = 0.0
+        self.synack_retransmits = 0
+        self.handshake_retries = 0  # connections the listening host dropped, made again
         self.t0 = time.monotonic()
         self._buffers: dict[int, bytes] = {}
         self._owner: dict[int, tuple[JobRun, int]] = {}  # fd -> (job, rank)
@@ -346,6 +351,9 @@ class TestbedDriver:
                 raise RuntimeError(f"job {job.job_id} rank {rank} advanced while paused")
         if kind == "ready":
             workers.ready.add(rank)
+            self.longest_connect_s = max(self.longest_connect_s, event.get("connect_s", 0.0))
+            self.synack_retransmits += event.get("synack_retransmits", 0)
+            self.handshake_retries += event.get("handshake_retries", 0)
             if len(workers.ready) == len(workers.procs):
                 self.startup_s[job.job_id] = self.now() - job.start_s
             if self.gpus is not None and job.holding:

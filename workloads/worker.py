@@ -11,9 +11,15 @@ ranks, each rank ``r`` listening on ``--base-port + r`` of its host:
 - ``ring``: every rank sends ``2 (W - 1) / W x --bytes`` to its successor while receiving as much
   from its predecessor (the traffic of a ring all-reduce).
 
-It prints one JSON object per line on stdout: ``ready``, then ``iteration`` after each one
-(iteration number, wall-clock ``time``, ``elapsed_s`` since start, bytes sent, ``sync_s``: how
-long its synchronisation took, the emulated accuracy when ``--curve`` is given), ``paused`` /
+A new connection is used only once both ends have greeted each other (job and rank): a
+connection the listening host dropped during its handshake is made again while setting up,
+and one that reaches another job's rank is an error.
+
+It prints one JSON object per line on stdout: ``ready`` once connected (``connect_s``: its
+longest connect; ``synack_retransmits``; ``handshake_retries``: connections made again), then
+``iteration`` after each one (iteration number, wall-clock ``time``, ``elapsed_s`` since start,
+bytes sent, ``sync_s``: how long its synchronisation took, the emulated accuracy when
+``--curve`` is given), ``paused`` /
 ``resumed``, and ``done`` or ``stopped``. SIGUSR1 pauses it after the current iteration and
 SIGUSR2 resumes it, keeping its progress (with ``--start-paused`` it waits for SIGUSR2 once
 connected; SIGSTOP / SIGCONT also pause and resume it); SIGTERM or SIGINT stop it
@@ -36,6 +42,7 @@ from cli.argtypes import non_negative, positive, tcp_port
 from workloads.curves import curve_from_json
 
 HEADER = struct.Struct("!QQ")  # iteration, payload length
+HELLO = struct.Struct("!QQ")  # job, rank: what each end of a new connection says first
 CHUNK = 1 << 16
 _ZEROS = bytes(CHUNK)
 # How long a finished worker waits for its peers to finish receiving (the driver stops it
@@ -46,12 +53,19 @@ DRAIN_TIMEOUT_S = 300.0
 TCP_PATIENCE_MS = 924_000
 # SO_RCVBUFFORCE (Linux, needs CAP_NET_ADMIN; Python's socket module may not name it).
 SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+# struct tcp_info (linux/tcp.h): 8 one-byte fields, then 23 u32 up to tcpi_total_retrans.
+TCP_INFO_TOTAL_RETRANS = 100
+TCP_INFO_BYTES = 104
 # The kernel doubles a requested buffer and stores it in an int.
 MAX_RECEIVE_BUFFER = (1 << 30) - 1
 
 
 class Stop(Exception):
     """Raised inside the worker when it was asked to stop."""
+
+
+class Mismatch(Exception):
+    """A connection reached a process that is not the expected rank of this job."""
 
 
 def peer_name(sock: socket.socket) -> str:
@@ -61,6 +75,28 @@ def peer_name(sock: socket.socket) -> str:
         return f"{host}:{port}"
     except OSError as exc:
         return f"? ({exc.strerror})"
+
+
+def handshake_retransmits(sock: socket.socket) -> int:
+    """SYN-ACKs this side of an accepted connection sent again before the peer's ACK came
+    (Linux copies the request's retransmissions into ``tcpi_total_retrans``); 0 if unknown."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_BYTES)
+    except OSError:
+        return 0
+    if len(info) < TCP_INFO_TOTAL_RETRANS + 4:
+        return 0
+    return struct.unpack_from("I", info, TCP_INFO_TOTAL_RETRANS)[0]
+
+
+def connection_name(sock: socket.socket) -> str:
+    """``peer <- local`` addresses of a connection, for saying which one failed."""
+    try:
+        host, port = sock.getsockname()[:2]
+        local = f"{host}:{port}"
+    except OSError as exc:
+        local = f"? ({exc.strerror})"
+    return f"{peer_name(sock)} (local {local})"
 
 
 def patient(sock: socket.socket) -> socket.socket:
@@ -114,6 +150,12 @@ class Worker:
         self.listener: socket.socket | None = None
         self.receive_buffer = receive_buffer_bytes(args.bytes)
         self.peers: list[socket.socket] = []
+        # the longest successful connect() and the SYN-ACKs resent before accepted peers' ACKs
+        # came: a handshake's packets wait in the job's class like its data
+        self.longest_connect_s = 0.0
+        self.synack_retransmits = 0
+        self.handshake_retries = 0  # connections dropped before their greeting, and redone
+        self.opening: set[socket.socket] = set()  # connections being greeted
 
     # ---- output ------------------------------------------------------------------------------
 
@@ -150,18 +192,59 @@ class Worker:
         self.listener.listen(self.size)
         self.listener.settimeout(self.args.connect_timeout)
 
-    def accept(self) -> socket.socket:
-        """Accept one peer's connection (within the connect timeout); it inherits the listener's
-        receive buffer."""
+    def accept(self, expected: set[int]) -> tuple[int, socket.socket]:
+        """The next connection whose peer greets as one of the ``expected`` ranks of this job
+        (within the connect timeout), greeted back; returns the peer's rank and the connection,
+        which inherits the listener's receive buffer. A connection that fails before its
+        greeting is dropped and the next one awaited (see :meth:`greet`)."""
+        deadline = time.monotonic() + self.args.connect_timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConnectionError("no peer connected in time")
+            self.listener.settimeout(left)
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                raise ConnectionError("no peer connected in time") from None
+            try:
+                job, rank = self.greet(conn, deadline, first=False)
+            except OSError:
+                conn.close()
+                self.handshake_retries += 1
+                continue
+            if job != self.args.job or rank not in expected:
+                conn.close()
+                raise ConnectionError(
+                    f"job {job} rank {rank} connected; expected job {self.args.job}, rank "
+                    f"{' or '.join(map(str, sorted(expected)))}"
+                )
+            self.synack_retransmits += handshake_retransmits(conn)
+            return rank, patient(conn)
+
+    def greet(self, sock: socket.socket, deadline: float, first: bool) -> tuple[int, int]:
+        """Exchange :data:`HELLO` on a new connection (this end speaks ``first`` or answers),
+        waiting until ``deadline`` at most; returns the peer's job and rank.
+
+        Why: a connect() that succeeded does not prove the other host holds the connection.
+        Seen on the testbed: a connecting rank's first synchronisation was reset by the
+        listening host, which had no such connection left. A greeting makes that show while
+        setting up, where the connecting side can simply try again."""
+        self.opening.add(sock)
         try:
-            conn, _ = self.listener.accept()
-        except TimeoutError:
-            raise ConnectionError("no peer connected in time") from None
-        conn.settimeout(None)
-        return patient(conn)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            if first:
+                sock.sendall(HELLO.pack(self.args.job, self.rank))
+            job, rank = HELLO.unpack(self.recv_exact(sock, HELLO.size))
+            if not first:
+                sock.sendall(HELLO.pack(self.args.job, self.rank))
+            sock.settimeout(None)  # a peer may compute longer than any connect timeout
+            return job, rank
+        finally:
+            self.opening.discard(sock)
 
     def connect(self, rank: int) -> socket.socket:
-        """Connect to rank ``rank``, retrying until the connect timeout."""
+        """Connect to rank ``rank`` and greet it, retrying until the connect timeout."""
         address = (self.hosts[rank], self.port(rank))
         deadline = time.monotonic() + self.args.connect_timeout
         while True:
@@ -174,12 +257,28 @@ class Worker:
                 left = max(1.0, deadline - time.monotonic())
                 sock = roomy(socket.socket(), self.receive_buffer)
                 sock.settimeout(left)
+                started = time.monotonic()
                 try:
                     sock.connect(address)
                 except OSError:
                     sock.close()
                     raise
-                sock.settimeout(None)  # the timeout was for connecting; a peer may compute longer
+                self.longest_connect_s = max(self.longest_connect_s, time.monotonic() - started)
+                try:
+                    job, peer_rank = self.greet(sock, max(deadline, time.monotonic() + 1.0), True)
+                except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+                    # the peer's host dropped the connection before its greeting: the peer
+                    # never accepted it, so a new one is safe
+                    sock.close()
+                    self.handshake_retries += 1
+                    raise ConnectionError(f"greeting reset: {exc}") from None
+                except OSError:
+                    sock.close()
+                    raise
+                if (job, peer_rank) != (self.args.job, rank):
+                    sock.close()
+                    raise Mismatch(f"{address} is job {job} rank {peer_rank}, not job "
+                                   f"{self.args.job} rank {rank}")  # fmt: skip
                 return patient(sock)
             except OSError as exc:
                 if time.monotonic() > deadline:
@@ -188,30 +287,38 @@ class Worker:
 
     def send(self, sock: socket.socket, length: int) -> None:
         """Send one message of ``length`` bytes (header, then payload)."""
-        sock.sendall(HEADER.pack(self.iteration, length))
-        left = length
-        while left > 0:
-            self.check_stop()
-            n = min(left, CHUNK)
-            sock.sendall(_ZEROS[:n])
-            left -= n
+        try:
+            sock.sendall(HEADER.pack(self.iteration, length))
+            left = length
+            while left > 0:
+                self.check_stop()
+                n = min(left, CHUNK)
+                sock.sendall(_ZEROS[:n])
+                left -= n
+        except OSError as exc:
+            raise ConnectionError(f"sending to {connection_name(sock)}: {exc}") from exc
         with self._sent_lock:  # parallel transfers add to it
             self.bytes_sent += length
 
     def recv(self, sock: socket.socket) -> int:
         """Receive one message; returns its length."""
-        header = self.recv_exact(sock, HEADER.size)
-        iteration, length = HEADER.unpack(header)
-        if iteration != self.iteration:
-            raise ConnectionError(f"peer is at iteration {iteration}, this rank {self.iteration}")
-        left = length
-        buf = bytearray(CHUNK)
-        while left > 0:
-            self.check_stop()
-            n = sock.recv_into(buf, min(left, CHUNK))
-            if n == 0:
-                raise ConnectionError("peer closed the connection")
-            left -= n
+        try:
+            header = self.recv_exact(sock, HEADER.size)
+            iteration, length = HEADER.unpack(header)
+            if iteration != self.iteration:
+                raise ConnectionError(
+                    f"peer is at iteration {iteration}, this rank {self.iteration}"
+                )
+            left = length
+            buf = bytearray(CHUNK)
+            while left > 0:
+                self.check_stop()
+                n = sock.recv_into(buf, min(left, CHUNK))
+                if n == 0:
+                    raise ConnectionError("peer closed the connection")
+                left -= n
+        except OSError as exc:
+            raise ConnectionError(f"receiving from {connection_name(sock)}: {exc}") from exc
         return length
 
     @staticmethod
@@ -248,14 +355,39 @@ class Worker:
         if pattern == "ps":
             if self.rank == 0:
                 self.listen()
-                self.peers = [self.accept() for _ in range(self.size - 1)]
+                workers = {}
+                while len(workers) < self.size - 1:
+                    rank, conn = self.accept(set(range(1, self.size)) - set(workers))
+                    workers[rank] = conn
+                    self.peers = [workers[r] for r in sorted(workers)]
             else:
                 self.peers = [self.connect(0)]
         else:
+            # Accepting runs beside connecting: every rank waits for its successor's greeting,
+            # which the successor sends as it accepts, so one after the other would deadlock.
             self.listen()
-            successor = self.connect((self.rank + 1) % self.size)
-            predecessor = self.accept()
-            self.peers = [successor, predecessor]
+            accepted: list = []
+            failed: list[BaseException] = []
+
+            def accept_predecessor() -> None:
+                try:
+                    accepted.append(self.accept({(self.rank - 1) % self.size})[1])
+                except BaseException as exc:  # re-raised by the calling thread
+                    failed.append(exc)
+
+            thread = threading.Thread(target=accept_predecessor, daemon=True)
+            thread.start()
+            try:
+                successor = self.connect((self.rank + 1) % self.size)
+            except BaseException:
+                self.listener.close()  # ends the accept
+                thread.join()
+                raise
+            self.peers = [successor]
+            thread.join()
+            if failed:
+                raise failed[0]
+            self.peers = [successor, *accepted]
 
     def expected_peers(self) -> int:
         """Connections a rank holds once set up: its successor and predecessor in a ring, every
@@ -326,7 +458,13 @@ class Worker:
         """Train: connect, iterate (compute, synchronise, report), drain; the exit status."""
         try:
             self.setup()
-            self.emit("ready", iteration=self.iteration)
+            self.emit(
+                "ready",
+                iteration=self.iteration,
+                connect_s=round(self.longest_connect_s, 6),
+                synack_retransmits=self.synack_retransmits,
+                handshake_retries=self.handshake_retries,
+            )
             while self.iteration < self.args.iterations:
                 if self.paused:
                     self.emit("paused", iteration=self.iteration, bytes_sent=self.bytes_sent)
@@ -353,15 +491,19 @@ class Worker:
         except Stop:
             self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
             return 0
-        except (ConnectionError, OSError) as exc:
+        except (ConnectionError, OSError, Mismatch) as exc:
             if self.stop_requested:
                 self.emit("stopped", iteration=self.iteration, bytes_sent=self.bytes_sent)
                 return 0
             self.emit("error", iteration=self.iteration, message=str(exc))
             # the log says where, so that the rank whose failure reset its peers can be found
             phase = "setup" if len(self.peers) < self.expected_peers() else "a synchronisation"
-            print(f"rank {self.rank}: {exc!r} in {phase} at iteration {self.iteration}; peers "
-                  f"{[peer_name(p) for p in self.peers]}", file=sys.stderr, flush=True)  # fmt: skip
+            print(f"rank {self.rank}: {exc!r} in {phase} at iteration {self.iteration}, "
+                  f"{time.time():.3f} ({time.monotonic() - self.started:.3f} s after start); "
+                  f"peers {[connection_name(p) for p in self.peers]}; longest connect "
+                  f"{self.longest_connect_s:.3f} s, SYN-ACKs resent {self.synack_retransmits}, "
+                  f"connections redone {self.handshake_retries}",
+                  file=sys.stderr, flush=True)  # fmt: skip
             return 1
         finally:
             for sock in [*self.peers, self.listener]:
@@ -451,7 +593,7 @@ def main(argv=None) -> int:
 
     def stop(_signum, _frame) -> None:
         worker.stop_requested = True
-        for sock in worker.peers:  # unblock a pending recv
+        for sock in [*worker.peers, *worker.opening]:  # unblock a pending recv or greeting
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:

@@ -107,6 +107,8 @@ def a_testbed_summary():
             "calibrated_sim_over_testbed_avg_sct": entry(
                 [p / m for p, m in zip(sim, bed, strict=True)]
             ),
+            "busiest_port_busy": entry([0.6, 0.62, 0.64]),
+            "wire_busiest_port_busy": entry([0.7, 0.72, 0.74]),
         }
     return {
         "link_gbps": 1.0,
@@ -144,6 +146,8 @@ def test_agreement_checks_the_calibrated_prediction_and_the_paired_rankings():
     assert rows["jpas"]["ranking"] == []
     lines = reproduce.agreement_lines(list(rows.values()), a_testbed_summary())
     assert any(line.startswith("| beamer | 31.") and "+/-" in line for line in lines)
+    assert any(line.startswith("| fair |") and line.endswith("| 62 +/- 5 / 72 +/- 5 |")
+               for line in lines)  # fmt: skip
     assert any("faster than jpas (0.850 [" in line and "simulator disagrees (1.0" in line
                for line in lines)  # fmt: skip
 

@@ -45,6 +45,20 @@ def test_utilisation_spreads_bytes_between_samples_and_keeps_them():
     assert coarse[0] == pytest.approx([1.0, 0.5, 0.0])
 
 
+def test_busy_share_counts_only_the_windows_once_each():
+    timeline = Timeline(["a", "b"], BPS)
+    timeline.ports_at(0.0, [0, 0])
+    timeline.ports_at(2.0, [2, 0])  # a at line rate for 2 s
+    timeline.ports_at(4.0, [3, 4])  # then a at half the rate; b twice it
+    # overlapping windows merge into [0, 3]; the empty one and the gap [3, 3.5] count nothing
+    share = timeline.busy_share([(0.0, 2.5), (1.0, 3.0), (3.5, 3.5)])
+    assert share["a"] == pytest.approx((2 + 0.5) / 3)
+    assert share["b"] == pytest.approx(2.0 / 3)
+    assert timeline.busy_share([(1.0, 2.0), (3.0, 4.0)])["a"] == pytest.approx(0.75)
+    assert timeline.busy_share([]) == {}
+    assert Timeline(["a"], BPS).busy_share([(0.0, 1.0)]) == {}
+
+
 def test_bad_samples_are_refused_and_a_bad_file_is_named(tmp_path):
     timeline = Timeline(["a"], BPS)
     with pytest.raises(ValueError, match="2 port counters for 1 ports"):

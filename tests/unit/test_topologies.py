@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from topologies import testbed
 from topologies.testbed import LeafSpineTopo, OneSwitchTopo, host_ip, host_mac, host_table, topos
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,3 +74,17 @@ def test_the_testbed_lock_is_reentrant_names_its_holder_and_is_released(tmp_path
         refused = other_process()
     assert f"another testbed run holds {path} (pid {os.getpid()}:" in refused
     assert other_process().strip() == "took it"
+
+
+def test_tcp_keeps_its_patience_in_seconds_under_the_timeout_cap():
+    from workloads.worker import TCP_PATIENCE_MS
+
+    settings = dict(s.split("=") for s in testbed.tcp_settings(1000))
+    assert settings["net.ipv4.tcp_rto_max_ms"] == "1000"
+    # a connection, an orphan and a handshake each get as many 1-s retries as the kernel takes
+    for name in ("tcp_retries2", "tcp_orphan_retries", "tcp_synack_retries"):
+        assert settings[f"net.ipv4.{name}"] == str(testbed.MAX_TCP_RETRIES)
+    assert settings["net.ipv4.tcp_syn_retries"] == str(testbed.MAX_SYN_RETRIES)
+    # with a looser cap, fewer retries cover the same patience
+    loose = dict(s.split("=") for s in testbed.tcp_settings(10_000))
+    assert int(loose["net.ipv4.tcp_synack_retries"]) * 10_000 >= TCP_PATIENCE_MS

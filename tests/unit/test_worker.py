@@ -7,6 +7,7 @@ import os
 import queue
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from workloads.curves import TabulatedCurve, curve_to_json
-from workloads.worker import Worker, parse_args, receive_buffer_bytes
+from workloads.worker import HELLO, Mismatch, Worker, parse_args, receive_buffer_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -280,3 +281,101 @@ def test_a_peers_next_message_fits_while_this_rank_is_busy():
     finally:
         for sock in (*server.peers, *client.peers, server.listener):
             sock.close()
+
+
+def _worker(rank: int, base: int, ranks: int = 2, job: int = 9, timeout: float = 5.0) -> Worker:
+    return Worker(parse_args([
+        "--job", str(job), "--rank", str(rank), "--hosts", ",".join(["127.0.0.1"] * ranks),
+        "--pattern", "ps", "--base-port", str(base), "--bytes", "1000", "--iterations", "1",
+        "--connect-timeout", str(timeout),
+    ]))  # fmt: skip
+
+
+def _listen(port: int) -> socket.socket:
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(4)
+    listener.settimeout(10)
+    return listener
+
+
+def _reset(conn: socket.socket) -> None:
+    """Close ``conn`` with a reset, as a host that holds no such connection answers."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def test_a_connection_reset_before_its_greeting_is_made_again():
+    base = free_base_port(2)
+    listener = _listen(base)
+    answered = []
+
+    def rank_0() -> None:  # resets the first connection, greets on the second
+        first, _ = listener.accept()
+        first.recv(HELLO.size)
+        _reset(first)
+        second, _ = listener.accept()
+        answered.append(HELLO.unpack(second.recv(HELLO.size)))
+        second.sendall(HELLO.pack(9, 0))
+        answered.append(second)
+
+    thread = threading.Thread(target=rank_0)
+    thread.start()
+    worker = _worker(1, base)
+    sock = worker.connect(0)
+    thread.join()
+    assert answered[0] == (9, 1) and worker.handshake_retries == 1
+    sock.sendall(b"x")  # the connection kept is the greeted one
+    assert answered[1].recv(1) == b"x"
+    for s in (sock, answered[1], listener):
+        s.close()
+
+
+def test_the_listening_rank_skips_a_connection_that_never_greets():
+    base = free_base_port(2)
+    server = _worker(0, base)
+    server.listen()
+    result = []
+    thread = threading.Thread(target=lambda: result.append(server.accept({1})))
+    thread.start()
+    silent = socket.create_connection(("127.0.0.1", base))
+    silent.close()  # gone before it greeted
+    peer = socket.create_connection(("127.0.0.1", base))
+    peer.sendall(HELLO.pack(9, 1))
+    assert HELLO.unpack(peer.recv(HELLO.size)) == (9, 0)
+    thread.join()
+    ((rank, conn),) = result
+    assert rank == 1 and server.handshake_retries == 1
+    for s in (conn, peer, server.listener):
+        s.close()
+
+
+def test_a_connection_to_another_job_is_an_error_naming_both():
+    base = free_base_port(2)
+    listener = _listen(base)
+
+    def other_job() -> None:
+        conn, _ = listener.accept()
+        conn.recv(HELLO.size)
+        conn.sendall(HELLO.pack(8, 0))
+        time.sleep(0.5)
+        conn.close()
+
+    thread = threading.Thread(target=other_job)
+    thread.start()
+    with pytest.raises(Mismatch, match="is job 8 rank 0, not job 9 rank 0"):
+        _worker(1, base).connect(0)
+    thread.join()
+    listener.close()
+
+    server = _worker(0, base)
+    server.listen()
+    stranger = threading.Thread(
+        target=lambda: socket.create_connection(("127.0.0.1", base)).sendall(HELLO.pack(8, 1))
+    )
+    stranger.start()
+    with pytest.raises(ConnectionError, match="job 8 rank 1 connected; expected job 9, rank 1"):
+        server.accept({1})
+    stranger.join()
+    server.listener.close()
