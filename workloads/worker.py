@@ -155,7 +155,10 @@ class Worker:
         self.longest_connect_s = 0.0
         self.synack_retransmits = 0
         self.handshake_retries = 0  # connections dropped before their greeting, and redone
-        self.opening: set[socket.socket] = set()  # connections being greeted
+        # connections being greeted; replaced, never changed in place, so that the stop handler
+        # can read it without the lock, which the interrupted thread may hold
+        self.opening: tuple[socket.socket, ...] = ()
+        self._setup_lock = threading.Lock()  # the ring connects and accepts in two threads
 
     # ---- output ------------------------------------------------------------------------------
 
@@ -211,7 +214,7 @@ class Worker:
                 job, rank = self.greet(conn, deadline, first=False)
             except OSError:
                 conn.close()
-                self.handshake_retries += 1
+                self._count_retry()
                 continue
             if job != self.args.job or rank not in expected:
                 conn.close()
@@ -219,7 +222,8 @@ class Worker:
                     f"job {job} rank {rank} connected; expected job {self.args.job}, rank "
                     f"{' or '.join(map(str, sorted(expected)))}"
                 )
-            self.synack_retransmits += handshake_retransmits(conn)
+            with self._setup_lock:
+                self.synack_retransmits += handshake_retransmits(conn)
             return rank, patient(conn)
 
     def greet(self, sock: socket.socket, deadline: float, first: bool) -> tuple[int, int]:
@@ -230,7 +234,8 @@ class Worker:
         Seen on the testbed: a connecting rank's first synchronisation was reset by the
         listening host, which had no such connection left. A greeting makes that show while
         setting up, where the connecting side can simply try again."""
-        self.opening.add(sock)
+        with self._setup_lock:
+            self.opening = (*self.opening, sock)
         try:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             if first:
@@ -241,7 +246,12 @@ class Worker:
             sock.settimeout(None)  # a peer may compute longer than any connect timeout
             return job, rank
         finally:
-            self.opening.discard(sock)
+            with self._setup_lock:
+                self.opening = tuple(s for s in self.opening if s is not sock)
+
+    def _count_retry(self) -> None:
+        with self._setup_lock:
+            self.handshake_retries += 1
 
     def connect(self, rank: int) -> socket.socket:
         """Connect to rank ``rank`` and greet it, retrying until the connect timeout."""
@@ -270,7 +280,7 @@ class Worker:
                     # the peer's host dropped the connection before its greeting: the peer
                     # never accepted it, so a new one is safe
                     sock.close()
-                    self.handshake_retries += 1
+                    self._count_retry()
                     raise ConnectionError(f"greeting reset: {exc}") from None
                 except OSError:
                     sock.close()

@@ -130,6 +130,11 @@ def test_short_testbed_run(tmp_path):
         assert 0 < result["link_utilisation"] < 1
         assert result["link_gbps"] == 10 and result["emulated_link_bps"] == 20e6
         assert result["host_priorities"] is True  # the default: the hosts serve the levels too
+        # the wire carries at least the workload's bytes (plus headers and resent segments)
+        assert result["wire_busiest_port_busy"] >= 0.9 * result["busiest_port_busy"] > 0
+        assert result["wire_busiest_port_busy"] < 1.05
+        handshakes = result["handshakes"]  # every rank reported how its connections opened
+        assert handshakes["longest_connect_s"] > 0 and handshakes["connections_redone"] >= 0
     # fair sharing puts every job at the top level; sincronia spreads them over levels
     fair = results["fair"]["bytes_per_class"]
     assert fair[level_classid(0)] >= 0.9 * sum(fair.values())
