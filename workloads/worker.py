@@ -195,6 +195,15 @@ class Worker:
         self.listener.listen(self.size)
         self.listener.settimeout(self.args.connect_timeout)
 
+    def close_listener(self) -> None:
+        """Stop listening and wake an accept() blocked in another thread: closing alone does
+        not, and the ring accepts in a thread of its own."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+
     def accept(self, expected: set[int]) -> tuple[int, socket.socket]:
         """The next connection whose peer greets as one of the ``expected`` ranks of this job
         (within the connect timeout), greeted back; returns the peer's rank and the connection,
@@ -390,7 +399,7 @@ class Worker:
             try:
                 successor = self.connect((self.rank + 1) % self.size)
             except BaseException:
-                self.listener.close()  # ends the accept
+                self.close_listener()  # ends the accept
                 thread.join()
                 raise
             self.peers = [successor]
@@ -609,7 +618,7 @@ def main(argv=None) -> int:
             except OSError:
                 pass
         if worker.listener is not None:  # and a pending accept
-            worker.listener.close()
+            worker.close_listener()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -379,3 +379,17 @@ def test_a_connection_to_another_job_is_an_error_naming_both():
         server.accept({1})
     stranger.join()
     server.listener.close()
+
+
+def test_a_ring_rank_waiting_for_its_predecessor_stops_at_once():
+    # rank 2 never starts: rank 0 is connected to rank 1 and waits (in its accepting thread)
+    # for rank 2, which a stop must end at once, not after the connect timeout
+    procs = start("ring", 3, 1, extra=["--connect-timeout", "60"], only=[0, 1])
+    time.sleep(2.0)
+    stopped_at = time.monotonic()
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    outcomes = finish(procs, timeout=30)
+    assert time.monotonic() - stopped_at < 5.0
+    assert [code for _, code, _ in outcomes] == [0, 0]
+    assert all(events[-1]["event"] == "stopped" for events, _, _ in outcomes)
