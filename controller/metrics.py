@@ -26,6 +26,20 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 _Z975 = 1.959964
 
 
+def merge_intervals(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The ``(start, end)`` intervals merged where they overlap or touch, sorted; empty ones
+    dropped."""
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(start, end) for start, end in merged]
+
+
 def nearest_rank_index(n: int, q: float) -> int:
     """Index (0-based, in ascending order) of the ``q``-th percentile of ``n`` values."""
     if n < 1:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from controller.metrics import merge_intervals
+
 
 @dataclass(frozen=True)
 class CoflowLevel:
@@ -152,14 +154,7 @@ class Timeline:
         windows (counters interpolated as in :meth:`utilisation`) over what the line carries
         in them. The testbed's counters count every byte on the wire (headers, resent
         segments), so there it is the port's measured busy time. Empty without samples."""
-        merged: list[list[float]] = []
-        for start, end in sorted(windows):
-            if end <= start:
-                continue
-            if merged and start <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
+        merged = merge_intervals(windows)
         length = sum(end - start for start, end in merged)
         if not merged or not self.sample_s:
             return {}

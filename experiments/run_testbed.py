@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -77,6 +78,7 @@ from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import PATTERNS, generate  # noqa: E402
+from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
@@ -398,11 +400,10 @@ def run_policy(
         calibrated = simulate(policy, args, tasks, gpu_policy, args.overheads, predicted)
     timeline.write(out / "timeline.json")
     predicted.write(out / "timeline-simulated.json")
-    wire = sorted(
+    wire_busiest, wire_quarter = busiest_shares(
         timeline.busy_share(
             (s.start_s, s.finish_s) for s in driver.stages.values() if s.finish_s is not None
-        ).values(),
-        reverse=True,
+        ).values()
     )
     draw_schedule([timeline, predicted], out / "schedule.png", f"{label}, seed {args.seed}")
     result = {
@@ -426,10 +427,8 @@ def run_policy(
         "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
         # the switch ports' own byte counters (headers and resent segments included) over the
         # stages' time: how busy the wire was, where busiest_port_busy counts the model's bytes
-        "wire_busiest_port_busy": wire[0] if wire else None,
-        "wire_busiest_quarter_busy": (
-            sum(wire[: max(1, len(wire) // 4)]) / max(1, len(wire) // 4) if wire else None
-        ),
+        "wire_busiest_port_busy": wire_busiest,
+        "wire_busiest_quarter_busy": wire_quarter,
         "bytes_per_class": per_class,
         "host_priorities": args.host_priorities,
         "tcp_rto_max_ms": args.tcp_rto_max_ms,
@@ -576,7 +575,7 @@ def fmt_ratio(value, reference) -> str:
 
 def fmt_pct(value) -> str:
     """A share as a percentage, ``-`` if missing."""
-    return "-" if value is None else f"{value:.0%}"
+    return "-" if value is None or math.isnan(value) else f"{value:.0%}"
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:

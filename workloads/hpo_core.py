@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
-from controller.metrics import summarise
+from controller.metrics import merge_intervals, summarise
 from controller.model import EGRESS, Flow, Port, port_bytes
 from workloads.gpu import Decision, GpuJob, GpuManager
 from workloads.hpo import Flows, HpoTask, best_identified_s, survivors, sync_phases
@@ -370,11 +370,9 @@ class HpoCore:
         result["best_identified_s"] = summarise([r["best_identified_s"] for r in tasks])
         result["stages"] = len(stages)
         result["gpu"] = self.gpu_stats(now_s)
-        busy = list(self.port_busy().values())
-        quarter = busy[: max(1, len(busy) // 4)]
         result["port_bps"] = self.port_bps
-        result["busiest_port_busy"] = busy[0] if busy else math.nan
-        result["busiest_quarter_busy"] = sum(quarter) / len(quarter) if busy else math.nan
+        busiest, quarter = busiest_shares(self.port_busy().values())
+        result["busiest_port_busy"], result["busiest_quarter_busy"] = busiest, quarter
         return result
 
     def stage_labels(self) -> dict[int, str]:
@@ -474,14 +472,18 @@ class HpoCore:
         return rows
 
 
+def busiest_shares(shares: Iterable[float]) -> tuple[float, float]:
+    """The busiest port's share and the mean of the busiest quarter's (NaN without ports)."""
+    ordered = sorted(shares, reverse=True)
+    if not ordered:
+        return math.nan, math.nan
+    quarter = ordered[: max(1, len(ordered) // 4)]
+    return ordered[0], sum(quarter) / len(quarter)
+
+
 def _union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """Total length covered by the ``(start, end)`` intervals."""
-    total, reach = 0.0, -math.inf
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
+    return sum(end - start for start, end in merge_intervals(intervals))
 
 
 def _ratio(measured: float | None, bound: float | None) -> float:

@@ -385,28 +385,21 @@ class Worker:
             # Accepting runs beside connecting: every rank waits for its successor's greeting,
             # which the successor sends as it accepts, so one after the other would deadlock.
             self.listen()
-            accepted: list = []
-            failed: list[BaseException] = []
+            links: dict[str, socket.socket] = {}
 
             def accept_predecessor() -> None:
-                try:
-                    accepted.append(self.accept({(self.rank - 1) % self.size})[1])
-                except BaseException as exc:  # re-raised by the calling thread
-                    failed.append(exc)
+                _, links["predecessor"] = self.accept({(self.rank - 1) % self.size})
 
-            thread = threading.Thread(target=accept_predecessor, daemon=True)
-            thread.start()
-            try:
-                successor = self.connect((self.rank + 1) % self.size)
-            except BaseException:
-                self.close_listener()  # ends the accept
-                thread.join()
-                raise
-            self.peers = [successor]
-            thread.join()
-            if failed:
-                raise failed[0]
-            self.peers = [successor, *accepted]
+            def connect_successor() -> None:
+                try:
+                    links["successor"] = self.connect((self.rank + 1) % self.size)
+                except BaseException:
+                    self.close_listener()  # ends the accept
+                    raise
+                self.peers = [links["successor"]]
+
+            self.concurrently([accept_predecessor, connect_successor])
+            self.peers = [links["successor"], links["predecessor"]]
 
     def expected_peers(self) -> int:
         """Connections a rank holds once set up: its successor and predecessor in a ring, every
