@@ -1,16 +1,20 @@
 """Measure the testbed's systematic overheads, the same for every policy (``calibration.json``).
 
     sudo .venv/bin/python scripts/calibrate.py [--hosts 13] [--bw 20] [--link-gbps 1]
-        [--patterns ring] [--calibration-iterations 20] [--out results/calibration]
+        [--patterns ring] [--calibration-iterations 20] [--calibration-repeats 3]
+        [--out results/calibration]
 
 Two workloads in which no scheduling decision matters, under fair sharing, on the testbed of
 ``scripts/run_testbed.py`` (same flags, same regime):
 
 1. **goodput**: one lone job per synchronisation pattern, ``--calibration-iterations``
-   iterations. Its iteration time after the first (start-up excluded) against the simulator's
-   for the same job, ``goodput = (simulated - compute) / (measured - compute)``: the payload
-   rate the testbed reaches over the line rate (headers, ACKs, TCP ramp-up per
-   synchronisation);
+   iterations, run ``--calibration-repeats`` times in a fresh testbed each. Its iteration time
+   after the first (start-up excluded) against the simulator's for the same job,
+   ``goodput = (simulated - compute) / (measured - compute)``: the payload rate the testbed
+   reaches over the line rate (headers, ACKs, TCP ramp-up per synchronisation). The mean over
+   the repeats is used: one run alone varies by several per cent from one repeat to the next
+   (five repeats of the 20-iteration ring job here: 0.80-0.87), and every calibrated
+   prediction moves with it;
 2. **job start-up**: a burst like the main workload's first stage (``--tasks`` x ``--configs``
    jobs started at once, one iteration each, then the rest of successive halving): the mean time
    from a job's start until all its workers are connected and ready.
@@ -27,6 +31,7 @@ import csv
 import sys
 from pathlib import Path
 
+from controller.metrics import mean_ci
 from controller.policies import make_policy
 from experiments import run_testbed
 from simulator.calibration import Overheads
@@ -37,6 +42,7 @@ from workloads.hpo import generate
 
 POLICY = "fair"
 LONE_ITERATIONS = 20  # run_testbed.py --calibration-iterations
+LONE_REPEATS = 3  # run_testbed.py --calibration-repeats
 
 
 def lone_job(args, pattern: str) -> list:
@@ -72,28 +78,49 @@ def measured_iteration_s(out: Path) -> float:
     return (times[-1] - times[0]) / (len(times) - 1)
 
 
-def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATIONS) -> dict:
+def lone_goodput(args, pattern: str, out: Path, repeats: int) -> dict:
+    """Run the lone ``pattern`` job ``repeats`` times on the testbed (``out/lone-<pattern>-<n>``)
+    and measure its goodput each time; the mean of the repeats and each repeat's measurement."""
+    tasks = lone_job(args, pattern)
+    compute_s = tasks[0].model.compute_s
+    simulated = simulated_iteration_s(args, tasks)
+    measured = []
+    for repeat in range(1, repeats + 1):
+        print(f"== calibration: a lone {pattern} job, {args.iterations} iterations "
+              f"(repeat {repeat} of {repeats})", flush=True)  # fmt: skip
+        run = out / f"lone-{pattern}-{repeat}"
+        run_testbed.run_with_retries(POLICY, args, run, tasks=lone_job(args, pattern))
+        measured.append(measured_iteration_s(run))
+        goodput = (simulated - compute_s) / (measured[-1] - compute_s)
+        print(f"  iteration {measured[-1]:.3f} s on the testbed, {simulated:.3f} s simulated "
+              f"(compute {compute_s:.3f} s): goodput {goodput:.3f}")  # fmt: skip
+    goodputs = [min(1.0, (simulated - compute_s) / (bed - compute_s)) for bed in measured]
+    spread = mean_ci(goodputs)
+    return {
+        "compute_s": compute_s,
+        "testbed_iteration_s": sum(measured) / len(measured),
+        "simulated_iteration_s": simulated,
+        "goodput": spread.mean,
+        "goodput_ci95": spread.half_width if spread.n > 1 else None,
+        "repeats": [
+            {"testbed_iteration_s": bed, "goodput": goodput}
+            for bed, goodput in zip(measured, goodputs, strict=True)
+        ],
+    }
+
+
+def calibrate(
+    args,
+    out: Path,
+    argv: list[str],
+    iterations: int = LONE_ITERATIONS,
+    repeats: int = LONE_REPEATS,
+) -> dict:
     """Measure the overheads on the testbed of ``args`` (run_testbed's, after ``parse``) into
     ``out`` (``calibration.json`` and each measurement's run); returns what it wrote."""
     args = argparse.Namespace(**{**vars(args), "iterations": iterations, "overheads": None})
     args.seed = args.seeds[0]
-    lone = {}
-    for pattern in args.patterns:
-        tasks = lone_job(args, pattern)
-        print(f"== calibration: a lone {pattern} job, {iterations} iterations", flush=True)
-        run_testbed.run_with_retries(POLICY, args, out / f"lone-{pattern}", tasks=tasks)
-        compute_s = tasks[0].model.compute_s
-        bed = measured_iteration_s(out / f"lone-{pattern}")
-        sim = simulated_iteration_s(args, tasks)
-        lone[pattern] = {
-            "compute_s": compute_s,
-            "testbed_iteration_s": bed,
-            "simulated_iteration_s": sim,
-            "goodput": min(1.0, (sim - compute_s) / (bed - compute_s)),
-        }
-        print(f"  iteration {bed:.3f} s on the testbed, {sim:.3f} s simulated "
-              f"(compute {compute_s:.3f} s): goodput {lone[pattern]['goodput']:.3f}")  # fmt: skip
-
+    lone = {pattern: lone_goodput(args, pattern, out, repeats) for pattern in args.patterns}
     print(f"== calibration: {args.tasks} x {args.configs} jobs started at once", flush=True)
     burst_args = argparse.Namespace(**{**vars(args), "min_iterations": 1})
     burst, _ = run_testbed.run_with_retries(POLICY, burst_args, out / "burst")
@@ -111,8 +138,14 @@ def calibrate(args, out: Path, argv: list[str], iterations: int = LONE_ITERATION
         "burst_job_startup_s": startup,
     }
     write_json(out / "calibration.json", calibration)
+    spreads = ", ".join(
+        f"{pattern} {entry['goodput']:.3f} +/- {entry['goodput_ci95']:.3f}"
+        for pattern, entry in lone.items()
+        if entry["goodput_ci95"] is not None
+    )
     print(f"  job start-up {overheads.job_startup_s:.2f} s (mean of {startup['count']} jobs, p95 "
-          f"{startup['p95']:.2f} s); goodput {overheads.goodput:.3f} of the line rate")  # fmt: skip
+          f"{startup['p95']:.2f} s); goodput {overheads.goodput:.3f} of the line rate"
+          + (f" (over {repeats} repeats: {spreads})" if spreads else ""))  # fmt: skip
     return calibration
 
 
@@ -124,7 +157,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         with run_testbed.network.testbed_lock():
-            calibrate(args, args.out, argv, args.calibration_iterations)
+            calibrate(args, args.out, argv, args.calibration_iterations, args.calibration_repeats)
     except run_testbed.network.TestbedBusy as exc:
         print(f"calibrate.py: error: {exc}", file=sys.stderr)
         return 1

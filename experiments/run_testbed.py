@@ -687,6 +687,12 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         default=20,
         help="iterations of the calibration's lone job (default 20)",
     )
+    parser.add_argument(
+        "--calibration-repeats",
+        type=positive(int),
+        default=3,
+        help="runs of the calibration's lone job; its goodput is their mean (default 3)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results") / "testbed")
     return parser
 
@@ -768,7 +774,11 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
         from experiments import calibrate  # noqa: PLC0415 (it imports this module)
 
         measured = calibrate.calibrate(
-            args, args.out / "calibration", argv, args.calibration_iterations
+            args,
+            args.out / "calibration",
+            argv,
+            args.calibration_iterations,
+            args.calibration_repeats,
         )
         args.overheads = Overheads(**measured["overheads"])
     results, failures = [], []

@@ -230,12 +230,18 @@ def test_calibrated_run_with_host_priorities(tmp_path):
     run_testbed(
         out, "--hosts", "4", "--tasks", "1", "--configs", "3", "--timeout", "240", "--eta", "3",
         "--min-iterations", "1", "--policy", "sincronia", "--host-priorities", "--calibrate",
-        "--calibration-iterations", "5",
+        "--calibration-iterations", "5", "--calibration-repeats", "2",
     )  # fmt: skip
     measured = json.loads((out / "calibration" / "calibration.json").read_text())
     lone = measured["lone_jobs"]["ring"]
     # the testbed is never faster than the fluid model of the same lone job
     assert lone["testbed_iteration_s"] >= lone["simulated_iteration_s"] * 0.98
+    # the goodput is the mean of the lone job's repeats, each run in its own testbed
+    repeats = [entry["goodput"] for entry in lone["repeats"]]
+    assert len(repeats) == 2 and lone["goodput"] == pytest.approx(sum(repeats) / 2)
+    assert lone["goodput_ci95"] >= 0
+    for n in (1, 2):
+        assert (out / "calibration" / f"lone-ring-{n}" / "iterations.csv").exists()
     overheads = measured["overheads"]
     assert 0.5 < overheads["goodput"] <= 1.0 and 0 < overheads["job_startup_s"] < 10
     assert measured["burst_job_startup_s"]["count"] >= 3
