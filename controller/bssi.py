@@ -10,100 +10,203 @@ items; among those with ``v[k][b] > 0`` put ``s = argmin w[k] / v[k][b]`` *last*
 unplaced positions and scale the others' weights ``w[k] -= w[s] * v[k][b] / v[s][b]``. Items with
 no demand left on any loaded port go first.
 
-The implementation keeps the demand matrix sparse (column and row views as numpy arrays) and the
-port loads incremental, so one step costs the size of one port's column, not items x ports.
+The demands travel as a sparse item x port matrix (:class:`DemandMatrix`, rows in item order)
+and the loop is one compiled kernel with incremental port loads, so one step costs the size of
+one port's column plus one item's row, not items x ports, and no Python runs per item. Callers
+that hold their loads in arrays (the simulator) build the matrix without a dict per item.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 # Loads below this many seconds are rounding residue of the incremental updates.
 _EPS_S = 1e-12
+# Ratios within this relative distance of the smallest count as tied.
+_TIE_REL = 1e-9
+
+
+@dataclass(frozen=True)
+class DemandMatrix:
+    """Demands of items on ports, in compressed sparse rows.
+
+    Item k's demands are ``seconds[row_ptr[k]:row_ptr[k + 1]]`` on ports
+    ``port[row_ptr[k]:row_ptr[k + 1]]`` (each port at most once per item, every value > 0).
+    Ports are numbered ``0 .. n_ports - 1`` in the order of their first use, reading the rows
+    from the first item on: BSSI breaks a tie between equally loaded ports by that number, so
+    the numbering keeps the order independent of how the caller names its ports.
+
+    Args:
+        row_ptr: ``n_items + 1`` offsets into ``port`` and ``seconds``.
+        port: the port of each entry.
+        seconds: the demand of each entry, in seconds of port time.
+        n_ports: ports used.
+    """
+
+    row_ptr: np.ndarray
+    port: np.ndarray
+    seconds: np.ndarray
+    n_ports: int
+
+    @property
+    def n_items(self) -> int:
+        """Items (rows), including those without demand."""
+        return len(self.row_ptr) - 1
+
+    @classmethod
+    def from_mappings(cls, demands: Sequence[Mapping[Hashable, float]]) -> DemandMatrix:
+        """The matrix of one mapping per item (any hashable port key; entries <= 0 dropped)."""
+        port_number: dict[Hashable, int] = {}
+        counts = np.zeros(len(demands) + 1, dtype=np.int64)
+        ports: list[int] = []
+        seconds: list[float] = []
+        for k, demand in enumerate(demands):
+            for port, value in demand.items():
+                if value > 0:
+                    ports.append(port_number.setdefault(port, len(port_number)))
+                    seconds.append(value)
+                    counts[k + 1] += 1
+        return cls(
+            np.cumsum(counts),
+            np.asarray(ports, dtype=np.int64),
+            np.asarray(seconds, dtype=float),
+            len(port_number),
+        )
+
+    @classmethod
+    def from_dense(cls, seconds: np.ndarray) -> DemandMatrix:
+        """The matrix of a dense items x ports array (columns in their natural order; entries
+        <= 0 dropped). Gives the same matrix as :meth:`from_mappings` on mappings that list
+        each item's ports in column order."""
+        seconds = np.asarray(seconds, dtype=float)
+        n_items = seconds.shape[0]
+        rows, columns = np.nonzero(seconds > 0)  # row-major: by item, then by column
+        counts = np.zeros(n_items + 1, dtype=np.int64)
+        counts[1:] = np.bincount(rows, minlength=n_items)
+        used, first_use, column_index = np.unique(columns, return_index=True, return_inverse=True)
+        number = np.empty(len(used), dtype=np.int64)
+        number[np.argsort(first_use, kind="stable")] = np.arange(len(used))
+        return cls(
+            np.cumsum(counts),
+            number[column_index].astype(np.int64),
+            seconds[rows, columns],
+            len(used),
+        )
 
 
 def bssi_order(
-    demands: Sequence[Mapping[Hashable, float]],
+    demands: Sequence[Mapping[Hashable, float]] | DemandMatrix,
     weights: Sequence[float] | None = None,
 ) -> list[int]:
     """Order items with BSSI.
 
     Args:
         demands: for each item, its demand per port (any hashable port key), in a common unit
-            (seconds of port time when capacities differ). Zero or negative entries are ignored.
+            (seconds of port time when capacities differ); zero or negative entries are
+            ignored. Or the same as a :class:`DemandMatrix`.
         weights: positive weight per item; 1 for every item when omitted.
 
     Returns:
         Item indices, most urgent first. Ties (equal ``w/v`` on the bottleneck) put the item with
         the higher index last, so listing items in arrival order makes ties first-come first.
     """
-    n = len(demands)
+    matrix = demands if isinstance(demands, DemandMatrix) else DemandMatrix.from_mappings(demands)
+    n = matrix.n_items
     if weights is None:
         w = np.ones(n)
     else:
         if len(weights) != n:
             raise ValueError(f"{len(weights)} weights for {n} items")
-        w = np.asarray(weights, dtype=float).copy()
-        if n and w.min() <= 0:
+        w = np.array(weights, dtype=float)
+        if n and not w.min() > 0:
             raise ValueError("weights must be > 0")
     if n == 0:
         return []
+    order = _bssi(matrix.row_ptr, matrix.port, matrix.seconds, matrix.n_ports, w)
+    return order.tolist()
 
-    port_index: dict[Hashable, int] = {}
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    for k, demand in enumerate(demands):
-        for port, value in demand.items():
-            if value > 0:
-                rows.append(k)
-                cols.append(port_index.setdefault(port, len(port_index)))
-                vals.append(value)
-    row_arr = np.asarray(rows, dtype=np.int64)
-    col_arr = np.asarray(cols, dtype=np.int64)
-    val_arr = np.asarray(vals, dtype=float)
-    n_ports = len(port_index)
 
-    # Column view: for each port, the items that use it and their demands.
-    by_col = np.argsort(col_arr, kind="stable")
-    col_items = row_arr[by_col]
-    col_vals = val_arr[by_col]
+@njit(cache=True)
+def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
+    """BSSI's loop on a :class:`DemandMatrix`'s arrays; scales ``w`` in place.
+
+    Args:
+        row_ptr: offsets of each item's entries.
+        port: each entry's port number.
+        seconds: each entry's demand.
+        n_ports: ports used.
+        w: the items' weights.
+
+    Returns:
+        Item indices, most urgent first.
+    """
+    n = len(row_ptr) - 1
+    # Column view: each port's items (ascending) and their demands.
     col_ptr = np.zeros(n_ports + 1, dtype=np.int64)
-    np.cumsum(np.bincount(col_arr, minlength=n_ports), out=col_ptr[1:])
-    # Row view: for each item, the ports it uses (rows were appended in item order).
-    row_ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_arr, minlength=n), out=row_ptr[1:])
-
-    load = np.bincount(col_arr, weights=val_arr, minlength=n_ports).astype(float)
-    alive = np.ones(n, dtype=bool)
-    placed_last: list[int] = []
-
-    while True:
-        b = int(np.argmax(load)) if n_ports else 0
-        if n_ports == 0 or load[b] <= _EPS_S:
+    for j in range(len(port)):
+        col_ptr[port[j] + 1] += 1
+    for p in range(n_ports):
+        col_ptr[p + 1] += col_ptr[p]
+    col_item = np.empty(len(port), dtype=np.int64)
+    col_seconds = np.empty(len(port))
+    fill = col_ptr[:-1].copy()
+    load = np.zeros(n_ports)
+    for k in range(n):
+        for j in range(row_ptr[k], row_ptr[k + 1]):
+            p = port[j]
+            col_item[fill[p]] = k
+            col_seconds[fill[p]] = seconds[j]
+            fill[p] += 1
+            load[p] += seconds[j]
+    alive = np.ones(n, dtype=np.bool_)
+    placed_last = np.empty(n, dtype=np.int64)
+    n_placed = 0
+    while n_ports > 0:
+        b = 0  # the most loaded port, the first of equals
+        for p in range(1, n_ports):
+            if load[p] > load[b]:
+                b = p
+        if load[b] <= _EPS_S:
             break
         lo, hi = col_ptr[b], col_ptr[b + 1]
-        items = col_items[lo:hi]
-        mask = alive[items]
-        if not mask.any():
+        best = np.inf
+        for j in range(lo, hi):
+            k = col_item[j]
+            if alive[k]:
+                best = min(best, w[k] / col_seconds[j])
+        if best == np.inf:
             load[b] = 0.0  # only rounding residue was left on this port
             continue
-        items = items[mask]
-        vals_b = col_vals[lo:hi][mask]
-        ratio = w[items] / vals_b
-        best = ratio.min()
         # Among ties, the latest item goes last (earlier arrivals are served first).
-        tied = np.flatnonzero(ratio <= best + abs(best) * 1e-9)
-        pick = tied[np.argmax(items[tied])]
-        sigma = int(items[pick])
-        # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
-        w[items] = np.maximum(w[items] - w[sigma] * vals_b / vals_b[pick], 0.0)
+        tie = best + abs(best) * _TIE_REL
+        pick = -1
+        for j in range(lo, hi):
+            k = col_item[j]
+            if alive[k] and w[k] / col_seconds[j] <= tie and (pick < 0 or k > col_item[pick]):
+                pick = j
+        sigma = col_item[pick]
+        w_sigma, v_sigma = w[sigma], col_seconds[pick]
+        for j in range(lo, hi):
+            k = col_item[j]
+            if alive[k]:
+                # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
+                w[k] = max(w[k] - w_sigma * col_seconds[j] / v_sigma, 0.0)
         alive[sigma] = False
-        placed_last.append(sigma)
-        s_lo, s_hi = row_ptr[sigma], row_ptr[sigma + 1]
-        load[col_arr[s_lo:s_hi]] -= val_arr[s_lo:s_hi]  # an item uses each port once
-
-    first = [int(k) for k in np.flatnonzero(alive)]
-    return first + placed_last[::-1]
+        placed_last[n_placed] = sigma
+        n_placed += 1
+        for j in range(row_ptr[sigma], row_ptr[sigma + 1]):
+            load[port[j]] -= seconds[j]
+    order = np.empty(n, dtype=np.int64)
+    i = 0
+    for k in range(n):
+        if alive[k]:
+            order[i] = k
+            i += 1
+    for m in range(n_placed - 1, -1, -1):
+        order[i] = placed_last[m]
+        i += 1
+    return order

@@ -10,8 +10,10 @@ Units are in the names: ``*_bytes``, ``*_bps`` (bits per second), ``*_s`` (secon
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from controller.bssi import DemandMatrix
 
 EGRESS = 0
 INGRESS = 1
@@ -279,6 +281,14 @@ class ClusterState:
             key=lambda c: (c.arrival_s, c.coflow_id),
         )
 
+    def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
+        """The coflows' remaining demands in seconds of port time (bytes at each port's
+        capacity), one row per coflow in the given order, as BSSI takes them.
+
+        A state that keeps its loads in arrays (the simulator's) may override this with a faster
+        build of the same matrix."""
+        return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
+
     def stage_of(self, coflow: Coflow) -> StageId | None:
         """The coflow's stage: its own ``stage_id``, else its job's."""
         if coflow.stage_id is not None:
@@ -301,9 +311,15 @@ def port_bytes(flows: Iterable[Flow], remaining: bool = True) -> dict[Port, floa
 
 def port_seconds(state: ClusterState, load_bytes: Mapping[Port, float]) -> dict[Port, float]:
     """Convert per-port bytes into the seconds each port needs at its capacity."""
+    if not state.hosts:  # every port at the default capacity (the simulator's states)
+        bps = state.default_port_bps
+        return {port: 8.0 * size / bps for port, size in load_bytes.items()}
     return {port: 8.0 * size / state.port_bps(port) for port, size in load_bytes.items()}
 
 
 def bottleneck_s(state: ClusterState, load_bytes: Mapping[Port, float]) -> float:
     """Time the most loaded port needs alone (Varys' Gamma); 0 for no load."""
+    if not state.hosts:
+        # x -> 8 x / bps is monotone in floating point too, so this is the same maximum
+        return 8.0 * max(load_bytes.values(), default=0.0) / state.default_port_bps
     return max(port_seconds(state, load_bytes).values(), default=0.0)

@@ -267,8 +267,7 @@ class Sincronia(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """BSSI order of the active coflows (weighted port loads in seconds)."""
         active = state.active_coflows()
-        demands = [port_seconds(state, c.port_bytes()) for c in active]
-        order = bssi_order(demands, [c.weight for c in active])
+        order = bssi_order(state.demand_matrix(active), [c.weight for c in active])
         return Schedule.from_order(active[k].coflow_id for k in order)
 
 

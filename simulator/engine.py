@@ -33,11 +33,12 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from controller.bssi import DemandMatrix
 from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
@@ -415,6 +416,7 @@ class Simulator:
         slots, total_bits, _ = self._slot_bits(with_ports=False)
         port_bits = _PortBits(self, self.now_s, self.steps)
         coflows = {}
+        row_of = {}
         for i, s in enumerate(slots):
             record = self._slots[s]
             summary = CoflowSummary(
@@ -429,8 +431,11 @@ class Simulator:
                 record.weight,
                 summary,
             )
+            row_of[record.coflow_id] = i
         jobs, stages = self.jobs_and_stages()
-        return ClusterState({}, coflows, jobs, stages, self.now_s, self.fabric.host_bps)
+        return _SimulatorState(
+            {}, coflows, jobs, stages, self.now_s, self.fabric.host_bps, port_bits, row_of
+        )
 
     def _new_bucket(self, level: int, single: bool) -> int:
         self._b_level.append(level)
@@ -622,15 +627,55 @@ class _PortBits:
     def __init__(self, sim: Simulator, now_s: float, steps: int) -> None:
         self._sim, self._now_s, self._steps = sim, now_s, steps
         self._bits: np.ndarray | None = None
+        self._bytes: list[dict] | None = None
 
-    def row(self, i: int) -> np.ndarray:
-        """Bits still to send of flow group ``i`` on each port."""
+    def matrix(self) -> np.ndarray:
+        """Bits still to send of every active coflow (rows) on each host port (columns: the
+        egress ports by host, then the ingress ports)."""
         if self._bits is None:
             sim = self._sim
             if (sim.now_s, sim.steps) != (self._now_s, self._steps):
                 raise RuntimeError("a coflow's port loads were read after the simulator moved on")
             _, _, self._bits = sim._slot_bits(with_ports=True)
-        return self._bits[i]
+        return self._bits
+
+    def row_bytes(self, i: int) -> dict:
+        """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``,
+        ports in column order. The first call builds every row's mapping in one pass over the
+        matrix's nonzero entries (a policy that looks at one coflow's ports looks at all)."""
+        if self._bytes is None:
+            bits = self.matrix()
+            n_hosts = bits.shape[1] // 2
+            rows, columns = np.nonzero(bits)  # row-major: by coflow, then by column
+            ports = zip((columns % n_hosts).tolist(), (columns // n_hosts).tolist(), strict=True)
+            self._bytes = [{} for _ in range(len(bits))]
+            for row, port, size in zip(rows.tolist(), ports, (bits[rows, columns] / 8.0).tolist(),
+                                       strict=True):  # fmt: skip
+                self._bytes[row][port] = size
+        return self._bytes[i]
+
+
+@dataclass
+class _SimulatorState(ClusterState):
+    """The simulator's view for the policy: a :class:`ClusterState` that builds BSSI's demand
+    matrix straight from the port-bits array instead of one mapping per coflow.
+
+    Args:
+        port_bits: the active coflows' bits per port.
+        row_of: each active coflow's row in ``port_bits``.
+    """
+
+    port_bits: _PortBits | None = None
+    row_of: dict[int, int] = field(default_factory=dict)
+
+    def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
+        """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
+        with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
+        rows = np.fromiter((self.row_of[c.coflow_id] for c in coflows), np.int64, len(coflows))
+        bits = self.port_bits.matrix()[rows]
+        n_hosts = bits.shape[1] // 2
+        bps = np.array([self.port_bps((k % n_hosts, k // n_hosts)) for k in range(2 * n_hosts)])
+        return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
 
 
 class _PortLoads(Mapping):
@@ -646,11 +691,7 @@ class _PortLoads(Mapping):
 
     def _loads(self) -> dict:
         if self._bytes is None:
-            bits = self._ports.row(self._i)
-            n = len(bits) // 2
-            self._bytes = {
-                (int(k % n), int(k // n)): float(bits[k]) / 8.0 for k in np.flatnonzero(bits)
-            }
+            self._bytes = self._ports.row_bytes(self._i)
         return self._bytes
 
     def __getitem__(self, port):

@@ -210,6 +210,46 @@ def best_stage_completion_sum(state: ClusterState) -> float:
     )
 
 
+# ---- BSSI as written -----------------------------------------------------------------------
+
+
+def bssi_order_plain(
+    demands: Sequence[Mapping], weights: Sequence[float] | None = None
+) -> list[int]:
+    """BSSI (:mod:`controller.bssi`) step by step in plain Python, for checking the compiled
+    kernel: the same rules (the most loaded port, the first of equals in order of first use;
+    the smallest ``w / v`` within a relative 1e-9, the latest item of equals; weights scaled
+    and clipped at 0; port loads kept by subtraction) and so the same floating-point results."""
+    w = [1.0] * len(demands) if weights is None else [float(x) for x in weights]
+    load: dict = {}  # insertion order = order of first use
+    for demand in demands:
+        for port, value in demand.items():
+            if value > 0:
+                load[port] = load.get(port, 0.0) + value
+    alive = [True] * len(demands)
+    placed_last: list[int] = []
+    while load:
+        bottleneck = max(load, key=load.get)  # the first of equals
+        if load[bottleneck] <= 1e-12:
+            break
+        on_port = [k for k in range(len(demands)) if alive[k] and demands[k].get(bottleneck, 0) > 0]
+        if not on_port:
+            load[bottleneck] = 0.0
+            continue
+        ratio = {k: w[k] / demands[k][bottleneck] for k in on_port}
+        best = min(ratio.values())
+        sigma = max(k for k in on_port if ratio[k] <= best + abs(best) * 1e-9)
+        w_sigma, v_sigma = w[sigma], demands[sigma][bottleneck]
+        for k in on_port:
+            w[k] = max(w[k] - w_sigma * demands[k][bottleneck] / v_sigma, 0.0)
+        alive[sigma] = False
+        placed_last.append(sigma)
+        for port, value in demands[sigma].items():
+            if value > 0:
+                load[port] -= value
+    return [k for k in range(len(demands)) if alive[k]] + placed_last[::-1]
+
+
 # ---- plain-array allocations ---------------------------------------------------------------
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from controller.bounds import completion_lower_bound
-from controller.bssi import bssi_order
+from controller.bssi import DemandMatrix, bssi_order
 from controller.model import port_bytes, port_seconds
 from controller.policies import Sincronia
 
@@ -84,3 +85,35 @@ def test_bssi_within_4x_of_brute_force(label, n_hosts, weighted, report):
             weights = [state.coflows[k].weight for k in sorted(state.coflows)]
             assert completion_lower_bound(demands, weights) <= min(values) + 1e-9
     report(f"worst BSSI / brute-force ratio ({label}, up to 7 coflows)", worst)
+
+
+def _tied_demands(rng: random.Random, n_items: int, n_ports: int) -> list[dict]:
+    """Demands on few distinct values, so ports and ratios tie often."""
+    demands = []
+    for _ in range(n_items):
+        ports = rng.sample(range(n_ports), rng.randint(0, min(4, n_ports)))
+        demands.append({("p", port): float(rng.choice((1, 2, 3, 0.5, 1e-3))) for port in ports})
+    return demands
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_bssi_equals_the_plain_reference(seed):
+    from simulator.reference import bssi_order_plain
+
+    rng = random.Random(seed)
+    demands = _tied_demands(rng, rng.randint(1, 60), rng.randint(1, 12))
+    weights = [float(rng.choice((1, 2, 5))) for _ in demands] if seed % 2 else None
+    assert bssi_order(demands, weights) == bssi_order_plain(demands, weights)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_dense_matrix_gives_the_same_order_as_mappings(seed):
+    rng = np.random.default_rng(seed)
+    dense = rng.choice([0.0, 0.0, 1.0, 2.0, 0.25], size=(30, 9))
+    mappings = [{col: v for col, v in enumerate(row) if v > 0} for row in dense]
+    matrix = DemandMatrix.from_dense(dense)
+    reference = DemandMatrix.from_mappings(mappings)
+    for name in ("row_ptr", "port", "seconds"):
+        assert np.array_equal(getattr(matrix, name), getattr(reference, name)), name
+    assert matrix.n_ports == reference.n_ports
+    assert bssi_order(matrix) == bssi_order(mappings)

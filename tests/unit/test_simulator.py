@@ -285,3 +285,27 @@ def test_port_loads_cannot_be_read_after_the_simulator_moved_on():
     sim.run(until_s=1.0)
     with pytest.raises(RuntimeError, match="after the simulator moved on"):
         stale.coflows[1].port_bytes()[(0, 0)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_simulators_demand_matrix_is_the_one_built_from_its_coflows(seed):
+    # BSSI's matrix straight from the port-bits array must equal the one built from each
+    # coflow's summary (ClusterState.demand_matrix), entry for entry, rows in any given order.
+    from controller.bssi import DemandMatrix
+
+    rng = random.Random(seed)
+    sim = Simulator(Fabric(7, 1e9), make_policy("sincronia"))
+    for cid in range(25):
+        flows = [(*rng.sample(range(7), 2), rng.choice((1e6, 2e6, 3.3e6))) for _ in range(3)]
+        coflow = spec(cid, flows)
+        sim.at(rng.choice((0.0, 0.004)), lambda coflow=coflow: sim.release(coflow))
+    sim.run(until_s=0.01)
+    state = sim.cluster_state()
+    coflows = list(state.coflows.values())
+    rng.shuffle(coflows)
+    fast = state.demand_matrix(coflows)
+    plain = ClusterState.demand_matrix(state, coflows)
+    assert isinstance(fast, DemandMatrix) and fast.n_items == len(coflows) > 0
+    for name in ("row_ptr", "port", "seconds"):
+        assert np.array_equal(getattr(fast, name), getattr(plain, name)), name
+    assert fast.n_ports == plain.n_ports
