@@ -673,8 +673,11 @@ class _SimulatorState(ClusterState):
         with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
         rows = np.fromiter((self.row_of[c.coflow_id] for c in coflows), np.int64, len(coflows))
         bits = self.port_bits.matrix()[rows]
-        n_hosts = bits.shape[1] // 2
-        bps = np.array([self.port_bps((k % n_hosts, k // n_hosts)) for k in range(2 * n_hosts)])
+        if self.hosts:
+            n_hosts = bits.shape[1] // 2
+            bps = np.array([self.port_bps((k % n_hosts, k // n_hosts)) for k in range(2 * n_hosts)])
+        else:
+            bps = self.default_port_bps
         return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
 
 
