@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 from numba import njit
@@ -60,22 +61,17 @@ class DemandMatrix:
     @classmethod
     def from_mappings(cls, demands: Sequence[Mapping[Hashable, float]]) -> DemandMatrix:
         """The matrix of one mapping per item (any hashable port key; entries <= 0 dropped)."""
-        port_number: dict[Hashable, int] = {}
         counts = np.zeros(len(demands) + 1, dtype=np.int64)
-        ports: list[int] = []
-        seconds: list[float] = []
-        for k, demand in enumerate(demands):
-            for port, value in demand.items():
-                if value > 0:
-                    ports.append(port_number.setdefault(port, len(port_number)))
-                    seconds.append(value)
-                    counts[k + 1] += 1
-        return cls(
-            np.cumsum(counts),
-            np.asarray(ports, dtype=np.int64),
-            np.asarray(seconds, dtype=float),
-            len(port_number),
-        )
+        counts[1:] = [len(d) for d in demands]
+        row_ptr = np.cumsum(counts)
+        seconds = np.fromiter(chain.from_iterable(d.values() for d in demands), float, row_ptr[-1])
+        if not np.all(seconds > 0):
+            return cls.from_mappings([{p: v for p, v in d.items() if v > 0} for d in demands])
+        # ports numbered by first use: a dict keeps its keys in insertion order
+        number = {port: i for i, port in enumerate(dict.fromkeys(chain.from_iterable(demands)))}
+        ports = np.fromiter(map(number.__getitem__, chain.from_iterable(demands)), np.int64,
+                            row_ptr[-1])  # fmt: skip
+        return cls(row_ptr, ports, seconds, len(number))
 
     @classmethod
     def from_dense(cls, seconds: np.ndarray) -> DemandMatrix:

@@ -1,0 +1,101 @@
+"""Wall time and peak memory of the simulator's HPO runs as the cluster grows (issue #19).
+
+    .venv/bin/python benchmarks/hpo_scale.py [--sizes 130x20 260x40 520x80]
+        [--policy fair sincronia ...] [--mode levels ideal] [--timeout 300]
+
+Each point (hosts x tasks, policy, mode) is ``python -m simulator hpo --hosts H --tasks T``
+with its other defaults (9 configurations per task, eta 3, 3 workers per job, PS and ring,
+1 Gbit/s big switch), run in its own process so that its peak RSS is its own. The time is the
+run's own (``sim.run()``, kernels compiled beforehand), as the simulator prints it; a point
+that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
+    """Run one point in this process; its wall time, peak RSS and what it computed."""
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator, warm_up
+    from simulator.hpo import HpoDriver
+    from workloads.hpo import generate
+
+    warm_up()
+    sim = Simulator(Fabric(hosts, 1e9), make_policy(policy), mode=mode)
+    driver = HpoDriver(sim, generate(hosts, tasks, seed=1))
+    started = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - started
+    return {
+        "wall_s": wall,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "stages": driver.n_stages,
+        "coflows": len(sim.coflows),
+        "reorders": sim.reorders,
+        "steps": sim.steps,
+    }
+
+
+def size(text: str) -> tuple[int, int]:
+    """``HOSTSxTASKS`` as two positive integers."""
+    try:
+        hosts, tasks = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HOSTSxTASKS, got {text!r}") from None
+    if hosts < 4 or tasks < 1:
+        raise argparse.ArgumentTypeError(f"need at least 4 hosts and 1 task, got {text!r}")
+    return hosts, tasks
+
+
+def main(argv: list[str] | None = None) -> int:
+    from controller.policies import POLICIES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=size, nargs="+", default=[(130, 20), (260, 40), (520, 80)])
+    parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
+    parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per point")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # run one point in this process
+    args = parser.parse_args(argv)
+    if args.one:
+        hosts, tasks, policy, mode = args.one.split(",")
+        print(json.dumps(run_one(int(hosts), int(tasks), policy, mode)))
+        return 0
+    print(
+        f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
+        f"{'coflows':>8} {'reorders':>9}"
+    )
+    for hosts, tasks in args.sizes:
+        for mode in args.mode:
+            for policy in args.policy:
+                label = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode:<7}"
+                try:
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--one", f"{hosts},{tasks},{policy},{mode}"],
+                        capture_output=True, text=True, check=True, timeout=args.timeout,
+                    ).stdout  # fmt: skip
+                except subprocess.TimeoutExpired:
+                    print(f"{label} {'>' + format(args.timeout, 'g'):>8}", flush=True)
+                    continue
+                r = json.loads(out.strip().splitlines()[-1])
+                print(
+                    f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
+                    f"{r['coflows']:>8} {r['reorders']:>9}",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
