@@ -209,3 +209,26 @@ def test_report_from_a_finished_testbed_experiment(tmp_path):
     assert len(result["simulator_vs_testbed"]) == 4
     missing = run_reproduce("--testbed-results", str(tmp_path / "none"))
     assert missing.returncode == 2 and "no summary.json there" in missing.stderr
+
+
+def test_beamer_claim_keeps_the_ideal_mode_runs_apart():
+    # levels: Beamer level with Sincronia; one level per rank: Beamer 20 % faster. The ideal
+    # runs must not leak into the claim's comparisons, and the note must follow the context.
+    runs = []
+    for seed in (1, 2, 3):
+        for policy, sct in (("beamer", 100 + seed), ("sincronia", 100 + seed),
+                            ("fifo-lm", 120 + seed), ("fair", 110 + seed)):  # fmt: skip
+            runs.append(({"claim": "beamer", "policy": policy, "seed": seed}, {"avg_sct_s": sct}))
+        for policy, sct in (("beamer", 80.0 + seed), ("sincronia", 100.0 + seed)):
+            point = {"claim": "beamer", "policy": policy, "seed": seed, "mode": "ideal"}
+            runs.append((point, {"avg_sct_s": sct}))
+    claim = reproduce.beamer(runs)
+    by_baseline = {c.baseline: c for c in claim.comparisons}
+    assert by_baseline["sincronia"].ratio.mean == pytest.approx(1.0)
+    assert by_baseline["sincronia"].verdict == "not reproduced"
+    ((label, unlimited),) = claim.context
+    assert "ideal mode" in label and unlimited.high < 1
+    assert "Beamer is faster than Sincronia" in claim.note
+    levels_only = [(p, r) for p, r in runs if "mode" not in p]
+    assert reproduce.beamer(levels_only).context == []
+    assert len(reproduce.claim_points("beamer", [1, 2])) == 2 * 4 + 2 * 2
