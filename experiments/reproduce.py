@@ -19,8 +19,8 @@ to ``--out``.
 under every network policy, with the simulator beside it) into ``<out>/testbed/``, add Beamer's
 claim on the testbed, and a table of the simulator's prediction against the testbed per policy.
 ``--testbed-results DIR`` takes them from a finished experiment instead (no root needed).
-Times here, each measured as one command: ``--simulator-only`` about 2 minutes, ``--quick``
-12 min 18 s, full 48 min 5 s.
+Times here (2 cores), each measured as one command from a clean checkout: ``--simulator-only``
+2 min 15 s, ``--quick`` 14 min 47 s, full 57 min (README, "The papers' claims").
 """
 
 from __future__ import annotations
