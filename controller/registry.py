@@ -8,7 +8,11 @@ scheduling core's :class:`~controller.model.ClusterState`.
 Jobs may carry a ``flows`` template: the synchronisation coflow of one iteration. A running job
 (``iterations_done < iteration_budget``) with no registered coflow in flight is then scheduled
 through an *implicit* coflow built from its template, so its traffic keeps its priority between
-explicit coflow registrations and a job manager only has to report progress.
+explicit coflow registrations and a job manager only has to report progress. The implicit
+coflow stands for the current iteration's synchronisation, so it arrives when that iteration
+began (the job's last progress report, or its registration), as every iteration's coflow does
+in the simulator and in the papers (one coflow per iteration): arrival-ordered policies such as
+FIFO-LM then order iterations, not jobs.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ class JobRecord:
     iterations_done: int = 0
     weight: float = 1.0
     arrival_s: float = 0.0
+    # when the current iteration began: the last progress report that advanced the job, or
+    # the registration (None); the implicit coflow's arrival
+    iteration_arrival_s: float | None = None
 
     @property
     def running(self) -> bool:
@@ -434,6 +441,7 @@ class Registry:
                 done,
                 _number(body, "weight", 1.0, positive=True),
                 old.arrival_s if old else self.clock(),
+                _iteration_arrival(old, done, self.clock),
             )
         old = self.records["coflows"].get(new_id)
         return CoflowRecord(
@@ -513,7 +521,10 @@ class Registry:
         done = _int(body, "iterations_done")
         if done > budget:
             raise bad("iterations_done", f"must be <= iteration_budget ({budget})")
-        updated = replace(job, iterations_done=done, iteration_budget=budget)
+        started = self.clock() if done != job.iterations_done else job.iteration_arrival_s
+        updated = replace(
+            job, iterations_done=done, iteration_budget=budget, iteration_arrival_s=started
+        )
         self._write([("jobs", updated)], [])
         return updated
 
@@ -599,6 +610,16 @@ class Registry:
 RECORD_KIND = {record_type: kind for kind, record_type in RECORD_TYPES.items()}
 
 
+def _iteration_arrival(
+    old: JobRecord | None, done: int, clock: Callable[[], float]
+) -> float | None:
+    """When a job's current iteration began after a (re)registration with ``done`` iterations:
+    unchanged progress keeps it, changed progress starts a new iteration now."""
+    if old is None:
+        return None
+    return old.iteration_arrival_s if done == old.iterations_done else clock()
+
+
 def _coflow_of(rec: CoflowRecord) -> Coflow:
     flows = [
         Flow(f.src, f.dst, f.size_bytes, f.remaining_bytes, i) for i, f in enumerate(rec.flows)
@@ -621,7 +642,8 @@ def _job_of(rec: JobRecord) -> tuple[Job, Coflow | None]:
     implicit = None
     if flows:
         cid = IMPLICIT_COFLOW_BASE + rec.job_id
-        implicit = Coflow(cid, flows, rec.arrival_s, rec.job_id, None, rec.weight)
+        arrival = rec.arrival_s if rec.iteration_arrival_s is None else rec.iteration_arrival_s
+        implicit = Coflow(cid, flows, arrival, rec.job_id, None, rec.weight)
     return job, implicit
 
 

@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from controller.api import ApiError
+from controller.policies import make_policy
 from controller.registry import IMPLICIT_COFLOW_BASE, Registry, RegistryError
 
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
@@ -164,6 +165,30 @@ def test_cluster_state_has_implicit_coflows_for_running_jobs(registry):
     registry.create("coflows", {"coflow_id": 8, "job_id": 1,
                                 "flows": [{"src": "h1", "dst": "h2", "bytes": 5}]})  # fmt: skip
     assert set(registry.cluster_state(20e6).coflows) == {8}
+
+
+def test_a_job_s_implicit_coflow_arrives_when_its_current_iteration_began(registry):
+    """One coflow per iteration, as in the simulator: FIFO-LM serves the iteration that has
+    waited longest, not the job registered first."""
+    registry.create("jobs", job_body(1))  # clock 0
+    registry.create("jobs", job_body(2))  # clock 1
+
+    def fifo_order():
+        state = registry.cluster_state(port_bps=20e6)
+        order = make_policy("fifo-lm").schedule(state).order
+        return [state.coflows[c].job_id for c in order]
+
+    assert fifo_order() == [1, 2]
+    registry.job_progress(1, {"iterations_done": 1})  # job 1's second iteration begins
+    assert registry.records["jobs"][1].iteration_arrival_s > registry.records["jobs"][2].arrival_s
+    assert fifo_order() == [2, 1]
+    began = registry.records["jobs"][1].iteration_arrival_s
+    registry.job_progress(1, {"iterations_done": 1})  # the same report again: no new iteration
+    registry.put("jobs", 1, job_body(1))  # a re-registration keeps the progress and its start
+    assert registry.records["jobs"][1].iteration_arrival_s == began
+    registry.put("jobs", 2, job_body(2, iterations_done=2))  # progress set by a PUT: a new one
+    assert registry.records["jobs"][2].iteration_arrival_s > began
+    assert fifo_order() == [1, 2]
 
 
 def test_registry_survives_a_restart(tmp_path):
