@@ -20,7 +20,7 @@ under every network policy, with the simulator beside it) into ``<out>/testbed/`
 claim on the testbed, and a table of the simulator's prediction against the testbed per policy.
 ``--testbed-results DIR`` takes them from a finished experiment instead (no root needed).
 Times here (2 cores), each measured as one command from a clean checkout: ``--simulator-only``
-2 min 15 s, ``--quick`` 14 min 47 s, full 57 min (README, "The papers' claims").
+2 min 15 s, ``--quick`` 14 min 47 s, full 54 min (README, "The papers' claims").
 """
 
 from __future__ import annotations
