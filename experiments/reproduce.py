@@ -302,6 +302,7 @@ def agreement(testbed: dict) -> list[dict]:
                 "faster_than": other,
                 "testbed_ratio": asdict(measured),
                 "simulator_ratio": None if predicted is None else predicted.mean,
+                "simulator_interval": None if predicted is None else asdict(predicted),
                 "simulator_agrees": predicted is not None and predicted.mean < 1,
             })  # fmt: skip
     return rows
@@ -493,7 +494,11 @@ def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
                 f"faster than {r['faster_than']} "
                 f"({Interval(**r['testbed_ratio']).format(3)}): simulator "
                 + ("agrees" if r["simulator_agrees"] else "disagrees")
-                + ("" if r["simulator_ratio"] is None else f" ({r['simulator_ratio']:.3f})")
+                + (
+                    ""
+                    if r["simulator_interval"] is None
+                    else f" ({Interval(**r['simulator_interval']).format(3)})"
+                )
                 for r in row["ranking"]
             )
             or "-"

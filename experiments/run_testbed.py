@@ -473,6 +473,11 @@ def interval(entry: dict | None, digits: int = 1) -> str:
     return Interval(mean, mean - half, mean + half, entry["n"]).format(digits)
 
 
+def _ratio_entry(ratio: Interval) -> dict:
+    """A paired ratio as summary.json holds it."""
+    return {"mean": ratio.mean, "low": ratio.low, "high": ratio.high, "n": ratio.n}
+
+
 def seed_summary(results: list[dict], args, argv) -> dict:
     """Per policy (pair) over the seeds: each metric's mean +/- 95 % CI on the testbed, the
     simulator's on the same workloads, and the average SCT relative to fair sharing's, paired
@@ -511,8 +516,17 @@ def seed_summary(results: list[dict], args, argv) -> dict:
             )
             if ratio is not None:
                 ratios[label] = ratio
-                entry["avg_sct_vs_baseline"] = {"mean": ratio.mean, "low": ratio.low,
-                                                "high": ratio.high, "n": ratio.n}  # fmt: skip
+                entry["avg_sct_vs_baseline"] = _ratio_entry(ratio)
+            # the same ratio as the calibrated simulator predicts it, to compare rankings
+            if "calibrated_sim_avg_sct_s" in entry and all(
+                r["simulated_calibrated"] for r in base.values()
+            ):
+                predicted = paired_ratio_ci(
+                    {s: r["simulated_calibrated"]["sct_s"].get("mean") for s, r in runs.items()},
+                    {s: r["simulated_calibrated"]["sct_s"].get("mean") for s, r in base.items()},
+                )
+                if predicted is not None:
+                    entry["calibrated_sim_avg_sct_vs_baseline"] = _ratio_entry(predicted)
         policies[label] = entry
     return {
         "provenance": provenance(argv),
@@ -858,6 +872,9 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     for label, entry in summary["policies"].items():
         ratio = entry.get("avg_sct_vs_baseline")
         versus = interval(ratio, 3) if ratio else "-"
+        predicted_ratio = entry.get("calibrated_sim_avg_sct_vs_baseline")
+        if ratio and predicted_ratio:
+            versus += f" (calibrated x {interval(predicted_ratio, 3)})"
         calibrated = ""
         if "calibrated_sim_avg_sct_s" in entry:
             predicted = interval(entry["calibrated_sim_avg_sct_s"])

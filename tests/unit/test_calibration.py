@@ -86,7 +86,8 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
             "simulated_calibrated": {"sct_s": {"mean": calibrated}},
         }
 
-    results = [run("fair", 1, 10.0, 8.0, 9.5), run("fair", 2, 20.0, 16.0, 19.0)]
+    results = [run("fair", 1, 10.0, 8.0, 9.5), run("fair", 2, 20.0, 16.0, 19.0),
+               run("beamer", 1, 9.0, 7.0, 9.5), run("beamer", 2, 18.0, 14.0, 17.1)]  # fmt: skip
     args = Namespace(
         link_gbps=1.0, bw=20, host_priorities=True, tcp_rto_max_ms=1000,
         overheads=Overheads(1.0, 0.9), hosts=13,
@@ -99,6 +100,12 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
     assert fair["calibrated_sim_avg_sct_s"]["mean"] == pytest.approx(14.25)
     assert summary["overheads"] == {"job_startup_s": 1.0, "goodput": 0.9}
     assert summary["tcp_rto_max_ms"] == 1000 and summary["host_priorities"] is True
+    # beamer / fair paired per seed: 0.9 on the testbed; as calibrated, 1.0 and 0.9
+    beamer = summary["policies"]["beamer"]
+    assert beamer["avg_sct_vs_baseline"]["mean"] == pytest.approx(0.9)
+    predicted = beamer["calibrated_sim_avg_sct_vs_baseline"]
+    assert predicted["mean"] == pytest.approx(0.9**0.5) and predicted["n"] == 2
+    assert predicted["low"] < 0.9 < 1.0 < predicted["high"]
 
 
 def test_stage_agreement_matches_stages_by_task_and_index(tmp_path):
