@@ -1,19 +1,26 @@
 """The simulator's compiled core: the flow and group tables, moving flows between groups, and the
 step loop that runs between two policy decisions.
 
-Tables are plain numpy arrays (:class:`Tables` holds them and grows them); every function here
-is a numba kernel over them, so a step costs no Python.
+Tables are plain numpy arrays (:class:`Tables` holds them and grows them) that travel through
+the kernels bundled as named tuples (:class:`FlowTable`, :class:`GroupTable`,
+:class:`PairTable`, and the step loop's own state), so every kernel reads a field by its name
+and a step costs no Python. A kernel reads the fields it uses once, at its top, and hands the
+smallest helpers the arrays themselves: a field read inside a branch or a loop costs
+reference counting at every pass (measured: moving flows between groups took 2.5 times as
+long), and passing a whole table to a helper that is not inlined copies it.
 
 - A *flow* has a threshold: the service count (bits per flow) of its group at which it ends.
-  The flows of a group form a doubly linked list sorted by threshold (``f_prev`` / ``f_next``,
-  head ``g_head``), so the next to end is the head and moving a flow out is O(1).
-- A *group* stands for ``g_count`` identical flows (same level, same links, no cap) and counts
-  the bits ``g_served`` it has given each of them. Shared buckets find a pair's group through a
-  row of ``pmap`` (pair -> group); one-flow groups (capped coflows, the ideal mode) have none.
-  Freed group ids are reused lowest first (a two-level bitmap), so kernels scan a short prefix.
+  The flows of a group form a doubly linked list sorted by threshold (``FlowTable.prev`` /
+  ``next``, head ``GroupTable.head``), so the next to end is the head and moving a flow out is
+  O(1).
+- A *group* stands for ``GroupTable.n_flows`` identical flows (same level, same links, no cap)
+  and counts the bits ``served`` it has given each of them. Shared buckets find a pair's group
+  through a row of ``pair_group`` (pair -> group); one-flow groups (capped coflows, the ideal
+  mode) have none. Freed group ids are reused lowest first (a two-level bitmap), so kernels
+  scan a short prefix.
 - On a big switch each uncapped level (a *pair level*, up to :data:`MAX_LEVEL_ROWS` shared
-  buckets) also keeps the matrix of its flows per host pair (``pairs``: counts, transpose, row
-  and column sums), updated as flows end, so its max-min is
+  buckets) also keeps the matrix of its flows per host pair (:class:`PairTable`: counts,
+  transpose, row and column sums), updated as flows end, so its max-min is
   :func:`simulator.allocation.pair_shares` (O(n) per bottleneck link), and the step loop serves
   its groups as classes of their bottleneck link (see "the step loop" below).
 - A level whose flows all have caps that fit keeps its rates while they fit, its groups ending
@@ -25,10 +32,12 @@ is a numba kernel over them, so a step costs no Python.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-from simulator.allocation import _REL, _fill, _filled, greedy_groups, pair_shares
+from simulator.allocation import _REL, PairLevel, _fill, _filled, greedy_groups, pair_shares
 
 DONE = -1  # group of a finished flow
 PENDING = -2  # released, not placed yet (its threshold is then its size in bits)
@@ -43,6 +52,82 @@ COFLOW_DONE = 0  # ... a coflow finished
 LIMIT = 1  # ... the clock reached the limit
 STUCK = 2  # ... nothing has a rate, yet flows are left
 
+# entries of GroupTable.ids
+FREED = 0  # group ids freed and not handed out again
+HANDED_OUT = 1  # group ids ever handed out (the next new id)
+USED_PREFIX = 2  # every group in use has an id below this
+
+
+class FlowTable(NamedTuple):
+    """Every flow of the simulation, indexed by flow id, and its coflow slot's count."""
+
+    links: np.ndarray  # (flows, k) int: the links the flow crosses
+    pair: np.ndarray  # int: source host * hosts + destination host
+    threshold: np.ndarray  # float: its group's served bits at which it ends
+    group: np.ndarray  # int: its group, DONE or PENDING
+    prev: np.ndarray  # int: the flow before it in its group's list, NIL at the head
+    next: np.ndarray  # int: the flow after it, NIL at the tail
+    slot: np.ndarray  # int: its coflow slot
+    slot_left: np.ndarray  # per coflow slot: its flows not finished yet
+
+
+class GroupTable(NamedTuple):
+    """Every flow group, indexed by group id, with the free list of ids and the pair rows."""
+
+    links: np.ndarray  # (groups, k) int: the links its flows cross
+    n_flows: np.ndarray  # float: the identical flows it stands for
+    served: np.ndarray  # float: bits served to each of its flows (an offset in a class)
+    rate: np.ndarray  # float: each flow's rate (general levels)
+    cap: np.ndarray  # float: each flow's rate cap, inf without one
+    level: np.ndarray  # int: its level (set by set_group_levels)
+    bucket: np.ndarray  # int: its bucket
+    head: np.ndarray  # int: its first flow (the next to end), NIL if empty
+    head_threshold: np.ndarray  # float: that flow's threshold, inf if empty
+    used: np.ndarray  # bool: the id is in use
+    row: np.ndarray  # int: its bucket's pair row, NIL for a one-flow group
+    pair: np.ndarray  # int: its flows' host pair
+    free_bits: np.ndarray  # uint64: a bit per freed id
+    free_summary: np.ndarray  # uint64: a bit per nonzero word of free_bits
+    ids: np.ndarray  # int [FREED, HANDED_OUT, USED_PREFIX]
+    pair_group: np.ndarray  # (pair rows, pairs) int: a shared bucket's group of each pair
+
+
+class PairTable(NamedTuple):
+    """Per level of a big switch, the matrix of its flows per host pair (n hosts)."""
+
+    flows: np.ndarray  # (levels, n, n): flows from host s to host d
+    flows_t: np.ndarray  # (levels, n, n): its transpose
+    row_count: np.ndarray  # (levels, n): flows leaving each host
+    col_count: np.ndarray  # (levels, n): flows entering each host
+    row_share: np.ndarray  # (levels, n): each egress link's share at the last allocation
+    col_share: np.ndarray  # (levels, n): each ingress link's share
+    level_rows: np.ndarray  # (levels, 1 + MAX_LEVEL_ROWS): [rows, the shared buckets' rows]
+
+
+class LevelPlan(NamedTuple):
+    """How the levels are allocated, as :func:`set_group_levels` sorted them out."""
+
+    order: np.ndarray  # the groups of general levels, by level
+    start: np.ndarray  # each level's first entry in ``order`` (levels + 1 entries)
+    general: np.ndarray  # bool per level: it takes the general max-min (else a pair level)
+
+
+class StepSettings(NamedTuple):
+    """What stays the same through a simulation's steps."""
+
+    ideal: bool  # one level per rank, greedy in order (else max-min within a level)
+    capacity: np.ndarray  # every link's capacity in bit/s
+    n_hosts: int  # hosts of the pair matrices, 0 without them
+    simultaneous: float  # flows ending within this fraction of a step end with it
+    fix_rates: bool  # serve levels whose caps fit at fixed rates (see below)
+
+
+class StepBuffers(NamedTuple):
+    """The caller's room for a :func:`run_steps` call."""
+
+    positive: np.ndarray  # int, one per group of ``LevelPlan.order``: those with a rate
+    finished: np.ndarray  # int, one per active slot: the slots that finished
+
 
 def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
     """``array`` with room for ``needed`` rows (capacity doubles; new rows are ``fill``)."""
@@ -55,7 +140,8 @@ def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
 
 
 class Tables:
-    """The flow and group arrays of one simulation (see the module docstring)."""
+    """The flow and group arrays of one simulation (see the module docstring); the kernels
+    take them as :meth:`flow_table`, :meth:`group_table` and :meth:`pair_table`."""
 
     def __init__(self, k: int, n_pairs: int) -> None:
         self.k = k
@@ -63,20 +149,20 @@ class Tables:
         self.n_flows = 0
         self.f_links = np.zeros((0, k), dtype=np.int64)
         self.f_pair = np.zeros(0, dtype=np.int64)
-        self.f_thr = np.zeros(0)
+        self.f_threshold = np.zeros(0)
         self.f_group = np.zeros(0, dtype=np.int64)
         self.f_prev = np.zeros(0, dtype=np.int64)
         self.f_next = np.zeros(0, dtype=np.int64)
         self.f_slot = np.zeros(0, dtype=np.int64)
         self.g_links = np.zeros((0, k), dtype=np.int64)
-        self.g_count = np.zeros(0)
+        self.g_n_flows = np.zeros(0)
         self.g_served = np.zeros(0)
         self.g_rate = np.zeros(0)
         self.g_cap = np.zeros(0)
         self.g_level = np.zeros(0, dtype=np.int64)
         self.g_bucket = np.zeros(0, dtype=np.int64)
         self.g_head = np.zeros(0, dtype=np.int64)
-        self.g_next = np.zeros(0)
+        self.g_head_threshold = np.zeros(0)
         self.g_used = np.zeros(0, dtype=np.bool_)
         self.g_row = np.zeros(0, dtype=np.int64)
         self.g_pair = np.zeros(0, dtype=np.int64)
@@ -84,10 +170,9 @@ class Tables:
         # is found by scanning ~n/4096 words, and a step's kernels scan a short id prefix
         self.free_bits = np.zeros(0, dtype=np.uint64)
         self.free_summary = np.zeros(0, dtype=np.uint64)
-        # [freed ids, ids ever handed out, used prefix (every used id is below)]
-        self.meta = np.zeros(3, dtype=np.int64)
-        self.pmap = np.full((0, n_pairs), NIL, dtype=np.int64)
-        self.n_rows = 0  # rows of pmap handed out
+        self.ids = np.zeros(3, dtype=np.int64)  # [FREED, HANDED_OUT, USED_PREFIX]
+        self.pair_group = np.full((0, n_pairs), NIL, dtype=np.int64)
+        self.n_rows = 0  # rows of pair_group handed out
         self.slot_left = np.zeros(0, dtype=np.int64)
         self.enable_pairs(1, 0)
 
@@ -97,7 +182,7 @@ class Tables:
         for name, fill in (
             ("f_links", 0),
             ("f_pair", 0),
-            ("f_thr", 0.0),
+            ("f_threshold", 0.0),
             ("f_group", DONE),
             ("f_prev", NIL),
             ("f_next", NIL),
@@ -106,7 +191,7 @@ class Tables:
             setattr(self, name, _grow(getattr(self, name), last, fill))
         self.f_links[first:last] = links
         self.f_pair[first:last] = pair
-        self.f_thr[first:last] = size_bits
+        self.f_threshold[first:last] = size_bits
         self.f_group[first:last] = PENDING
         self.f_slot[first:last] = slot
         self.n_flows = last
@@ -116,92 +201,86 @@ class Tables:
 
     def reserve_groups(self, extra: int) -> None:
         """Make room for ``extra`` more groups (before placing that many flows)."""
-        needed = int(self.meta[1]) + extra
-        if needed <= len(self.g_count):
+        needed = int(self.ids[HANDED_OUT]) + extra
+        if needed <= len(self.g_n_flows):
             return
         for name, fill in (
             ("g_links", 0),
-            ("g_count", 0.0),
+            ("g_n_flows", 0.0),
             ("g_served", 0.0),
             ("g_rate", 0.0),
             ("g_cap", np.inf),
             ("g_level", 0),
             ("g_bucket", -1),
             ("g_head", NIL),
-            ("g_next", np.inf),
+            ("g_head_threshold", np.inf),
             ("g_used", False),
             ("g_row", NIL),
             ("g_pair", 0),
         ):
             setattr(self, name, _grow(getattr(self, name), needed, fill))
-        words = (len(self.g_count) + 63) // 64
+        words = (len(self.g_n_flows) + 63) // 64
         self.free_bits = _grow(self.free_bits, words, 0)
         self.free_summary = _grow(self.free_summary, (words + 63) // 64, 0)
 
     def enable_pairs(self, n_levels: int, n_hosts: int) -> None:
         """Keep, per level, the matrix of flows per host pair (big switch, uncapped levels)."""
-        self.pair_hosts = n_hosts
-        self.w = np.zeros((n_levels, n_hosts, n_hosts))
-        self.wt = np.zeros((n_levels, n_hosts, n_hosts))
-        self.row_count = np.zeros((n_levels, n_hosts))
-        self.col_count = np.zeros((n_levels, n_hosts))
-        self.row_share = np.full((n_levels, n_hosts), np.inf)
-        self.col_share = np.full((n_levels, n_hosts), np.inf)
-        # per level: [number of pair rows, the rows...] of the shared buckets at that level
-        self.level_row = np.zeros((n_levels, 1 + MAX_LEVEL_ROWS), dtype=np.int64)
+        self.pairs = PairTable(
+            flows=np.zeros((n_levels, n_hosts, n_hosts)),
+            flows_t=np.zeros((n_levels, n_hosts, n_hosts)),
+            row_count=np.zeros((n_levels, n_hosts)),
+            col_count=np.zeros((n_levels, n_hosts)),
+            row_share=np.full((n_levels, n_hosts), np.inf),
+            col_share=np.full((n_levels, n_hosts), np.inf),
+            level_rows=np.zeros((n_levels, 1 + MAX_LEVEL_ROWS), dtype=np.int64),
+        )
 
-    def new_pmap_row(self, free_rows: list[int]) -> int:
+    def new_pair_row(self, free_rows: list[int]) -> int:
         """A pair -> group row for a shared bucket (reusing a released one)."""
         if free_rows:
             return free_rows.pop()
         row = self.n_rows
         self.n_rows += 1
-        self.pmap = _grow(self.pmap, self.n_rows, NIL)
+        self.pair_group = _grow(self.pair_group, self.n_rows, NIL)
         return row
 
-    def flow_arrays(self):
-        """The per-flow arrays, in the order the step kernels take them."""
-        return (
+    def flow_table(self) -> FlowTable:
+        """The flow arrays as the kernels take them (rebuilt after the arrays grow)."""
+        return FlowTable(
             self.f_links,
             self.f_pair,
-            self.f_thr,
+            self.f_threshold,
             self.f_group,
             self.f_prev,
             self.f_next,
             self.f_slot,
+            self.slot_left,
         )
 
-    def group_arrays(self):
-        """The per-group arrays, in the order the step kernels take them."""
-        return (
+    def group_table(self) -> GroupTable:
+        """The group arrays as the kernels take them (rebuilt after the arrays grow)."""
+        return GroupTable(
             self.g_links,
-            self.g_count,
+            self.g_n_flows,
             self.g_served,
             self.g_rate,
             self.g_cap,
             self.g_level,
             self.g_bucket,
             self.g_head,
-            self.g_next,
+            self.g_head_threshold,
             self.g_used,
             self.g_row,
             self.g_pair,
-            (self.free_bits, self.free_summary),
-            self.meta,
-            self.pmap,
+            self.free_bits,
+            self.free_summary,
+            self.ids,
+            self.pair_group,
         )
 
-    def pair_arrays(self):
-        """The host-pair arrays of a big switch, in the order the step kernels take them."""
-        return (
-            self.w,
-            self.wt,
-            self.row_count,
-            self.col_count,
-            self.row_share,
-            self.col_share,
-            self.level_row,
-        )
+    def pair_table(self) -> PairTable:
+        """The host-pair matrices of a big switch (empty without them)."""
+        return self.pairs
 
 
 # ---- groups -------------------------------------------------------------------------------------
@@ -220,18 +299,17 @@ def _lowest_bit(x):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _free_push(free, meta, g):  # pragma: no cover - compiled
-    bits, summary = free
+def _free_push(bits, summary, ids, g):  # pragma: no cover - compiled
+    """Put id ``g`` on the free list (``GroupTable.free_bits``, ``free_summary``, ``ids``)."""
     word = g >> 6
     bits[word] |= np.uint64(1) << np.uint64(g & 63)
     summary[word >> 6] |= np.uint64(1) << np.uint64(word & 63)
-    meta[0] += 1
+    ids[FREED] += 1
 
 
 @njit(cache=True)
-def _free_pop(free, meta):  # pragma: no cover - compiled
-    """The lowest freed id (there is one)."""
-    bits, summary = free
+def _free_pop(bits, summary, ids):  # pragma: no cover - compiled
+    """The lowest freed id (there is one), taken off the free list."""
     for s in range(summary.shape[0]):
         if summary[s] != np.uint64(0):
             word = s * 64 + _lowest_bit(summary[s])
@@ -239,7 +317,7 @@ def _free_pop(free, meta):  # pragma: no cover - compiled
             bits[word] &= ~(np.uint64(1) << np.uint64(bit))
             if bits[word] == np.uint64(0):
                 summary[s] &= ~(np.uint64(1) << np.uint64(word & 63))
-            meta[0] -= 1
+            ids[FREED] -= 1
             return word * 64 + bit
     return NIL
 
@@ -248,108 +326,112 @@ def _free_pop(free, meta):  # pragma: no cover - compiled
 def _new_group(groups, links, bucket, row, pair, reuse):  # pragma: no cover - compiled
     """A group for ``pair`` in ``bucket``: ``reuse`` if it is a group id just emptied (and not
     freed: saves freeing and finding an id per flow a reorder moves), else a free id."""
-    (
-        g_links,
-        g_count,
-        g_served,
-        g_rate,
-        g_cap,
-        g_level,
-        g_bucket,
-        g_head,
-        g_next,
-        g_used,
-        g_row,
-        g_pair,
-        free,
-        meta,
-        pmap,
-    ) = groups
+    g_links, g_n_flows, g_served, g_rate = groups.links, groups.n_flows, groups.served, groups.rate
+    g_cap, g_bucket, g_head, g_head_threshold = (
+        groups.cap,
+        groups.bucket,
+        groups.head,
+        groups.head_threshold,
+    )
+    g_used, g_row, g_pair, pair_group = groups.used, groups.row, groups.pair, groups.pair_group
+    free_bits, free_summary, ids = groups.free_bits, groups.free_summary, groups.ids
     if reuse != NIL:
         g = reuse
-    elif meta[0] > 0:
-        g = _free_pop(free, meta)
+    elif ids[FREED] > 0:
+        g = _free_pop(free_bits, free_summary, ids)
     else:
-        g = meta[1]
-        meta[1] += 1
+        g = ids[HANDED_OUT]
+        ids[HANDED_OUT] += 1
     g_used[g] = True
-    if g >= meta[2]:
-        meta[2] = g + 1
+    if g >= ids[USED_PREFIX]:
+        ids[USED_PREFIX] = g + 1
     g_links[g, :] = links
-    g_count[g] = 0.0
+    g_n_flows[g] = 0.0
     g_served[g] = 0.0
     g_rate[g] = 0.0
     g_cap[g] = np.inf
     g_bucket[g] = bucket  # its level is set with every group's by set_group_levels
     g_head[g] = NIL
-    g_next[g] = np.inf
+    g_head_threshold[g] = np.inf
     g_row[g] = row
     g_pair[g] = pair
     if row >= 0:
-        pmap[row, pair] = g
+        pair_group[row, pair] = g
     return g
 
 
 @njit(cache=True)
 def _empty_group(groups, g):  # pragma: no cover - compiled
     """Take an emptied group off its bucket's pair row (before reusing or freeing it)."""
-    g_row, g_pair, pmap = groups[10], groups[11], groups[14]
-    if g_row[g] >= 0 and pmap[g_row[g], g_pair[g]] == g:
-        pmap[g_row[g], g_pair[g]] = NIL
-    g_row[g] = NIL
+    row, pair, pair_group = groups.row, groups.pair, groups.pair_group
+    if row[g] >= 0 and pair_group[row[g], pair[g]] == g:
+        pair_group[row[g], pair[g]] = NIL
+    row[g] = NIL
 
 
 @njit(cache=True)
 def _free_group(groups, g):  # pragma: no cover - compiled
-    g_count, g_rate, g_head, g_next, g_used = groups[1], groups[3], groups[7], groups[8], groups[9]
-    free, meta = groups[12], groups[13]
-    g_count[g] = 0.0
-    g_rate[g] = 0.0
-    g_head[g] = NIL
-    g_next[g] = np.inf
-    g_used[g] = False
+    """Free the emptied group ``g`` (its id goes back on the free list)."""
+    n_flows, rate, head, head_threshold = (
+        groups.n_flows,
+        groups.rate,
+        groups.head,
+        groups.head_threshold,
+    )
+    used, free_bits, free_summary, ids = (
+        groups.used,
+        groups.free_bits,
+        groups.free_summary,
+        groups.ids,
+    )
+    n_flows[g] = 0.0
+    rate[g] = 0.0
+    head[g] = NIL
+    head_threshold[g] = np.inf
+    used[g] = False
     _empty_group(groups, g)
-    _free_push(free, meta, g)
-    while meta[2] > 0 and not g_used[meta[2] - 1]:
-        meta[2] -= 1
+    _free_push(free_bits, free_summary, ids, g)
+    while ids[USED_PREFIX] > 0 and not used[ids[USED_PREFIX] - 1]:
+        ids[USED_PREFIX] -= 1
 
 
 @njit(cache=True)
 def _unlink(flows, groups, f, g):  # pragma: no cover - compiled
-    f_thr, f_prev, f_next = flows[2], flows[4], flows[5]
-    g_head, g_next = groups[7], groups[8]
-    before, after = f_prev[f], f_next[f]
+    """Take flow ``f`` out of group ``g``'s list."""
+    threshold, prev, next_flow = flows.threshold, flows.prev, flows.next
+    head, head_threshold = groups.head, groups.head_threshold
+    before, after = prev[f], next_flow[f]
     if before == NIL:
-        g_head[g] = after
-        g_next[g] = np.inf if after == NIL else f_thr[after]
+        head[g] = after
+        head_threshold[g] = np.inf if after == NIL else threshold[after]
     else:
-        f_next[before] = after
+        next_flow[before] = after
     if after != NIL:
-        f_prev[after] = before
-    f_prev[f] = NIL
-    f_next[f] = NIL
+        prev[after] = before
+    prev[f] = NIL
+    next_flow[f] = NIL
 
 
 @njit(cache=True)
 def _insert(flows, groups, f, g):  # pragma: no cover - compiled
     """Insert ``f`` into ``g``'s list after every flow whose threshold is not larger."""
-    f_thr, f_prev, f_next = flows[2], flows[4], flows[5]
-    g_head, g_next = groups[7], groups[8]
-    thr = f_thr[f]
+    threshold, prev, next_flow = flows.threshold, flows.prev, flows.next
+    head, head_threshold = groups.head, groups.head_threshold
+    thr = threshold[f]
     before = NIL
-    after = g_head[g]
-    while after != NIL and f_thr[after] <= thr:
+    after = head[g]
+    while after != NIL and threshold[after] <= thr:
         before = after
-        after = f_next[after]
-    f_prev[f] = before
-    f_next[f] = after
+        after = next_flow[after]
+    prev[f] = before
+    next_flow[f] = after
     if after != NIL:
-        f_prev[after] = f
+        prev[after] = f
     if before == NIL:
-        g_head[g] = f
-        g_next[g] = thr
+        head[g] = f
+        head_threshold[g] = thr
     else:
-        f_next[before] = f
+        next_flow[before] = f
 
 
 @njit(cache=True)
@@ -358,34 +440,35 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
 
     ``row`` is the bucket's pair -> group row, or -1 for one group per flow. A flow keeps the
     bits it has left; its old group is freed when it empties."""
-    f_links, f_pair, f_thr, f_group = flows[0], flows[1], flows[2], flows[3]
-    g_count, g_served, pmap = groups[1], groups[2], groups[14]
+    # (fields read once: a field read inside the loop costs a reference count per flow)
+    f_links, f_pair, f_threshold, f_group = flows.links, flows.pair, flows.threshold, flows.group
+    n_flows, served, pair_group = groups.n_flows, groups.served, groups.pair_group
     spare = NIL  # an emptied group, not freed yet
     for f in range(first, last):
         old = f_group[f]
         if old == DONE:
             continue
         if old >= 0:
-            left = max(f_thr[f] - g_served[old], 0.0)
+            left = max(f_threshold[f] - served[old], 0.0)
             _unlink(flows, groups, f, old)
-            g_count[old] -= 1.0
-            if g_count[old] < 0.5:
+            n_flows[old] -= 1.0
+            if n_flows[old] < 0.5:
                 _empty_group(groups, old)
                 if spare != NIL:
                     _free_group(groups, spare)
                 spare = old
         else:
-            left = f_thr[f]
+            left = f_threshold[f]
         g = NIL
         if row >= 0:
-            g = pmap[row, f_pair[f]]
+            g = pair_group[row, f_pair[f]]
         if g == NIL:
             g = _new_group(groups, f_links[f], bucket, row, f_pair[f], spare)
             spare = NIL
-        f_thr[f] = g_served[g] + left
+        f_threshold[f] = served[g] + left
         f_group[f] = g
         _insert(flows, groups, f, g)
-        g_count[g] += 1.0
+        n_flows[g] += 1.0
     if spare != NIL:
         _free_group(groups, spare)
 
@@ -398,27 +481,34 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
     A level takes the general max-min (``general``) if ``n_hosts == 0``, if it holds a one-group-
     per-flow bucket (``bucket_row`` -1: capped coflows, the ideal mode) or more than
     :data:`MAX_LEVEL_ROWS` shared buckets; the others are pair levels, whose per-level pair
-    matrices and rows this rebuilds. Returns the groups of general levels sorted by level
-    (stable counting sort), each level's segment start in that order, and ``general``.
+    matrices and rows this rebuilds. Returns the :class:`LevelPlan`: the groups of general
+    levels sorted by level (stable counting sort), each level's segment start in that order,
+    and ``general``.
 
     Levels at or beyond ``n_levels`` (only empty, parked buckets have them) share the last."""
-    g_links, g_count, g_level, g_bucket = groups[0], groups[1], groups[5], groups[6]
-    g_used, meta = groups[9], groups[13]
-    w, wt, row_count, col_count, row_share, col_share, level_row = pairs
+    g_links, g_n_flows, g_level, g_bucket, g_used = (
+        groups.links,
+        groups.n_flows,
+        groups.level,
+        groups.bucket,
+        groups.used,
+    )
+    w, wt, row_count, col_count = pairs.flows, pairs.flows_t, pairs.row_count, pairs.col_count
+    row_share, col_share, level_rows = pairs.row_share, pairs.col_share, pairs.level_rows
     general = np.zeros(n_levels, dtype=np.bool_)
     if n_hosts == 0:
         general[:] = True
     else:
-        level_row[:, 0] = 0
+        level_rows[:, 0] = 0
     for b in range(bucket_level.shape[0]):
         level = min(bucket_level[b], n_levels - 1)
         if not bucket_live[b] or general[level]:
             continue
-        if bucket_row[b] < 0 or level_row[level, 0] == MAX_LEVEL_ROWS:
+        if bucket_row[b] < 0 or level_rows[level, 0] == MAX_LEVEL_ROWS:
             general[level] = True
         else:
-            level_row[level, 0] += 1
-            level_row[level, level_row[level, 0]] = bucket_row[b]
+            level_rows[level, 0] += 1
+            level_rows[level, level_rows[level, 0]] = bucket_row[b]
     if n_hosts > 0:
         # clear the rows and columns with flows (a row is empty if its sum is 0: counts are
         # whole numbers), not 8 x 2 x n^2 entries at every reorder
@@ -432,7 +522,7 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
                     col_count[level, link] = 0.0
         row_share[:] = np.inf
         col_share[:] = np.inf
-    n = meta[2]
+    n = groups.ids[USED_PREFIX]
     start = np.zeros(n_levels + 1, dtype=np.int64)
     for g in range(n):
         if g_used[g]:
@@ -443,10 +533,10 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
                 continue
             s = g_links[g, 0]
             d = g_links[g, 1] - n_hosts
-            w[level, s, d] += g_count[g]
-            wt[level, d, s] += g_count[g]
-            row_count[level, s] += g_count[g]
-            col_count[level, d] += g_count[g]
+            w[level, s, d] += g_n_flows[g]
+            wt[level, d, s] += g_n_flows[g]
+            row_count[level, s] += g_n_flows[g]
+            col_count[level, d] += g_n_flows[g]
     for level in range(n_levels):
         start[level + 1] += start[level]
     order = np.empty(start[n_levels], dtype=np.int64)
@@ -456,7 +546,7 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
             if g_used[g] and general[g_level[g]]:
                 order[fill[g_level[g]]] = g
                 fill[g_level[g]] += 1
-    return order, start, general
+    return LevelPlan(order, start, general)
 
 
 @njit(cache=True)
@@ -464,8 +554,8 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
     # pragma: no cover - compiled
     """Bits left of the given coflow slots (flow id ranges): in total and, if ``with_ports``,
     per host port (columns 0..n-1 egress of host i, n..2n-1 ingress; else no columns)."""
-    f_pair, f_thr, f_group = flows[1], flows[2], flows[3]
-    g_served = groups[2]
+    f_pair, f_threshold, f_group = flows.pair, flows.threshold, flows.group
+    g_served = groups.served
     n_slots = slot_first.shape[0]
     total = np.zeros(n_slots)
     ports = np.zeros((n_slots, 2 * n_hosts if with_ports else 0))
@@ -474,7 +564,7 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
             g = f_group[f]
             if g == DONE:
                 continue
-            left = f_thr[f] - g_served[g] if g >= 0 else f_thr[f]
+            left = f_threshold[f] - g_served[g] if g >= 0 else f_threshold[f]
             if left <= 0.0:
                 continue
             total[i] += left
@@ -487,14 +577,14 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 @njit(cache=True)
 def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
     """Bits left of the flows ``ids`` (0 for finished ones)."""
-    f_thr, f_group = flows[2], flows[3]
-    g_served = groups[2]
+    f_group, f_threshold, g_served = flows.group, flows.threshold, groups.served
     out = np.zeros(ids.shape[0])
     for i in range(ids.shape[0]):
         g = f_group[ids[i]]
         if g == DONE:
             continue
-        left = f_thr[ids[i]] - g_served[g] if g >= 0 else f_thr[ids[i]]
+        threshold = f_threshold[ids[i]]
+        left = threshold - g_served[g] if g >= 0 else threshold
         out[i] = max(left, 0.0)
     return out
 
@@ -506,13 +596,21 @@ def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
 # link bottlenecks progress at that link's share, so the loop serves them together, as the
 # *class* of that link (one per level and link): the class counts the bits it has served per
 # flow (``served``) and keeps the smallest *key* of its members. While run_steps runs, a member
-# group's ``g_served`` holds its offset (bits served = offset + its class's count; key =
+# group's ``served`` holds its offset (bits served = offset + its class's count; key =
 # threshold of its head flow - offset). A step then costs O(links), not O(groups): a group is
 # touched only when a flow of it ends or its bottleneck changes. Membership is not stored: it
-# follows from the shares the classes hold. Every ``g_served`` is exact again on return.
+# follows from the shares the classes hold. Every group's ``served`` is exact again on return.
 
-# class state: c_float rows
-_SERVED, _SHARE, _KEY = 0, 1, 2
+
+class Classes(NamedTuple):
+    """The classes of the pair levels, class ``level * 2n + link`` (link ``s`` egress of host
+    ``s``, ``n + d`` ingress of host ``d``)."""
+
+    served: np.ndarray  # bits the class has served each of its flows
+    share: np.ndarray  # its link's share: the rate of each of its flows
+    key: np.ndarray  # the smallest key of its members (inf if none)
+    dirty: np.ndarray  # bool: its key must be recomputed
+    dirty_list: np.ndarray  # int: [count, the dirty classes...]
 
 
 @njit(cache=True)
@@ -525,18 +623,21 @@ def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _class_members(w, wt, pmap, level_row, c_share, c, n, out):  # pragma: no cover - compiled
-    """The groups of class ``c`` (into ``out``); returns how many."""
+def _class_members(w, wt, pair_group, level_rows, share, c, n, out):
+    # pragma: no cover - compiled
+    """The groups of class ``c`` under the classes' ``share`` (into ``out``); returns how
+    many. ``w``, ``wt``, ``level_rows``: :class:`PairTable`'s ``flows``, ``flows_t``,
+    ``level_rows``; ``pair_group``: :class:`GroupTable`'s."""
     level = c // (2 * n)
     base = level * 2 * n
-    rows, cols = c_share[base : base + n], c_share[base + n : base + 2 * n]
+    rows, cols = share[base : base + n], share[base + n : base + 2 * n]
     m = 0
     for j in range(n):
         s, d = (c - base, j) if c - base < n else (j, c - base - n)
         weight = w[level, s, d] if c - base < n else wt[level, d, s]
         if weight > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
-            for r in range(1, level_row[level, 0] + 1):
-                g = pmap[level_row[level, r], s * n + d]
+            for r in range(1, level_rows[level, 0] + 1):
+                g = pair_group[level_rows[level, r], s * n + d]
                 if g != NIL:
                     out[m] = g
                     m += 1
@@ -544,35 +645,38 @@ def _class_members(w, wt, pmap, level_row, c_share, c, n, out):  # pragma: no co
 
 
 @njit(cache=True)
-def _mark_dirty(dirty, n_dirty, c):  # pragma: no cover - compiled
-    """Note that class ``c``'s key must be recomputed (``dirty`` flags it, ``n_dirty`` holds
-    the count, then the dirty classes)."""
+def _mark_dirty(dirty, dirty_list, c):  # pragma: no cover - compiled
+    """Note that class ``c``'s key must be recomputed (``Classes.dirty``, ``dirty_list``)."""
     if c != NIL and not dirty[c]:
         dirty[c] = True
-        n_dirty[0] += 1
-        n_dirty[n_dirty[0]] = c
+        dirty_list[0] += 1
+        dirty_list[dirty_list[0]] = c
 
 
 @njit(cache=True)
-def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
-    # pragma: no cover - compiled
+def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - compiled
     """Take a pair level's new shares: move the groups whose class changed.
 
     Only pairs of a link whose share changed can change class: every pair of a row, of a
     column that gains or loses its rate; for a column whose positive share moved, only the
     pairs whose row has a finite share (the others are bottlenecked by the column)."""
-    w, wt, row_share, col_share, level_row = pairs[0], pairs[1], pairs[4], pairs[5], pairs[6]
-    g_served, pmap = groups[2], groups[14]
+    g_served, pair_group, level_rows = groups.served, groups.pair_group, pairs.level_rows
+    c_served, c_share, dirty, dirty_list = (
+        classes.served,
+        classes.share,
+        classes.dirty,
+        classes.dirty_list,
+    )
     base = level * 2 * n
-    old_rows = c_float[_SHARE, base : base + n].copy()
-    old_cols = c_float[_SHARE, base + n : base + 2 * n].copy()
-    rows, cols = row_share[level], col_share[level]
-    w_level, wt_level = w[level], wt[level]
+    old_rows = c_share[base : base + n].copy()
+    old_cols = c_share[base + n : base + 2 * n].copy()
+    rows, cols = pairs.row_share[level], pairs.col_share[level]
+    w_level, wt_level = pairs.flows[level], pairs.flows_t[level]
     # rows with a finite share; rows and columns with flows and a share in the old or new
     # shares (a pair whose links had and have none has no rate either way: starved levels
     # cost nothing)
     flows = np.empty((2, n))
-    flows[0], flows[1] = pairs[2][level], pairs[3][level]
+    flows[0], flows[1] = pairs.row_count[level], pairs.col_count[level]
     finite = np.empty(n, dtype=np.int64)
     n_finite = 0
     some = np.empty((2, n), dtype=np.int64)
@@ -592,7 +696,7 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
             old, new = (old_rows[link], rows[link]) if side == 0 else (old_cols[link], cols[link])
             if new == old:
                 continue
-            c_float[_SHARE, base + side * n + link] = new
+            c_share[base + side * n + link] = new
             if flows[side, link] < 0.5:
                 continue
             if side == 0:
@@ -614,36 +718,37 @@ def _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n):
                 # offset: its bits served minus its class's count (0 before the first step)
                 moved = 0.0
                 if was != NIL:
-                    moved += c_float[_SERVED, was]
+                    moved += c_served[was]
                     if not dirty[was]:  # (checked here: a call per pair costs)
-                        _mark_dirty(dirty, n_dirty, was)
+                        _mark_dirty(dirty, dirty_list, was)
                 if c != NIL:
-                    moved -= c_float[_SERVED, c]
+                    moved -= c_served[c]
                     if not dirty[c]:
-                        _mark_dirty(dirty, n_dirty, c)
+                        _mark_dirty(dirty, dirty_list, c)
                 if moved != 0.0:
-                    for r in range(1, level_row[level, 0] + 1):
-                        g = pmap[level_row[level, r], s * n + d]
+                    for r in range(1, level_rows[level, 0] + 1):
+                        g = pair_group[level_rows[level, r], s * n + d]
                         if g != NIL:
                             g_served[g] += moved
 
 
 @njit(cache=True)
-def _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch):
-    # pragma: no cover - compiled
-    """Recompute the smallest key of every dirty class."""
-    g_served, g_next, pmap = groups[2], groups[8], groups[14]
-    w, wt, level_row = pairs[0], pairs[1], pairs[6]
-    for i in range(1, n_dirty[0] + 1):
-        c = n_dirty[i]
+def _refresh_keys(groups, pairs, classes, n, scratch):  # pragma: no cover - compiled
+    """Recompute the smallest key of every dirty class (``scratch``: room for a class's
+    members)."""
+    g_served, head_threshold, pair_group = groups.served, groups.head_threshold, groups.pair_group
+    share, keys, dirty, dirty_list = classes.share, classes.key, classes.dirty, classes.dirty_list
+    w, wt, level_rows = pairs.flows, pairs.flows_t, pairs.level_rows
+    for i in range(1, dirty_list[0] + 1):
+        c = dirty_list[i]
         dirty[c] = False
         key = np.inf
-        for j in range(_class_members(w, wt, pmap, level_row, c_float[_SHARE], c, n, scratch)):
+        for j in range(_class_members(w, wt, pair_group, level_rows, share, c, n, scratch)):
             g = scratch[j]
-            if g_next[g] - g_served[g] < key:
-                key = g_next[g] - g_served[g]
-        c_float[_KEY, c] = key
-    n_dirty[0] = 0
+            if head_threshold[g] - g_served[g] < key:
+                key = head_threshold[g] - g_served[g]
+        keys[c] = key
+    dirty_list[0] = 0
 
 
 # what _caps_fit found
@@ -657,7 +762,8 @@ def _caps_fit(members, links, caps, weights, residual, capacity, rates, usage):
     # pragma: no cover - compiled
     """If every flow of a level has a cap and the caps fit in ``residual`` on every link, give
     each its cap (what max-min gives then; Varys' MADD caps usually fit) without the general
-    fill. Flows on a link the levels above filled get 0, as in the general fill. Returns
+    fill. Flows on a link the levels above filled get 0, as in the general fill. Entries are
+    as in :func:`simulator.allocation._fill` (``weights``: the flows each stands for). Returns
     :data:`NO_FIT`, :data:`FIT` or :data:`FIT_STARVED`; ``usage`` (zero on entry) is left with
     what the level takes on every link if they fit, zero if not."""
     k = links.shape[1]
@@ -700,28 +806,45 @@ def _take(usage, residual):  # pragma: no cover - compiled
 #
 # A general level whose flows all take their caps (Varys' MADD) keeps those rates as long as the
 # caps fit, so its groups need no per-step work: each is *fixed* with its projected end time in
-# a min-heap, its ``g_served`` counting the bits served at ``t0`` (one entry per fixed group is
+# a min-heap, its ``served`` counting the bits served at ``since`` (one entry per fixed group is
 # valid: the one whose time is its ``end``). The level's use of every link is kept, so a step
 # checks that the caps still fit in O(links).
 
 
+class FixedRates(NamedTuple):
+    """The levels and groups served at fixed rates during one :func:`run_steps` call."""
+
+    level_fixed: np.ndarray  # bool per level: its groups are fixed
+    level_use: np.ndarray  # (levels, links): what a fixed level takes of every link
+    group_fixed: np.ndarray  # bool per group
+    since: np.ndarray  # per group: when its ``served`` was exact
+    end: np.ndarray  # per group: its projected end time
+    heap_times: np.ndarray  # the min-heap of end times ...
+    heap_groups: np.ndarray  # ... and their groups
+    heap_size: np.ndarray  # [entries in the heap]
+
+
 @njit(cache=True)
 def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
-    return (
-        np.zeros(n_levels, dtype=np.bool_),  # 0 level fixed
-        np.zeros((n_levels, n_links)),  # 1 its use of every link
-        np.zeros(n_groups, dtype=np.bool_),  # 2 group fixed
-        np.empty(n_groups),  # 3 t0: when its g_served was exact
-        np.empty(n_groups),  # 4 end: its projected end time
-        np.empty(2 * n_groups + 16),  # 5 heap times
-        np.empty(2 * n_groups + 16, dtype=np.int64),  # 6 heap groups
-        np.zeros(1, dtype=np.int64),  # 7 heap size
+    """Empty :class:`FixedRates` for ``n_levels`` levels, ``n_links`` links and group ids below
+    ``n_groups`` (the heap has room for two entries per group: stale ones are dropped when
+    it fills)."""
+    return FixedRates(
+        np.zeros(n_levels, dtype=np.bool_),
+        np.zeros((n_levels, n_links)),
+        np.zeros(n_groups, dtype=np.bool_),
+        np.empty(n_groups),
+        np.empty(n_groups),
+        np.empty(2 * n_groups + 16),
+        np.empty(2 * n_groups + 16, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
     )
 
 
 @njit(cache=True)
 def _end_push(times, ids, size, t, g):  # pragma: no cover - compiled
-    """Push (end time ``t``, group ``g``) on the min-heap of fixed groups' end times."""
+    """Push (end time ``t``, group ``g``) on the min-heap of fixed groups' end times
+    (:class:`FixedRates`' ``heap_times``, ``heap_groups``, ``heap_size``)."""
     i = size[0]
     size[0] += 1
     times[i], ids[i] = t, g
@@ -756,16 +879,16 @@ def _end_pop(times, ids, size):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
-    """Fix ``g`` at its cap from ``now`` (its ``g_served`` exact)."""
-    g_served, g_cap, g_next = groups[2], groups[4], groups[8]
-    g_fixed, t0, end, times, ids, size = fixed[2], fixed[3], fixed[4], fixed[5], fixed[6], fixed[7]
-    g_fixed[g] = True
-    t0[g] = now
-    end[g] = now + (g_next[g] - g_served[g]) / g_cap[g]
+    """Fix ``g`` at its cap from ``now`` (its ``served`` exact)."""
+    times, ids, size, end = fixed.heap_times, fixed.heap_groups, fixed.heap_size, fixed.end
+    group_fixed = fixed.group_fixed
+    group_fixed[g] = True
+    fixed.since[g] = now
+    end[g] = now + (groups.head_threshold[g] - groups.served[g]) / groups.cap[g]
     if size[0] == times.shape[0]:  # only stale entries can fill it: drop them
         kept = 0
         for i in range(size[0]):
-            if g_fixed[ids[i]] and end[ids[i]] == times[i]:
+            if group_fixed[ids[i]] and end[ids[i]] == times[i]:
                 times[kept], ids[kept] = times[i], ids[i]
                 kept += 1
         size[0] = 0
@@ -776,45 +899,52 @@ def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _unfix(fixed, groups, g, now):  # pragma: no cover - compiled
-    """Make ``g``'s ``g_served`` exact at ``now`` and free it from its fixed rate."""
-    groups[2][g] += groups[4][g] * (now - fixed[3][g])
-    groups[3][g] = groups[4][g]
-    fixed[2][g] = False
+    """Make ``g``'s ``served`` exact at ``now`` and free it from its fixed rate."""
+    groups.served[g] += groups.cap[g] * (now - fixed.since[g])
+    groups.rate[g] = groups.cap[g]
+    fixed.group_fixed[g] = False
 
 
 @njit(cache=True)
 def _next_fixed(fixed):  # pragma: no cover - compiled
     """The earliest valid end time in the heap (stale entries dropped), inf if none."""
-    g_fixed, end, times, ids, size = fixed[2], fixed[4], fixed[5], fixed[6], fixed[7]
+    times, ids, size = fixed.heap_times, fixed.heap_groups, fixed.heap_size
+    group_fixed, end = fixed.group_fixed, fixed.end
     while size[0] > 0:
         g = ids[0]
-        if g_fixed[g] and end[g] == times[0]:
+        if group_fixed[g] and end[g] == times[0]:
             return times[0]
         _end_pop(times, ids, size)
     return np.inf
 
 
+class StepState(NamedTuple):
+    """What one :func:`run_steps` call keeps between its allocations."""
+
+    classes: Classes
+    fixed: FixedRates
+    saved_residual: np.ndarray  # (levels, links): what each level found left
+    saved_positive: np.ndarray  # per level: the groups with a rate listed before it
+
+
 @njit(cache=True)
-def _allocate(
-    groups, pairs, c_float, dirty, n_dirty, order, level_start, general, ideal, capacity, n_hosts,
-    positive, fixed, fix_rates, now, first, saved_residual, saved_positive,
-):  # fmt: skip  # pragma: no cover - compiled
-    """Rates for levels ``first`` and below: ``g_rate`` of the groups of general levels (those
+def _allocate(groups, pairs, plan, settings, state, positive, now, first):
+    # pragma: no cover - compiled
+    """Rates for levels ``first`` and below: ``rate`` of the groups of general levels (those
     that get one are listed first in ``positive``; returns how many), classes for the pair
     levels. The levels above keep their rates: what each level found left and how many groups
-    of ``positive`` came before it are saved for that (``saved_residual``, ``saved_positive``)."""
-    g_links, g_count, g_rate, g_cap = groups[0], groups[1], groups[3], groups[4]
-    w, wt, row_count, col_count, row_share, col_share = (
-        pairs[0],
-        pairs[1],
-        pairs[2],
-        pairs[3],
-        pairs[4],
-        pairs[5],
-    )
+    of ``positive`` came before it are saved in ``state`` for that."""
+    g_links, g_n_flows, g_rate, g_cap = groups.links, groups.n_flows, groups.rate, groups.cap
+    order, level_start, general = plan.order, plan.start, plan.general
+    capacity, n = settings.capacity, settings.n_hosts
+    fixed, saved_residual, saved_positive = state.fixed, state.saved_residual, state.saved_positive
+    level_fixed, level_use, group_fixed = fixed.level_fixed, fixed.level_use, fixed.group_fixed
+    classes, fix_rates = state.classes, settings.fix_rates
+    w, wt, row_count, col_count = pairs.flows, pairs.flows_t, pairs.row_count, pairs.col_count
+    row_share, col_share = pairs.row_share, pairs.col_share
     n_positive = 0
-    if ideal:
-        greedy_groups(g_links, g_count, g_cap, order, capacity, g_rate)
+    if settings.ideal:
+        greedy_groups(g_links, g_n_flows, g_cap, order, capacity, g_rate)
         for e in range(order.shape[0]):
             if g_rate[order[e]] > 0.0:
                 positive[n_positive] = order[e]
@@ -823,32 +953,31 @@ def _allocate(
     residual = saved_residual[first].copy() if first > 0 else capacity.copy()
     n_positive = saved_positive[first] if first > 0 else 0
     usage = np.zeros(capacity.shape[0])
-    n = n_hosts
     for level in range(first, level_start.shape[0] - 1):
         saved_residual[level, :] = residual
         saved_positive[level] = n_positive
         members = order[level_start[level] : level_start[level + 1]]
         if general[level]:
-            level_fixed, use = fixed[0], fixed[1][level]
+            use = level_use[level]
             if level_fixed[level]:
                 if _take(use, residual):
                     continue  # its caps still fit: its groups keep their rates
                 level_fixed[level] = False
                 use[:] = 0.0
                 for e in range(members.shape[0]):
-                    if fixed[2][members[e]]:
+                    if group_fixed[members[e]]:
                         _unfix(fixed, groups, members[e], now)
             scratch = use if fix_rates else usage
-            fit = _caps_fit(members, g_links, g_cap, g_count, residual, capacity, g_rate, scratch)
+            fit = _caps_fit(members, g_links, g_cap, g_n_flows, residual, capacity, g_rate, scratch)
             if fit == FIT and fix_rates:
                 level_fixed[level] = True
                 for e in range(members.shape[0]):
-                    if g_count[members[e]] >= 0.5:
+                    if g_n_flows[members[e]] >= 0.5:
                         _fix(fixed, groups, members[e], now)
                 continue
             scratch[:] = 0.0
             if fit == NO_FIT:
-                _fill(members, g_links, g_cap, g_count, residual, capacity, g_rate)
+                _fill(members, g_links, g_cap, g_n_flows, residual, capacity, g_rate)
             for e in range(members.shape[0]):
                 if g_rate[members[e]] > 0.0:
                     positive[n_positive] = members[e]
@@ -859,43 +988,34 @@ def _allocate(
             flows += row_count[level, s]
         if flows < 0.5:
             continue  # (its classes emptied as their last flows ended)
-        pair_shares(
-            w[level],
-            wt[level],
-            row_count[level],
-            col_count[level],
-            residual,
-            capacity,
-            n,
-            row_share[level],
+        level_pairs = PairLevel(
+            w[level], wt[level], row_count[level], col_count[level], row_share[level],
             col_share[level],
-        )
-        _update_classes(groups, pairs, c_float, dirty, n_dirty, level, n)
+        )  # fmt: skip
+        pair_shares(level_pairs, residual, capacity, n)
+        _update_classes(groups, pairs, classes, level, n)
     return n_positive
 
 
 @njit(cache=True)
-def _finish_flows(flows, groups, pairs, g, reach, in_pairs, n_hosts, slot_left, finished,
-                  n_finished):  # fmt: skip  # pragma: no cover - compiled
-    """End the flows of ``g`` whose threshold is at most ``reach`` (at least its head);
-    returns the new count of finished slots. ``g`` is freed by the caller if it emptied."""
-    f_thr, f_group, f_prev, f_next, f_slot = flows[2], flows[3], flows[4], flows[5], flows[6]
-    g_links, g_count, g_level, g_head, g_next = (
-        groups[0],
-        groups[1],
-        groups[5],
-        groups[7],
-        groups[8],
-    )
-    w, wt, row_count, col_count = pairs[0], pairs[1], pairs[2], pairs[3]
-    if g_head[g] != NIL and f_thr[g_head[g]] > reach:
-        reach = f_thr[g_head[g]]  # its next flow ends now, whatever float error says
-    level = g_level[g]
-    f = g_head[g]
-    while f != NIL and f_thr[f] <= reach:
+def _finish_flows(flows, groups, pairs, g, reach, in_pairs, finished, n_finished):
+    # pragma: no cover - compiled
+    """End the flows of ``g`` whose threshold is at most ``reach`` (at least its head), taking
+    them off the pair matrices if ``in_pairs``; the slots they complete are appended to
+    ``finished``, and the new count returned. ``g`` is freed by the caller if it emptied."""
+    f_threshold, f_group, f_next, f_slot = flows.threshold, flows.group, flows.next, flows.slot
+    f_prev = flows.prev
+    slot_left, g_n_flows, g_links, head = flows.slot_left, groups.n_flows, groups.links, groups.head
+    w, wt, row_count, col_count = pairs.flows, pairs.flows_t, pairs.row_count, pairs.col_count
+    n_hosts = row_count.shape[1]
+    if head[g] != NIL and f_threshold[head[g]] > reach:
+        reach = f_threshold[head[g]]  # its next flow ends now, whatever float error says
+    level = groups.level[g]
+    f = head[g]
+    while f != NIL and f_threshold[f] <= reach:
         nxt = f_next[f]
         f_group[f] = DONE
-        g_count[g] -= 1.0
+        g_n_flows[g] -= 1.0
         if in_pairs:
             s = g_links[g, 0]
             d = g_links[g, 1] - n_hosts
@@ -911,68 +1031,58 @@ def _finish_flows(flows, groups, pairs, g, reach, in_pairs, n_hosts, slot_left, 
         f = nxt
     if f != NIL:
         f_prev[f] = NIL
-    g_head[g] = f
-    g_next[g] = np.inf if f == NIL else f_thr[f]
+    head[g] = f
+    groups.head_threshold[g] = np.inf if f == NIL else f_threshold[f]
     return n_finished
 
 
 @njit(cache=True)
-def run_steps(
-    flows,
-    groups,
-    pairs,
-    slot_left,
-    order,
-    level_start,
-    general,
-    ideal,
-    capacity,
-    n_hosts,
-    positive,
-    now,
-    limit,
-    simultaneous,
-    finished,
-    fix_rates,
-):  # pragma: no cover - compiled
+def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
+    # pragma: no cover - compiled
     """Step from ``now`` until a coflow finishes or the clock reaches ``limit``.
 
-    Returns ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`,
-    :data:`LIMIT`, :data:`STUCK`), the clock, the steps taken and the slots that finished (the
-    first ``n_finished`` entries of ``finished``). ``positive`` is scratch room for the groups
-    of general levels; ``fix_rates`` fixes the rates of levels whose caps fit (see above)."""
-    g_links, g_count, g_served, g_rate, g_cap, g_level, g_next = (
-        groups[0],
-        groups[1],
-        groups[2],
-        groups[3],
-        groups[4],
-        groups[5],
-        groups[8],
-    )
-    w, wt, level_row, pmap = pairs[0], pairs[1], pairs[6], groups[14]
+    ``plan`` is the :class:`LevelPlan` of the last reorder, ``settings`` the
+    :class:`StepSettings`, ``buffers`` the caller's :class:`StepBuffers`. Returns
+    ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`, :data:`LIMIT`,
+    :data:`STUCK`), the clock, the steps taken and the slots that finished (the first
+    ``n_finished`` entries of ``buffers.finished``)."""
+    g_links, g_n_flows, g_served, g_rate = groups.links, groups.n_flows, groups.served, groups.rate
+    g_cap, g_level, head_threshold = groups.cap, groups.level, groups.head_threshold
+    pair_group, w, wt, level_rows = groups.pair_group, pairs.flows, pairs.flows_t, pairs.level_rows
+    order, level_start, general = plan.order, plan.start, plan.general
+    positive, finished = buffers.positive, buffers.finished
+    ideal, capacity, simultaneous = settings.ideal, settings.capacity, settings.simultaneous
     # (no general level, no fixed-rate state to set up: JPAS makes 5,000 calls)
-    fix_rates = fix_rates and not ideal and general.any()
-    n_fixable = groups[13][2] if fix_rates else 0
+    fix_rates = settings.fix_rates and not ideal and general.any()
+    n_fixable = groups.ids[USED_PREFIX] if fix_rates else 0
     fixed = _fixed_state(level_start.shape[0] - 1, capacity.shape[0], n_fixable)
-    level_fixed, fixed_use, fixed_ids = fixed[0], fixed[1], fixed[6]
-    n = n_hosts
+    n = settings.n_hosts
     n_levels = level_start.shape[0] - 1
     use_classes = n > 0 and not ideal
     n_classes = n_levels * 2 * n if use_classes else 0
-    c_float = np.zeros((3, n_classes))
-    c_float[_KEY, :] = np.inf
-    served, share, key = c_float[_SERVED], c_float[_SHARE], c_float[_KEY]
-    dirty = np.zeros(n_classes, dtype=np.bool_)
-    n_dirty = np.zeros(n_classes + 1, dtype=np.int64)  # [count, dirty classes...]
+    classes = Classes(
+        np.zeros(n_classes),
+        np.zeros(n_classes),
+        np.full(n_classes, np.inf),
+        np.zeros(n_classes, dtype=np.bool_),
+        np.zeros(n_classes + 1, dtype=np.int64),
+    )
+    served, share, key = classes.served, classes.share, classes.key
+    dirty, dirty_list = classes.dirty, classes.dirty_list
+    level_fixed, level_use, group_fixed = fixed.level_fixed, fixed.level_use, fixed.group_fixed
+    heap_times, heap_groups, heap_size = fixed.heap_times, fixed.heap_groups, fixed.heap_size
+    state = StepState(
+        classes,
+        fixed,
+        np.empty((max(n_levels, 1), capacity.shape[0])),
+        np.zeros(max(n_levels, 1), dtype=np.int64),
+    )
     active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share
     scratch = np.empty(max(n * MAX_LEVEL_ROWS, 1), dtype=np.int64)
     ending = np.empty(n_classes, dtype=np.int64)
     before = np.empty(n_classes)
     # the highest level a completion changed: the levels above keep their rates
     changed = 0
-    saved_residual = np.empty((max(n_levels, 1), capacity.shape[0]))
-    saved_positive = np.zeros(max(n_levels, 1), dtype=np.int64)
     steps = 0
     n_finished = 0
     realloc = True
@@ -980,28 +1090,9 @@ def run_steps(
     why = LIMIT
     while True:
         if realloc:
-            n_positive = _allocate(
-                groups,
-                pairs,
-                c_float,
-                dirty,
-                n_dirty,
-                order,
-                level_start,
-                general,
-                ideal,
-                capacity,
-                n,
-                positive,
-                fixed,
-                fix_rates,
-                now,
-                changed,
-                saved_residual,
-                saved_positive,
-            )
+            n_positive = _allocate(groups, pairs, plan, settings, state, positive, now, changed)
             changed = n_levels
-            _refresh_keys(groups, pairs, c_float, dirty, n_dirty, n, scratch)
+            _refresh_keys(groups, pairs, classes, n, scratch)
             for level in range(n_levels if use_classes else 0):
                 active[level] = False
                 for c in range(level * 2 * n, (level + 1) * 2 * n):
@@ -1020,7 +1111,7 @@ def run_steps(
                         step = (key[c] - served[c]) / share[c]
         for i in range(n_positive):
             g = positive[i]
-            left = g_next[g] - g_served[g]
+            left = head_threshold[g] - g_served[g]
             if left < step * g_rate[g]:
                 step = left / g_rate[g]
         if fix_rates and _next_fixed(fixed) - now < step:
@@ -1051,22 +1142,22 @@ def run_steps(
                     n_ending += 1
         for k in range(n_ending):
             c = ending[k]
-            for j in range(_class_members(w, wt, pmap, level_row, share, c, n, scratch)):
+            for j in range(_class_members(w, wt, pair_group, level_rows, share, c, n, scratch)):
                 g = scratch[j]
-                if g_next[g] - g_served[g] - before[c] > cutoff * share[c]:
+                if head_threshold[g] - g_served[g] - before[c] > cutoff * share[c]:
                     continue
                 ended = True
                 changed = min(changed, c // (2 * n))
                 reach = g_served[g] + served[c] + share[c] * step * simultaneous + 1e-6
                 n_finished = _finish_flows(
-                    flows, groups, pairs, g, reach, True, n, slot_left, finished, n_finished
+                    flows, groups, pairs, g, reach, True, finished, n_finished
                 )
-                if g_count[g] < 0.5:
+                if g_n_flows[g] < 0.5:
                     _free_group(groups, g)
-            _mark_dirty(dirty, n_dirty, c)
+            _mark_dirty(dirty, dirty_list, c)
         for i in range(n_positive):
             g = positive[i]
-            left = g_next[g] - g_served[g]
+            left = head_threshold[g] - g_served[g]
             g_served[g] += g_rate[g] * step
             if left > cutoff * g_rate[g]:
                 continue
@@ -1075,26 +1166,24 @@ def run_steps(
             reach = g_served[g] + g_rate[g] * step * simultaneous + 1e-6
             in_pairs = use_classes and not general[g_level[g]]
             n_finished = _finish_flows(
-                flows, groups, pairs, g, reach, in_pairs, n, slot_left, finished, n_finished
+                flows, groups, pairs, g, reach, in_pairs, finished, n_finished
             )
-            if g_count[g] < 0.5:
+            if g_n_flows[g] < 0.5:
                 _free_group(groups, g)
         while fix_rates and _next_fixed(fixed) - then <= cutoff:
-            g = fixed_ids[0]
-            _end_pop(fixed[5], fixed_ids, fixed[7])
+            g = heap_groups[0]
+            _end_pop(heap_times, heap_groups, heap_size)
             _unfix(fixed, groups, g, now)
             ended = True
             changed = min(changed, g_level[g])
-            before_count = g_count[g]
+            before_count = g_n_flows[g]
             reach = g_served[g] + g_cap[g] * step * simultaneous + 1e-6
-            n_finished = _finish_flows(
-                flows, groups, pairs, g, reach, False, n, slot_left, finished, n_finished
-            )
+            n_finished = _finish_flows(flows, groups, pairs, g, reach, False, finished, n_finished)
             for c in range(g_links.shape[1]):  # its level now takes less of its links
                 link = g_links[g, c]
-                use = fixed_use[g_level[g], link] - g_cap[g] * (before_count - g_count[g])
-                fixed_use[g_level[g], link] = max(use, 0.0)
-            if g_count[g] < 0.5:
+                use = level_use[g_level[g], link] - g_cap[g] * (before_count - g_n_flows[g])
+                level_use[g_level[g], link] = max(use, 0.0)
+            if g_n_flows[g] < 0.5:
                 _free_group(groups, g)
             else:
                 _fix(fixed, groups, g, now)
@@ -1108,11 +1197,11 @@ def run_steps(
     for level in range(level_fixed.shape[0]):
         if level_fixed[level]:
             for e in range(level_start[level], level_start[level + 1]):
-                if fixed[2][order[e]]:
+                if group_fixed[order[e]]:
                     _unfix(fixed, groups, order[e], now)
-    # every member's g_served back from offset to bits served
+    # every member's served back from offset to bits served
     for c in range(n_classes):
         if served[c] != 0.0:
-            for j in range(_class_members(w, wt, pmap, level_row, share, c, n, scratch)):
+            for j in range(_class_members(w, wt, pair_group, level_rows, share, c, n, scratch)):
                 g_served[scratch[j]] += served[c]
     return why, now, steps, n_finished

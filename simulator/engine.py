@@ -46,6 +46,9 @@ from controller.timeline import CoflowLevel, Timeline
 from simulator.core import (
     MAX_LEVEL_ROWS,
     STUCK,
+    LevelPlan,
+    StepBuffers,
+    StepSettings,
     Tables,
     flow_remaining,
     place_flows,
@@ -202,9 +205,9 @@ class Simulator:
         if self._pair_hosts:
             self._tables.enable_pairs(n_levels, n)
         # groups in use sorted by level (set at reorders; groups only appear at reorders)
-        self._order = np.zeros(0, dtype=np.int64)
-        self._level_start = np.zeros(2, dtype=np.int64)
-        self._general = np.ones(1, dtype=np.bool_)  # levels that take the general max-min
+        self._plan = LevelPlan(
+            np.zeros(0, dtype=np.int64), np.zeros(2, dtype=np.int64), np.ones(1, dtype=np.bool_)
+        )
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
         self._layout = None  # what the sorted groups were built from (see _reorder)
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
@@ -308,23 +311,22 @@ class Simulator:
             if self.timeline is not None:
                 self._sample_ports()
             finished = np.empty(len(self._active_slots), dtype=np.int64)
-            why, now_s, steps, n_finished = run_steps(
-                tables.flow_arrays(),
-                tables.group_arrays(),
-                tables.pair_arrays(),
-                tables.slot_left,
-                self._order,
-                self._level_start,
-                self._general,
+            settings = StepSettings(
                 self.mode == "ideal",
                 self._capacity,
                 self._pair_hosts,
-                self._positive,
+                _SIMULTANEOUS,
+                self._fixed_rates,
+            )
+            why, now_s, steps, n_finished = run_steps(
+                tables.flow_table(),
+                tables.group_table(),
+                tables.pair_table(),
+                self._plan,
+                settings,
+                StepBuffers(self._positive, finished),
                 self.now_s,
                 limit,
-                _SIMULTANEOUS,
-                finished,
-                self._fixed_rates,
             )
             self._advance(now_s)
             self.steps += steps
@@ -381,8 +383,8 @@ class Simulator:
         tables = self._tables
         tables.reserve_groups(last - first)
         place_flows(
-            tables.flow_arrays(),
-            tables.group_arrays(),
+            tables.flow_table(),
+            tables.group_table(),
             first,
             last,
             bucket,
@@ -394,7 +396,7 @@ class Simulator:
         first, last = self._slot_flows[slot]
         tables = self._tables
         flows = np.arange(first, last)[tables.f_group[first:last] >= 0]
-        return flows, flow_remaining(tables.flow_arrays(), tables.group_arrays(), flows)
+        return flows, flow_remaining(tables.flow_table(), tables.group_table(), flows)
 
     # ---- policy and allocation -----------------------------------------------------------------
 
@@ -404,7 +406,7 @@ class Simulator:
         first = np.asarray([self._slot_flows[s][0] for s in slots], dtype=np.int64)
         last = np.asarray([self._slot_flows[s][1] for s in slots], dtype=np.int64)
         tables = self._tables
-        flows, groups = tables.flow_arrays(), tables.group_arrays()
+        flows, groups = tables.flow_table(), tables.group_table()
         total, ports = slot_loads(flows, groups, first, last, self.fabric.n_hosts, with_ports)
         return slots, total, ports
 
@@ -440,7 +442,7 @@ class Simulator:
     def _new_bucket(self, level: int, single: bool) -> int:
         self._b_level.append(level)
         self._b_single.append(single)
-        self._b_row.append(-1 if single else self._tables.new_pmap_row(self._free_rows))
+        self._b_row.append(-1 if single else self._tables.new_pair_row(self._free_rows))
         self._b_members.append(set())
         self._live_buckets.add(len(self._b_level) - 1)
         return len(self._b_level) - 1
@@ -488,8 +490,8 @@ class Simulator:
         bucket_live = np.zeros(len(self._b_level), dtype=np.bool_)
         bucket_live[list(self._live_buckets)] = True
         order, start, general = set_group_levels(
-            tables.group_arrays(),
-            tables.pair_arrays(),
+            tables.group_table(),
+            tables.pair_table(),
             bucket_level,
             bucket_row,
             bucket_live,
@@ -501,7 +503,7 @@ class Simulator:
             first_flow = tables.g_head[order]
             order = order[np.lexsort((first_flow, tables.g_level[order]))]
             start = np.asarray([0, len(order)], dtype=np.int64)
-        self._order, self._level_start, self._general = order, start, general
+        self._plan = LevelPlan(order, start, general)
         self._positive = np.empty(len(order), dtype=np.int64)
 
     def _record_levels(self, level: dict[int, int]) -> None:

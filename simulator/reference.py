@@ -39,7 +39,7 @@ from controller.model import (
     egress,
     ingress,
 )
-from simulator.allocation import _fill, greedy_groups, pair_shares
+from simulator.allocation import PairLevel, _fill, greedy_groups, pair_shares
 
 # ---- fluid schedule ------------------------------------------------------------------------
 
@@ -364,15 +364,7 @@ def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     n = w.shape[0]
     row_share, col_share = np.zeros(n), np.zeros(n)
     residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
-    pair_shares(
-        w,
-        np.ascontiguousarray(w.T),
-        w.sum(axis=1),
-        w.sum(axis=0),
-        residual,
-        residual.copy(),
-        n,
-        row_share,
-        col_share,
-    )
+    level = PairLevel(w, np.ascontiguousarray(w.T), w.sum(axis=1), w.sum(axis=0), row_share,
+                      col_share)  # fmt: skip
+    pair_shares(level, residual, residual.copy(), n)
     return np.minimum(row_share[:, None], col_share[None, :])

@@ -240,6 +240,26 @@ def test_fixed_rate_levels_match_recomputing_every_step(seed):
         assert record.finish_s == pytest.approx(eager.coflows[c].finish_s, rel=1e-9)
 
 
+def test_every_kernel_takes_at_most_8_arguments_and_says_what_it_does():
+    # the tables travel as named tuples (simulator.core): a kernel reads its fields by name
+    # instead of taking them one by one
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "simulator"
+    kernels = []
+    for module in ("core.py", "allocation.py"):
+        for node in ast.parse((root / module).read_text()).body:
+            if isinstance(node, ast.FunctionDef) and any(
+                "njit" in ast.unparse(d) for d in node.decorator_list
+            ):
+                kernels.append(node)
+    assert len(kernels) > 20
+    too_many = [k.name for k in kernels if len(k.args.args) > 8]
+    undocumented = [k.name for k in kernels if not ast.get_docstring(k)]
+    assert too_many == [] and undocumented == []
+
+
 def test_caps_that_fit_are_what_max_min_gives():
     # the shortcut for capped levels (caps fit: each flow its cap; flows on a link the levels
     # above filled: 0) against the general priority max-min
