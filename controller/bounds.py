@@ -202,3 +202,25 @@ def stage_lower_bound(jobs: Sequence[JobDemand], port_bps: float) -> float:
                 first_send[port] = min(first_send.get(port, job.compute_s), job.compute_s)
     busiest = max((first_send[p] + 8.0 * load[p] / port_bps for p in load), default=0.0)
     return max(alone, busiest)
+
+
+def staggered_stage_lower_bound(
+    joins: Sequence[tuple[float, JobDemand]], start_s: float, port_bps: float
+) -> float:
+    """A lower bound on the SCT of a stage whose jobs join it over time (ASHA's rungs).
+
+    Every job of ``joins`` that joins at ``t`` or later can do nothing before ``t``, and those
+    jobs together need at least :func:`stage_lower_bound` of them from a common start; so the
+    stage cannot end before ``t - start_s`` plus that, for every join time ``t``. With one
+    join time (successive halving's stages) this is :func:`stage_lower_bound` itself.
+
+    Args:
+        joins: ``(join time, job)`` of every job of the stage.
+        start_s: the stage's start (its first join).
+        port_bps: capacity of every port.
+    """
+    best = 0.0
+    for t in sorted({join_s for join_s, _ in joins}):
+        later = [job for join_s, job in joins if join_s >= t]
+        best = max(best, t - start_s + stage_lower_bound(later, port_bps))
+    return best

@@ -77,7 +77,7 @@ from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
 from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
-from workloads.hpo import PATTERNS, generate  # noqa: E402
+from workloads.hpo import PATTERNS, SEARCHES, generate  # noqa: E402
 from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
@@ -102,6 +102,7 @@ def workload(args) -> list:
         patterns=tuple(args.patterns),
         link_scale=args.link_scale,
         surrogate=args.surrogate,
+        search=args.search,
     )
 
 
@@ -540,6 +541,7 @@ def seed_summary(results: list[dict], args, argv) -> dict:
             "tasks": args.tasks,
             "configs": args.configs,
             "eta": args.eta,
+            "search": args.search,
             "min_iterations": args.min_iterations,
             "workers": args.workers,
             "patterns": args.patterns,
@@ -614,6 +616,13 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--tasks", type=positive(int), default=2)
     parser.add_argument("--configs", type=positive(int), default=9)
     parser.add_argument("--eta", type=number(int, 2), default=3)
+    parser.add_argument(
+        "--search",
+        choices=SEARCHES,
+        default="halving",
+        help="halving: synchronous successive halving (default); asha: the same rungs without "
+        "a stage barrier; full: one stage, every configuration trained to the end",
+    )
     parser.add_argument(
         "--min-iterations",
         type=positive(int),

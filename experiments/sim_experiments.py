@@ -1,13 +1,15 @@
 """Simulated comparison of the coflow scheduling policies (Beamer's large-scale experiments).
 
     .venv/bin/python scripts/sim_experiments.py [--hosts 13 64 150] [--loads 0.5 1]
-                                                [--seeds 1] [--trace FILE] [--out results/sim]
+                                                [--seeds 1] [--search halving|asha|full]
+                                                [--trace FILE] [--out results/sim]
 
-For every cluster size and load, one seeded HPO workload (successive halving, PS and ring
-all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3) runs under every policy on a big switch of
-1 Gbit/s ports. Load 1 is two concurrent HPO tasks per 13 hosts (the testbed's workload);
-``tasks = max(1, round(load * 2 * hosts / 13))``. Then a coflow trace runs under every policy
-(the shared resampled Facebook trace when present, else a generated one). Writes ``hpo.csv``
+For every cluster size and load, one seeded HPO workload (successive halving by default, or
+ASHA with ``--search asha``; PS and ring all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3)
+runs under every policy on a big switch of 1 Gbit/s ports. Load 1 is two concurrent HPO tasks
+per 13 hosts (the testbed's workload); ``tasks = max(1, round(load * 2 * hosts / 13))``.
+Then a coflow trace runs under every policy (the shared resampled Facebook trace when present,
+else a generated one). Writes ``hpo.csv``
 (one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
 and the ratio to fair sharing paired per seed: geometric mean with its CI), ``trace.csv`` and
 PNG figures (average and p95 stage completion time, time to 90 % accuracy relative to fair
@@ -47,7 +49,7 @@ from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
 from simulator.traces import MB, Trace, TraceError, load_trace, write_fb_trace  # noqa: E402
-from workloads.hpo import generate  # noqa: E402
+from workloads.hpo import SEARCHES, generate  # noqa: E402
 
 # the checkout this runs from (OVS start-up script, ../shared traces)
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,8 +76,9 @@ def hpo_point(point: dict) -> dict:
     hosts = point["hosts"]
     sim = Simulator(Fabric(hosts, point["link_gbps"] * 1e9), make_policy(point["policy"]))
     workload = generate(
-        hosts, point["tasks"], seed=point["seed"], configs_per_task=CONFIGS, workers=WORKERS
-    )
+        hosts, point["tasks"], seed=point["seed"], configs_per_task=CONFIGS, workers=WORKERS,
+        search=point["search"],
+    )  # fmt: skip
     driver = HpoDriver(sim, workload)
     sim.run()
     result = hpo_summary(driver)
@@ -96,8 +99,9 @@ def hpo_point(point: dict) -> dict:
 def hpo_points(args) -> list[dict]:
     """Every (hosts, load, seed, policy) of the sweep, in the order the tables list them."""
     return [
-        {"kind": "hpo", "link_gbps": args.link_gbps, "hosts": hosts, "load": load,
-         "tasks": max(1, round(load * 2 * hosts / 13)), "seed": seed, "policy": name}
+        {"kind": "hpo", "link_gbps": args.link_gbps, "search": args.search, "hosts": hosts,
+         "load": load, "tasks": max(1, round(load * 2 * hosts / 13)), "seed": seed,
+         "policy": name}
         for hosts in args.hosts for load in args.loads for seed in args.seeds
         for name in args.policy
     ]  # fmt: skip
@@ -287,6 +291,13 @@ def main(argv=None) -> int:
     parser.add_argument("--hosts", type=number(int, 2), nargs="+", default=[13, 64, 150])
     parser.add_argument("--loads", type=positive(float), nargs="+", default=[0.5, 1.0])
     parser.add_argument("--seeds", type=non_negative(int), nargs="+", default=[1])
+    parser.add_argument(
+        "--search",
+        choices=SEARCHES,
+        default="halving",
+        help="the HPO tasks' search: halving (synchronous successive halving, default), asha "
+        "(the same rungs without a stage barrier) or full",
+    )
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
     parser.add_argument(
         "--link-gbps",

@@ -167,8 +167,7 @@ class HpoDriver:
             return
         del self._model_jobs[job_id]
         actions = self.core.job_done(job_id, now)
-        stage = self.core.stages[job.stage_id]
-        if stage.finish_s is not None:
+        for stage in actions.finished_stages:
             self._model_stages.pop(stage.stage_id, None)
             self.sim.request_reorder()
             for listener in self._stage_listeners:

@@ -19,7 +19,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from workloads.curves import LearningCurve, sample_curves
 from workloads.profiles import PROFILES, ModelProfile
 
 PATTERNS = ("ps", "ring")
-SEARCHES = ("halving", "full")
+SEARCHES = ("halving", "full", "asha")
 
 
 class Flows(NamedTuple):
@@ -103,6 +103,88 @@ def survivors(task: HpoTask, stage_index: int, trained: dict[int, int]) -> list[
     return ranked[:keep]
 
 
+def asha_promotions(
+    task: HpoTask, rung: int, completed: dict[int, float], promoted: Iterable[int]
+) -> list[int]:
+    """The configurations ASHA promotes out of ``rung`` now, best first.
+
+    Asynchronous successive halving (Li et al., "A System for Massively Parallel
+    Hyperparameter Tuning", MLSys 2020) promotes a configuration as soon as it ranks in the top
+    ``1 / eta`` of the configurations that have *completed* the rung so far, instead of waiting
+    for the whole rung (the stage barrier of successive halving). Here the fraction is the
+    halving plan's own, ``keep(rung + 1) / keep(rung)`` (``1 / eta`` when the counts divide),
+    so the rungs have the plan's budgets. A promotion is never taken back: a configuration that
+    led early and was overtaken has moved on all the same, so a rung may promote more than
+    successive halving keeps.
+
+    Args:
+        task: its ``plan`` gives the rungs (the halving stages).
+        rung: the rung whose results these are.
+        completed: configuration -> accuracy at the end of ``rung``, for every configuration
+            that completed it.
+        promoted: the configurations already promoted out of ``rung``.
+
+    Returns:
+        The configurations to promote (ranked by accuracy, ties: lower index); empty from the
+        last rung.
+    """
+    if rung + 1 >= len(task.plan):
+        return []
+    keep, size = task.plan[rung + 1][0], task.plan[rung][0]
+    allowed = min(keep, len(completed) * keep // size)
+    ranked = sorted(completed, key=lambda c: (-completed[c], c))[:allowed]
+    done = set(promoted)
+    return [c for c in ranked if c not in done]
+
+
+class RungSearch(Protocol):
+    """What decides an asynchronous task's rungs: which configurations start, and which move
+    on each time one completes a rung (:class:`workloads.hpo_core.HpoCore` asks it).
+    :class:`Asha` is the default; :class:`workloads.optuna_search.OptunaSearch` lets an Optuna
+    study decide."""
+
+    def first_configs(self, task: HpoTask) -> list[int]:
+        """The configurations that start when the task arrives."""
+
+    def rung_done(
+        self, task: HpoTask, rung: int, config: int, completed: dict[int, float],
+        promoted: list[int],
+    ) -> list[int]:  # fmt: skip
+        """``config`` just completed ``rung`` (``completed``: accuracy at the rung's end of
+        every configuration that completed it, this one included; ``promoted``: those that
+        moved on already); the configurations to move on to the next rung now."""
+
+    def more_configs(self, task: HpoTask) -> list[int]:
+        """New configurations to start now (a job of the task just ended)."""
+
+    def exhausted(self, task: HpoTask) -> bool:
+        """Whether no configuration will start any more."""
+
+
+class Asha:
+    """ASHA over a task's own configurations: all start at its arrival, and
+    :func:`asha_promotions` decides who moves on."""
+
+    def first_configs(self, task: HpoTask) -> list[int]:
+        """Every configuration of the task."""
+        return list(range(task.n_configs))
+
+    def rung_done(
+        self, task: HpoTask, rung: int, config: int, completed: dict[int, float],
+        promoted: list[int],
+    ) -> list[int]:  # fmt: skip
+        """:func:`asha_promotions`."""
+        return asha_promotions(task, rung, completed, promoted)
+
+    def more_configs(self, task: HpoTask) -> list[int]:
+        """None: every configuration started at the arrival."""
+        return []
+
+    def exhausted(self, task: HpoTask) -> bool:
+        """Always."""
+        return True
+
+
 @dataclass
 class HpoTask:
     """One HPO task: a model, its configurations and where their jobs run."""
@@ -115,6 +197,8 @@ class HpoTask:
     hosts: list[list[int]]  # per configuration: the hosts of its job
     plan: list[tuple[int, int]] = field(default_factory=list)
     eta: int = 3
+    asynchronous: bool = False  # rungs promote as results come, no stage barrier
+    search: RungSearch | None = None  # what decides an asynchronous task's rungs (None: ASHA)
 
     @property
     def n_configs(self) -> int:
@@ -160,7 +244,8 @@ def generate(
         search: ``halving`` (successive halving) or ``full``: one stage in which every
             configuration trains as long as the halving survivor would (a grid/random search
             without early stopping, the setting where GPU time-sharing decides what is learnt
-            first).
+            first); or ``asha``: the halving plan's rungs run asynchronously (see
+            :func:`asha_promotions`).
         surrogate: a :class:`workloads.yahpo.LcBench` to take the learning curves from (its 52
             epochs spread over the survivor's budget; ``good_fraction`` is then unused), or
             ``None`` for the parametric curves of :mod:`workloads.curves`.
@@ -189,7 +274,8 @@ def generate(
         else:
             curves = surrogate.curves(rng, configs_per_task, iterations_per_epoch=longest / 52)
         hosts = [rng.sample(range(n_hosts), workers) for _ in range(configs_per_task)]
-        tasks.append(HpoTask(t, clock, model, pattern, curves, hosts, plan, eta))
+        tasks.append(HpoTask(t, clock, model, pattern, curves, hosts, plan, eta,
+                             asynchronous=search == "asha"))  # fmt: skip
     return tasks
 
 

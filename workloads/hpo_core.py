@@ -26,8 +26,16 @@ with the same definitions:
   bound where the busiest ports are mostly busy).
 
 The search is successive halving (:func:`workloads.hpo.survivors` picks who goes on); a task's
-``plan`` lists its stages. Asynchronous searches (ASHA) will add their own rule for what
-starts after an event in :meth:`HpoCore._after_job`, the one place that decides it.
+``plan`` lists its stages. An ``asynchronous`` task runs the same plan as ASHA
+(:func:`workloads.hpo.asha_promotions`): its rungs have no barrier, a configuration moves on
+as soon as it ranks high enough among those that completed its rung. Each rung is still a
+**stage** (what Beamer orders, what the controller registers): the jobs training towards that
+rung's budget, which join it as they are promoted. It starts with its first job and ends with
+its last one once no more can join (the rung below has ended); its lower bound allows for the
+later joins (:func:`controller.bounds.staggered_stage_lower_bound`), and its task's bound is
+the larger of its first rung's and the shortest chain of one configuration through every rung
+(stages overlap, so they do not add up). :meth:`HpoCore._after_job` is the one place that
+decides what starts after an event, for both searches.
 
 With a job manager (:class:`workloads.gpu.GpuManager`) the core submits every job it starts,
 reports progress, and returns the manager's decisions; ``JobRun.holding`` says whether a job
@@ -41,11 +49,19 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
+from controller.bounds import JobDemand, job_lower_bound, staggered_stage_lower_bound
 from controller.metrics import merge_intervals, summarise
 from controller.model import EGRESS, Flow, Port, port_bytes
 from workloads.gpu import Decision, GpuJob, GpuManager
-from workloads.hpo import Flows, HpoTask, best_identified_s, survivors, sync_phases
+from workloads.hpo import (
+    Asha,
+    Flows,
+    HpoTask,
+    RungSearch,
+    best_identified_s,
+    survivors,
+    sync_phases,
+)
 
 FRACTIONS = (0.9, 0.95)
 
@@ -62,7 +78,8 @@ class JobRun:
             run (:func:`workloads.hpo.sync_phases`).
         start_iteration: iterations its configuration trained before this stage.
         iterations: iterations to train in this stage.
-        start_s: its stage's start.
+        start_s: when it started: its stage's start, or later for a job that joined an
+            asynchronous rung.
         sync_bytes: bytes one synchronisation puts through each port (``controller.model``
             ports of the workload host indices), all its coflows together.
         bound_s: lower bound on its JCT.
@@ -96,7 +113,8 @@ class JobRun:
 
 @dataclass
 class StageRun:
-    """One successive-halving round of a task: its jobs start together, it ends with the last."""
+    """One successive-halving round of a task: its jobs start together, it ends with the last
+    (an ASHA rung: its jobs join as they are promoted; see the module docstring)."""
 
     stage_id: int
     task_id: int
@@ -138,16 +156,31 @@ class TaskRun:
 
 @dataclass
 class Actions:
-    """What a driver must do after an event, in this order: start ``started`` (jobs of new
-    stages, already submitted to the job manager), then apply every GPU decision in turn."""
+    """What a driver must do after an event, in this order: retire the stages of
+    ``finished_stages`` (they ended; their jobs are done), start ``started`` (jobs of new or
+    open stages, already submitted to the job manager), then apply every GPU decision in
+    turn."""
 
     started: list[JobRun] = field(default_factory=list)
     gpu: list[Decision] = field(default_factory=list)
+    finished_stages: list[StageRun] = field(default_factory=list)
 
     def extend(self, other: Actions) -> None:
         """Add ``other``'s actions to these."""
         self.started += other.started
         self.gpu += other.gpu
+        self.finished_stages += other.finished_stages
+
+
+@dataclass
+class _Rung:
+    """One rung of an asynchronous task: its stage (once a job joined it), the accuracy of
+    every configuration that completed it, those promoted out of it, and whether it ended."""
+
+    stage: StageRun | None = None
+    completed: dict[int, float] = field(default_factory=dict)
+    promoted: list[int] = field(default_factory=list)
+    ended: bool = False
 
 
 def _shortest_remote_flow(phase) -> float | None:
@@ -192,6 +225,10 @@ class HpoCore:
         }  # fmt: skip
         # task id -> (time, configuration, accuracy) as its jobs reported them
         self.observations: dict[int, list[tuple[float, int, float]]] = {t: [] for t in self.tasks}
+        self._rungs: dict[int, list[_Rung]] = {
+            t.task_id: [_Rung() for _ in t.plan] for t in self.tasks.values() if t.asynchronous
+        }
+        self._joins: dict[int, list[tuple[float, JobDemand]]] = {}  # stage id -> its jobs
 
     # ---- events -------------------------------------------------------------------------------
 
@@ -204,7 +241,10 @@ class HpoCore:
         if now_s < task.arrival_s - 1e-9:
             raise ValueError(f"task {task_id} started at {now_s} s, before its arrival")
         self.runs[task_id] = TaskRun(task_id, task.arrival_s, now_s)
-        return self._start_stage(task, 0, list(range(task.n_configs)), now_s)
+        configs = self._search(task).first_configs(task) if task.asynchronous else None
+        if configs == []:
+            raise ValueError(f"task {task_id}'s search started no configuration")
+        return self._start_stage(task, 0, configs or list(range(task.n_configs)), now_s)
 
     def iteration_done(self, job_id: int, now_s: float) -> float:
         """Job ``job_id`` finished one more iteration (compute and synchronisation).
@@ -261,10 +301,14 @@ class HpoCore:
             self.gpus.finish(job.job_id, now_s)
             actions.gpu.append(self._decide(now_s, preempt=False))
         stage = self.stages[job.stage_id]
+        task = self.tasks[stage.task_id]
+        if task.asynchronous:
+            actions.extend(self._after_rung_job(task, stage, job, now_s))
+            return actions
         if any(self.jobs[j].finish_s is None for j in stage.job_ids):
             return actions
         stage.finish_s = now_s
-        task = self.tasks[stage.task_id]
+        actions.finished_stages.append(stage)
         configs = [self.jobs[j].config for j in stage.job_ids]
         trained = {c: self.configs[(task.task_id, c)].trained for c in configs}
         following = survivors(task, stage.index, trained)
@@ -274,27 +318,96 @@ class HpoCore:
         actions.extend(self._start_stage(task, stage.index + 1, following, now_s))
         return actions
 
-    def _start_stage(self, task: HpoTask, index: int, configs: list[int], now_s: float) -> Actions:
-        _, iterations = task.plan[index]
-        compute_s = task.model.compute_s
-        stage = StageRun(self._new_id(), task.task_id, index, now_s, iterations,
-                         iterations * compute_s, 0.0)  # fmt: skip
-        self.stages[stage.stage_id] = stage
+    def _after_rung_job(self, task: HpoTask, stage: StageRun, job: JobRun, now_s: float) -> Actions:
+        """ASHA: the job's configuration completed its rung; promote whom the rung now lets
+        go, then end, lowest first, every rung that nothing can join any more and whose jobs
+        are done (its stage ends with its last job), and the task with its last rung."""
         actions = Actions()
-        demands = []
+        search = self._search(task)
+        rungs = self._rungs[task.task_id]
+        rung = rungs[stage.index]
+        trained = self.configs[(task.task_id, job.config)].trained
+        rung.completed[job.config] = task.curves[job.config].accuracy(trained)
+        promoted = search.rung_done(task, stage.index, job.config, rung.completed, rung.promoted)
+        if promoted:
+            rung.promoted += promoted
+            following = rungs[stage.index + 1].stage
+            if following is None:
+                actions.extend(self._start_stage(task, stage.index + 1, promoted, now_s))
+            else:
+                actions.extend(self._add_jobs(task, following, promoted, now_s))
+        fresh = search.more_configs(task)
+        if fresh:
+            actions.extend(self._add_jobs(task, rungs[0].stage, fresh, now_s))
+        below_ended = search.exhausted(task)  # (the first rung takes new configurations)
+        for rung in rungs:
+            if not rung.ended and below_ended:
+                jobs = [] if rung.stage is None else [self.jobs[j] for j in rung.stage.job_ids]
+                if all(j.finish_s is not None for j in jobs):
+                    rung.ended = True
+                    if rung.stage is not None:
+                        rung.stage.finish_s = max(j.finish_s for j in jobs)
+                        actions.finished_stages.append(rung.stage)
+            below_ended = rung.ended
+        if below_ended:
+            run = self.runs[task.task_id]
+            run.finish_s = now_s
+            # its stages overlap: see the module docstring
+            reached = max(i for i, r in enumerate(rungs) if r.stage is not None)
+            run.bound_s = max(rungs[0].stage.bound_s, self._shortest_chain_s(task, reached))
+        return actions
+
+    def _start_stage(self, task: HpoTask, index: int, configs: list[int], now_s: float) -> Actions:
+        """Stage ``index`` of ``task`` starts now with ``configs``."""
+        _, iterations = task.plan[index]
+        stage = StageRun(self._new_id(), task.task_id, index, now_s, iterations,
+                         iterations * task.model.compute_s, 0.0)  # fmt: skip
+        self.stages[stage.stage_id] = stage
+        self._joins[stage.stage_id] = []
+        if task.asynchronous:
+            self._rungs[task.task_id][index].stage = stage
+        return self._add_jobs(task, stage, configs, now_s)
+
+    @staticmethod
+    def _search(task: HpoTask) -> RungSearch:
+        """What decides an asynchronous task's rungs."""
+        return task.search if task.search is not None else _ASHA
+
+    def _job_demand(self, task: HpoTask, config: int, iterations: int) -> JobDemand:
+        """What ``iterations`` iterations of ``config``'s job must compute and send."""
+        phases = sync_phases(task.pattern, list(task.hosts[config]), task.model.sync_bytes)
+        return JobDemand(iterations, task.model.compute_s, [
+            port_bytes([Flow(int(s), int(d), float(b)) for s, d, b in zip(*phase, strict=True)],
+                       remaining=False)
+            for phase in phases
+        ], _shortest_remote_flow(phases[-1]) if phases else None)  # fmt: skip
+
+    def _shortest_chain_s(self, task: HpoTask, last: int) -> float:
+        """The least time any one of the task's configurations needs to train alone through
+        stages ``0..last``: one of them did, if stage ``last`` ran."""
+        return min(
+            sum(job_lower_bound(self._job_demand(task, c, n), self.port_bps)
+                for _, n in task.plan[: last + 1])
+            for c in range(task.n_configs)
+        )  # fmt: skip
+
+    def _add_jobs(
+        self, task: HpoTask, stage: StageRun, configs: list[int], now_s: float
+    ) -> Actions:
+        """A job for each of ``configs`` joins ``stage`` now; the stage's bound (and a
+        synchronous task's, the sum of its stages') takes them in."""
+        actions = Actions()
         for config in configs:
             hosts = list(task.hosts[config])
-            phases = sync_phases(task.pattern, hosts, task.model.sync_bytes)
-            demand = JobDemand(iterations, compute_s, [
-                port_bytes([Flow(int(s), int(d), float(b)) for s, d, b in zip(*phase, strict=True)],
-                           remaining=False)
-                for phase in phases
-            ], _shortest_remote_flow(phases[-1]) if phases else None)  # fmt: skip
-            demands.append(demand)
-            trained = self.configs[(task.task_id, config)].trained
+            demand = self._job_demand(task, config, stage.iterations)
+            self._joins[stage.stage_id].append((now_s, demand))
+            # (a search may add configurations as it goes)
+            run = self.configs.setdefault((task.task_id, config), ConfigRun(task.task_id, config))
+            trained = run.trained
             job = JobRun(
-                self._new_id(), task.task_id, stage.stage_id, config, hosts, phases, trained,
-                iterations, now_s, demand.sync_bytes, job_lower_bound(demand, self.port_bps),
+                self._new_id(), task.task_id, stage.stage_id, config, hosts,
+                sync_phases(task.pattern, hosts, task.model.sync_bytes), trained,
+                stage.iterations, now_s, demand.sync_bytes, job_lower_bound(demand, self.port_bps),
             )  # fmt: skip
             self.jobs[job.job_id] = job
             stage.job_ids.append(job.job_id)
@@ -306,8 +419,12 @@ class HpoCore:
                     now_s,
                     accuracy=task.curves[config].accuracy(trained),
                 )
-        stage.bound_s = stage_lower_bound(demands, self.port_bps)
-        self.runs[task.task_id].bound_s += stage.bound_s
+        before = stage.bound_s
+        stage.bound_s = staggered_stage_lower_bound(
+            self._joins[stage.stage_id], stage.start_s, self.port_bps
+        )
+        if not task.asynchronous:
+            self.runs[task.task_id].bound_s += stage.bound_s - before
         if self.gpus is not None:
             actions.gpu.append(self._decide(now_s, preempt=False))
         return actions
@@ -470,6 +587,9 @@ class HpoCore:
                 }
             )
         return rows
+
+
+_ASHA = Asha()
 
 
 def busiest_shares(shares: Iterable[float]) -> tuple[float, float]:

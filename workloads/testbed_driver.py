@@ -119,6 +119,7 @@ class TestbedDriver:
         self.client = client
         self.progress = progress
         self.workers: dict[int, Workers] = {}
+        self._registered_stages: set[int] = set()  # stages put to the controller
         self.cct_s: list[float] = []  # one synchronisation (coflow) per job iteration
         # every rank's every iteration: when it was reported and how long its synchronisation took
         self.iteration_rows: list[dict] = []
@@ -156,22 +157,22 @@ class TestbedDriver:
 
     def carry_out(self, actions: Actions) -> None:
         """Register and start the jobs the core started, then apply its GPU decisions."""
-        new_stages = []
+        joined: dict[int, int] = {}  # stage id -> jobs that joined it now
         for job in actions.started:
             stage = self.stages[job.stage_id]
-            if stage.stage_id not in new_stages:
-                new_stages.append(stage.stage_id)
+            if stage.stage_id not in self._registered_stages:
+                self._registered_stages.add(stage.stage_id)
                 self.client.put_task(stage.task_id, name=f"task{stage.task_id}")
                 self.client.put_stage(stage.stage_id, task_id=stage.task_id)
+            joined[stage.stage_id] = joined.get(stage.stage_id, 0) + 1
             self.start_job(self.tasks[job.task_id], job)
         for decision in actions.gpu:
             self.apply(decision)
-        for stage_id in new_stages:
+        for stage_id, count in joined.items():
             stage = self.stages[stage_id]
             self.progress(
                 f"[{self.now():7.1f} s] task {stage.task_id} stage {stage.index}: "
-                f"{len(stage.job_ids)} jobs to iteration "
-                f"{self.jobs[stage.job_ids[0]].target_iteration}"
+                f"{count} jobs to iteration {self.jobs[stage.job_ids[-1]].target_iteration}"
             )
 
     def start_job(self, task: HpoTask, job: JobRun) -> None:
@@ -382,8 +383,7 @@ class TestbedDriver:
             if len(workers.done) == len(workers.procs):
                 self.client.job_progress(job.job_id, job.iterations)
                 actions = self.core.job_done(job.job_id, self.now())
-                stage = self.stages[job.stage_id]
-                if stage.finish_s is not None:
+                for stage in actions.finished_stages:
                     self.client.delete("stages", stage.stage_id)  # and its jobs
                     self.progress(
                         f"[{self.now():7.1f} s] task {stage.task_id} stage {stage.index} done "

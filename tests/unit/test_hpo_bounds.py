@@ -7,7 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.bounds import JobDemand, job_lower_bound, stage_lower_bound
+from controller.bounds import (
+    JobDemand,
+    job_lower_bound,
+    stage_lower_bound,
+    staggered_stage_lower_bound,
+)
 from controller.model import egress, ingress
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator
@@ -66,6 +71,22 @@ def test_stage_bound_is_the_larger_of_slowest_job_and_busiest_port():
     assert job_lower_bound(ps, 1e9) == pytest.approx(10 * (1.0 + 1.0 + 1.0))
     assert stage_lower_bound([slow, heavy], 1e9) == pytest.approx(0.1 + 50.0)
     assert stage_lower_bound([], 1e9) == 0.0
+
+
+def test_a_stage_whose_jobs_join_late_cannot_end_before_the_last_join_plus_its_work():
+    a = egress(0)
+    early = JobDemand(iterations=1, compute_s=1.0, phases=[{a: 1e9 / 8}])  # 2 s alone
+    late = JobDemand(iterations=5, compute_s=1.0, phases=[{ingress(1): 1e9 / 8}])  # 10 s
+    together = stage_lower_bound([early, late], 1e9)
+    assert staggered_stage_lower_bound([(3.0, early), (3.0, late)], 3.0, 1e9) == together
+    # joining 7 s after the stage started, the late job still needs its 10 s
+    assert staggered_stage_lower_bound([(0.0, early), (7.0, late)], 0.0, 1e9) == 17.0
+    # two jobs on one port: from a common start they would need 6 s (the second alone:
+    # 4 x (0.5 + 1)); the second joins at 1 s, so 7 s
+    second = JobDemand(iterations=4, compute_s=0.5, phases=[{a: 1e9 / 8}])
+    assert stage_lower_bound([early, second], 1e9) == pytest.approx(6.0)
+    bound = staggered_stage_lower_bound([(0.0, early), (1.0, second)], 0.0, 1e9)
+    assert bound == pytest.approx(7.0)
 
 
 def per_worker_ps_schedule(workers: int, iterations: int, compute_s: float, model_s: float):
@@ -132,6 +153,7 @@ workloads = st.fixed_dictionaries(
         "policy": st.sampled_from(sorted(POLICIES)),
         "mode": st.sampled_from(["levels", "ideal"]),
         "gpu": st.sampled_from(["none", *sorted(GPU_POLICIES)]),
+        "search": st.sampled_from(["halving", "asha"]),
     }
 )
 
@@ -143,7 +165,7 @@ def test_no_stage_job_or_task_beats_its_bound(w):
     tasks = generate(
         n_hosts, w["n_tasks"], seed=w["seed"], configs_per_task=w["configs"], eta=w["eta"],
         min_iterations=w["min_iterations"], workers=w["workers"], scale=w["scale"],
-        mean_interarrival_s=w["interarrival"],
+        mean_interarrival_s=w["interarrival"], search=w["search"],
     )  # fmt: skip
     sim = Simulator(Fabric(n_hosts, w["host_bps"]), make_policy(w["policy"]), mode=w["mode"])
     gpus = None

@@ -10,7 +10,7 @@ import controller.engine
 from controller.metrics import nearest_rank_index, percentile, summarise
 from workloads.curves import LearningCurve, TabulatedCurve, curve_from_json, curve_to_json
 from workloads.gpu import GpuManager, make_gpu_policy
-from workloads.hpo import HpoTask, generate, survivors
+from workloads.hpo import HpoTask, asha_promotions, generate, survivors
 from workloads.hpo_core import HpoCore
 from workloads.profiles import PROFILES
 
@@ -190,3 +190,92 @@ def test_a_late_start_counts_from_the_arrival():
     (row,) = core.task_rows()
     assert (row["arrival_s"], row["start_s"]) == (10.0, 12.5)
     assert row["hpo_completion_s"] == pytest.approx(now - 10.0)
+
+
+def asha_task() -> HpoTask:
+    """:func:`task` run asynchronously (ASHA) over the same rungs."""
+    t = task()
+    t.asynchronous = True
+    return t
+
+
+def test_asha_promotes_without_waiting_for_the_rung():
+    """Rung 0 lets half of its completed configurations go on (2 of 4): the first goes when two
+    have completed, while the others still train; a late leader joins the open rung; a rung
+    ends with its last job once the rung below has ended, and the task with its last rung."""
+    core = HpoCore([asha_task()], port_bps=1e9)
+    first = {j.config: j.job_id for j in core.arrive(7, now_s=0.0).started}
+    assert run_job(core, first[0], 10.0).started == []  # 1 completed: none may go yet
+    (promoted,) = run_job(core, first[1], 11.0).started  # 2 completed: the better one goes
+    assert promoted.config == 1 and promoted.start_iteration == 2 and promoted.start_s == 11.0
+    (joined,) = run_job(core, first[3], 12.0).started  # config 3 leads the 3 completed now
+    assert joined.config == 3 and joined.stage_id == promoted.stage_id
+    assert joined.start_s == 12.0
+    actions = run_job(core, first[2], 13.0)  # the last of rung 0: its top 2 went already
+    assert actions.started == []
+    assert [s.index for s in actions.finished_stages] == [0]
+    assert run_job(core, promoted.job_id, 15.0).started == []  # 1 of 2 completed: none goes
+    actions = run_job(core, joined.job_id, 16.0)
+    (last,) = actions.started
+    assert last.config == 3 and last.iterations == 4  # 0.8 (1 - e^-4) > 0.9 (1 - e^-2)
+    assert [s.index for s in actions.finished_stages] == [1]
+    assert not core.finished
+    actions = run_job(core, last.job_id, 20.0)
+    assert [s.index for s in actions.finished_stages] == [2] and core.finished
+    stages = core.stage_rows()
+    assert [(s["index"], s["configs"], s["start_s"], s["sct_s"]) for s in stages] == [
+        (0, "0 1 2 3", 0.0, 13.0), (1, "1 3", 11.0, 5.0), (2, "3", 16.0, 4.0),
+    ]  # fmt: skip
+    assert all(s["bound_s"] > 0 for s in stages)  # (these hand-made times are not physical)
+    (row,) = core.task_rows()
+    assert row["hpo_completion_s"] == 20.0 and row["best_config"] == 3
+    # rungs overlap: the task's bound is its first rung's or one configuration's whole chain
+    assert row["bound_s"] >= stages[0]["bound_s"]
+    assert row["bound_s"] < sum(s["bound_s"] for s in stages)
+
+
+def test_an_asha_rung_ends_only_once_nothing_can_join_it():
+    """Rung 1's jobs are all done before rung 0 has ended: it stays open, since another
+    configuration may still be promoted into it."""
+    core = HpoCore([asha_task()], port_bps=1e9)
+    first = {j.config: j.job_id for j in core.arrive(7, now_s=0.0).started}
+    run_job(core, first[0], 1.0)
+    (promoted,) = run_job(core, first[1], 2.0).started
+    actions = run_job(core, promoted.job_id, 3.0)  # rung 1 has no job running now
+    assert actions.finished_stages == [] and actions.started == []
+    (joined,) = run_job(core, first[3], 4.0).started
+    assert joined.stage_id == promoted.stage_id
+
+
+def test_asha_rule_follows_the_plan_fraction():
+    t = asha_task()  # rung 0 keeps 2 of 4: half of those completed may go
+    accuracy = {0: 0.1, 1: 0.5, 2: 0.3}
+    assert asha_promotions(t, 0, {0: 0.1}, []) == []
+    assert asha_promotions(t, 0, accuracy, []) == [1]
+    assert asha_promotions(t, 0, {**accuracy, 3: 0.9}, [1]) == [3]
+    assert asha_promotions(t, 0, {0: 0.5, 1: 0.5}, []) == [0]  # ties: lower index
+    assert asha_promotions(t, 2, {3: 0.9}, []) == []  # the last rung promotes nobody
+
+
+def test_generated_asha_runs_overlap_their_rungs_in_the_simulator():
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator
+    from simulator.hpo import HpoDriver
+
+    tasks = generate(13, 2, seed=1, search="asha")
+    assert all(t.asynchronous for t in tasks)
+    runs = []
+    for _ in range(2):
+        sim = Simulator(Fabric(13, 1e9), make_policy("beamer"))
+        driver = HpoDriver(sim, generate(13, 2, seed=1, search="asha"))
+        sim.run()
+        runs.append((driver.stage_rows(), driver.job_rows(), driver.task_rows()))
+    assert runs[0] == runs[1]  # deterministic for a seed
+    stages, jobs, tasks_done = runs[0]
+    assert all(t["hpo_completion_s"] is not None for t in tasks_done)
+    by_task_index = {(s["task_id"], s["index"]): s for s in stages}
+    overlapping = [
+        s for s in stages if s["index"] > 0
+        and s["start_s"] < by_task_index[(s["task_id"], s["index"] - 1)]["finish_s"]
+    ]  # fmt: skip
+    assert overlapping  # a rung started before the one below it ended: no barrier
