@@ -1,0 +1,175 @@
+"""Optuna studies tuning on the simulated cluster: trials are jobs, rungs are stages.
+
+    .venv/bin/python scripts/optuna_hpo.py [--backend simulator] [--pruner halving|hyperband]
+        [--sampler tpe|random] [--trials 27] [--parallel 9] [--studies 1]
+        [--policy beamer fair ...] [--gpu-policy none hermes ...] [--seed 1] [--out DIR]
+
+Every study (one HPO task, :mod:`workloads.optuna_search`) asks its sampler for trials, trains
+each as a job per rung of successive halving's plan on the simulated cluster (1 Gbit/s big
+switch, ``--hosts`` hosts, ``--workers`` GPUs per job, the model's real bytes and compute),
+reports every rung's accuracy to the trial and lets Optuna's own pruner decide whether it goes
+on. The same studies run under each network policy (``--policy``) and GPU policy
+(``--gpu-policy``), each from fresh studies with the same seeds, so the runs differ only by the
+scheduling. It prints, per run, the stage and HPO metrics as ``python -m simulator hpo`` does
+and a line with the best trial of each study; ``--out`` gets the same result files (stages,
+jobs, configs, tasks, coflows CSVs per run, ``summary.json``) plus ``trials-<run>.csv``. The
+same seed gives the same trials, prunings and best trial.
+
+Curves: the YAHPO Gym LCBench surrogate with ``--yahpo DIR`` (the sampled hyper-parameters are
+an MLP's), else the synthetic response surface of
+:class:`workloads.optuna_search.SyntheticSpace`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+from cli.argtypes import number, positive
+from controller.policies import POLICIES, make_policy
+from simulator.engine import Fabric, Simulator, warm_up
+from simulator.hpo import HpoDriver
+from simulator.metrics import coflow_rows, provenance, write_csv, write_json
+from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy
+from workloads.hpo import PATTERNS
+from workloads.optuna_search import (
+    PRUNERS,
+    SAMPLERS,
+    LcBenchSpace,
+    best_trial,
+    optuna_tasks,
+    trial_rows,
+)
+from workloads.profiles import PROFILES
+from workloads.yahpo import LcBench, YahpoError
+
+BACKENDS = ("simulator",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="simulator",
+        help="where the trials train (the Mininet testbed backend is not built yet)",
+    )
+    parser.add_argument("--pruner", choices=PRUNERS, default="halving")
+    parser.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    parser.add_argument("--trials", type=positive(int), default=27, help="trials per study")
+    parser.add_argument(
+        "--parallel", type=positive(int), default=9, help="trials of a study training at once"
+    )
+    parser.add_argument("--studies", type=positive(int), default=1, help="concurrent studies")
+    parser.add_argument("--policy", nargs="+", default=["beamer", "fair"], choices=sorted(POLICIES))
+    parser.add_argument(
+        "--gpu-policy", nargs="+", default=["none"], choices=["none", *sorted(GPU_POLICIES)]
+    )
+    parser.add_argument("--seed", type=number(int, 0), default=1)
+    parser.add_argument("--hosts", type=number(int, 2), default=13)
+    parser.add_argument("--workers", type=positive(int), default=3, help="GPUs (hosts) per job")
+    parser.add_argument("--eta", type=number(int, 2), default=3)
+    parser.add_argument(
+        "--min-iterations", type=positive(int), default=10, help="iterations of the first rung"
+    )
+    parser.add_argument("--model", choices=sorted(PROFILES), default="resnet50")
+    parser.add_argument("--pattern", choices=PATTERNS, default="ring")
+    parser.add_argument("--link-gbps", type=positive(float), default=1.0)
+    parser.add_argument("--gpus-per-host", type=positive(int), default=1)
+    parser.add_argument("--quantum", type=positive(float), default=5.0)
+    parser.add_argument("--yahpo", type=Path, metavar="DIR", help="LCBench curves from DIR")
+    parser.add_argument("--yahpo-task", default="3945")
+    parser.add_argument("--out", type=Path, help="folder for CSV/JSON results")
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the studies under every policy; the exit status for the shell."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.workers > args.hosts:
+        parser.error(f"--workers ({args.workers}) exceed --hosts ({args.hosts})")
+    space = None
+    if args.yahpo is not None:
+        try:
+            space = LcBenchSpace(LcBench(args.yahpo, args.yahpo_task))
+        except YahpoError as exc:
+            parser.error(f"--yahpo: {exc}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def studies():
+        return optuna_tasks(
+            args.studies, args.seed, args.hosts, args.trials, args.parallel, args.pruner,
+            args.sampler, args.eta, args.min_iterations, args.workers, PROFILES[args.model],
+            args.pattern, space,
+        )  # fmt: skip
+
+    fabric = Fabric(args.hosts, args.link_gbps * 1e9)
+    summary = {"provenance": provenance(argv), "settings": vars(args) | {"out": str(args.out)}}
+    summary["settings"]["yahpo"] = str(args.yahpo) if args.yahpo else None
+    summary["runs"] = {}
+    warm_up()
+    print(
+        f"{'run':<17} {'avg SCT s':>10} {'SCT/bound':>10} {'to 90% s':>9} {'HPO end s':>10} "
+        f"{'trials':>6} {'pruned':>6} {'wall s':>7}"
+    )
+    for name in args.policy:
+        for gpu_policy in args.gpu_policy:
+            label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
+            sim = Simulator(fabric, make_policy(name))
+            gpus = None
+            if gpu_policy != "none":
+                gpus = GpuManager(
+                    make_gpu_policy(gpu_policy), args.hosts, args.gpus_per_host, args.quantum, 0.0
+                )
+            tasks = studies()
+            driver = HpoDriver(sim, tasks, gpus=gpus)
+            started = time.perf_counter()
+            sim.run()
+            wall = time.perf_counter() - started
+            result = driver.core.summary(sim.now_s)
+            trials = [row for task in tasks for row in trial_rows(task)]
+            pruned = sum(row["state"] == "PRUNED" for row in trials)
+            best = {task.task_id: best_trial(task) for task in tasks}
+            result.update(wall_s=wall, trials=len(trials), pruned=pruned, best_trial=best)
+            summary["runs"][label] = result
+            print(
+                f"{label:<17} {result['sct_s']['mean']:>10.3f} {result['sct_over_bound']:>10.3f} "
+                f"{_fmt(result['time_to_90pct_s'].get('mean')):>9} "
+                f"{result['hpo_completion_s']['mean']:>10.2f} {len(trials):>6} {pruned:>6} "
+                f"{wall:>7.1f}",
+                flush=True,
+            )
+            for task_id, trial in best.items():
+                if trial is None:
+                    print(f"  study {task_id}: best trial: none completed (all pruned)")
+                    continue
+                params = ", ".join(f"{k}={v:.4g}" for k, v in sorted(trial["params"].items()))
+                print(
+                    f"  study {task_id}: best trial #{trial['trial']} accuracy "
+                    f"{trial['value']:.4f} ({params})"
+                )
+            if args.out:
+                write_csv(args.out / f"stages-{label}.csv", driver.stage_rows())
+                write_csv(args.out / f"jobs-{label}.csv", driver.job_rows())
+                write_csv(args.out / f"configs-{label}.csv", driver.config_rows())
+                write_csv(args.out / f"tasks-{label}.csv", driver.task_rows())
+                write_csv(args.out / f"coflows-{label}.csv", coflow_rows(sim))
+                write_csv(args.out / f"trials-{label}.csv", trials)
+    if args.out:
+        write_json(args.out / "summary.json", summary)
+        print(f"results in {args.out}/")
+    return 0
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Optuna studies drive HPO tasks in the simulator (workloads.optuna_search): deterministic for
+a seed, pruned by Optuna's own pruners, and nothing of a pruned trial left running."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from controller.policies import make_policy
+from simulator.engine import Fabric, Simulator
+from simulator.hpo import HpoDriver
+from workloads.optuna_search import best_trial, optuna_tasks, trial_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def run(policy: str = "beamer", pruner: str = "halving", seed: int = 1, studies: int = 1):
+    tasks = optuna_tasks(studies, seed, n_hosts=6, n_trials=9, parallel=4, pruner=pruner,
+                         min_iterations=2, workers=2)  # fmt: skip
+    sim = Simulator(Fabric(6, 1e9), make_policy(policy))
+    driver = HpoDriver(sim, tasks)
+    sim.run()
+    return tasks, driver, sim
+
+
+@pytest.mark.parametrize("pruner", ["halving", "hyperband"])
+def test_a_short_study_is_deterministic_for_a_seed(pruner):
+    first, driver, _ = run(pruner=pruner)
+    again, driver_again, _ = run(pruner=pruner)
+    assert [trial_rows(t) for t in first] == [trial_rows(t) for t in again]
+    assert [best_trial(t) for t in first] == [best_trial(t) for t in again]
+    assert driver.stage_rows() == driver_again.stage_rows()
+    rows = trial_rows(first[0])
+    assert len(rows) == 9  # every trial was asked for
+    assert {r["state"] for r in rows} <= {"COMPLETE", "PRUNED"}  # and told
+    assert any(r["state"] == "PRUNED" for r in rows)  # the pruner pruned
+    assert best_trial(first[0]) is not None
+    other, _, _ = run(pruner=pruner, seed=2)
+    assert trial_rows(other[0]) != rows  # the seed matters
+
+
+def test_trials_are_jobs_and_rungs_are_stages_and_pruned_trials_leave_nothing():
+    (task,), driver, sim = run(studies=1)
+    assert driver.core.finished and not sim._active_slots
+    assert all(j["finish_s"] is not None for j in driver.job_rows())  # no job left running
+    assert driver._model_jobs == {} and driver._model_stages == {}  # nothing left for policies
+    steps = [sum(n for _, n in task.plan[: k + 1]) for k in range(len(task.plan))]
+    trained = {r["config"]: r["trained"] for r in driver.config_rows()}
+    for row in trial_rows(task):
+        # a trial trained exactly to the rung it was last reported at, not one iteration more
+        assert row["last_step"] in steps and trained[row["config"]] == row["last_step"]
+        if row["state"] == "COMPLETE":
+            assert row["last_step"] == steps[-1]
+    for stage in driver.stage_rows():
+        assert stage["sct_s"] >= stage["bound_s"] * (1 - 1e-6)
+    (task_row,) = driver.task_rows()
+    assert task_row["hpo_completion_s"] >= task_row["bound_s"] * (1 - 1e-6)
+
+
+def test_the_script_prints_the_best_trial_and_writes_the_result_files(tmp_path):
+    out = tmp_path / "optuna"
+    argv = [sys.executable, "scripts/optuna_hpo.py", "--trials", "6", "--parallel", "3",
+            "--hosts", "6", "--min-iterations", "2", "--policy", "beamer",
+            "--out", str(out)]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "best trial #" in done.stdout
+    for name in ("stages", "jobs", "configs", "tasks", "coflows", "trials"):
+        assert (out / f"{name}-beamer.csv").stat().st_size > 0
+    assert (out / "summary.json").is_file()
+    bad = subprocess.run([*argv[:2], "--trials", "0"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--trials" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,276 @@
+"""An Optuna study drives an HPO task on the cluster: trials are jobs, rungs are stages.
+
+A task whose ``search`` is an :class:`OptunaSearch` runs asynchronously
+(:class:`workloads.hpo_core.HpoCore`): the study's sampler picks every configuration's
+hyper-parameters (``study.ask()``), each configuration trains rung by rung of the task's
+successive-halving plan as one job per rung, and at the end of every rung its accuracy goes to
+``trial.report(accuracy, step=iterations trained)``; the study's own pruner
+(``SuccessiveHalvingPruner``, ``HyperbandPruner``, ...) then says whether it trains on
+(``trial.should_prune()``). A pruned trial is told ``PRUNED``, one that completes the last rung
+is told its final accuracy. Up to ``parallel`` trials train at once; a new one is asked for
+whenever one ends, until ``n_trials`` have been asked. The rungs are the stages the network
+policies see (Beamer orders them; the controller registers them), with no barrier between them,
+as ASHA's.
+
+The configurations' learning curves come from a :class:`ConfigSpace`: the YAHPO Gym LCBench
+surrogate (:class:`LcBenchSpace`, so the sampled hyper-parameters are a real MLP's) where its
+data is at hand, else :class:`SyntheticSpace`, a smooth response surface over two
+hyper-parameters, so a sampler still has something to learn.
+
+Only this module imports Optuna; the HPO core sees the :class:`workloads.hpo.RungSearch`
+protocol.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Protocol
+
+import optuna
+
+from workloads.curves import Curve, LearningCurve, TabulatedCurve
+from workloads.hpo import HpoTask, stage_plan
+from workloads.profiles import PROFILES, ModelProfile
+from workloads.yahpo import CONTINUOUS, EPOCHS, OUTPUTS, LcBench
+
+PRUNERS = ("halving", "hyperband")
+SAMPLERS = ("tpe", "random")
+
+
+class ConfigSpace(Protocol):
+    """Hyper-parameters a trial suggests, and the learning curve they give."""
+
+    def suggest(self, trial: optuna.Trial, max_iterations: int) -> Curve:
+        """Suggest the trial's hyper-parameters; their curve over ``max_iterations``."""
+
+
+class SyntheticSpace:
+    """Two hyper-parameters with a known optimum: ``learning_rate`` (log-uniform in
+    [1e-4, 1]) and ``momentum`` (uniform in [0, 0.99]).
+
+    The converged accuracy peaks at 0.95 for a learning rate of 1e-2 and falls with the square
+    of its decimal distance from it (0.2 per decade squared, floor 0.3), less 0.1 x
+    ``|momentum - 0.9|``; a larger learning rate and more momentum also converge faster
+    (``tau`` from 0.1 to 1 of the budget). Made up, stated, and the same for every run."""
+
+    def suggest(self, trial: optuna.Trial, max_iterations: int) -> Curve:
+        """See the class docstring."""
+        rate = trial.suggest_float("learning_rate", 1e-4, 1.0, log=True)
+        momentum = trial.suggest_float("momentum", 0.0, 0.99)
+        decades = math.log10(rate) + 2.0
+        final = max(0.3, 0.95 - 0.2 * decades**2 - 0.1 * abs(momentum - 0.9))
+        speed = (math.log10(rate) + 4.0) / 4.0 * 0.7 + momentum * 0.3  # 0 (slow) .. 1 (fast)
+        return LearningCurve(final, max_iterations * (1.0 - 0.9 * speed))
+
+
+class LcBenchSpace:
+    """The LCBench MLP's seven hyper-parameters, ranges and scales from its configuration
+    space; the curve is the surrogate's validation accuracy over its 52 epochs, spread over
+    the budget."""
+
+    def __init__(self, lcbench: LcBench) -> None:
+        self.lcbench = lcbench
+
+    def suggest(self, trial: optuna.Trial, max_iterations: int) -> Curve:
+        """See the class docstring."""
+        config = {}
+        for name in CONTINUOUS[1:]:
+            h = self.lcbench.space[name]
+            low, high = float(h["lower"]), float(h["upper"])
+            if h["type"] == "uniform_int":
+                config[name] = trial.suggest_int(name, int(low), int(high), log=bool(h.get("log")))
+            else:
+                config[name] = trial.suggest_float(name, low, high, log=bool(h.get("log")))
+        out = self.lcbench.predict([config], list(range(1, EPOCHS + 1)))
+        accuracy = out[:, OUTPUTS.index("val_accuracy")] / 100.0
+        points = tuple(float(min(max(a, 0.0), 1.0)) for a in accuracy)
+        return TabulatedCurve(points, max_iterations / EPOCHS)
+
+
+def make_pruner(
+    name: str, min_iterations: int, max_iterations: int, eta: int
+) -> optuna.pruners.BasePruner:
+    """Optuna's own pruner ``name`` (:data:`PRUNERS`) on the task's rungs: a first rung of
+    ``min_iterations``, then ``eta`` times more each."""
+    if name == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=min_iterations, reduction_factor=eta
+        )
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(
+            min_resource=min_iterations, max_resource=max_iterations, reduction_factor=eta
+        )
+    raise ValueError(f"pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
+
+
+class OptunaSearch:
+    """A study deciding one task's configurations and rungs (see the module docstring).
+
+    Args:
+        study: the study (direction ``maximize``: the value is the final accuracy).
+        space: the hyper-parameters and the curves they give.
+        n_trials: trials to ask for in all.
+        parallel: trials training at once.
+        n_hosts: hosts of the cluster; every trial's job runs on ``workers`` of them, drawn
+            with ``rng``.
+        workers: GPUs (hosts) per job.
+        rng: draws the hosts (seeded: the same seed, the same placement).
+    """
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: ConfigSpace,
+        n_trials: int,
+        parallel: int,
+        n_hosts: int,
+        workers: int,
+        rng: random.Random,
+    ) -> None:
+        if n_trials < 1 or parallel < 1:
+            raise ValueError("need n_trials >= 1 and parallel >= 1")
+        if workers > n_hosts:
+            raise ValueError(f"workers ({workers}) exceed n_hosts ({n_hosts})")
+        self.study = study
+        self.space = space
+        self.n_trials = n_trials
+        self.parallel = parallel
+        self.n_hosts = n_hosts
+        self.workers = workers
+        self.rng = rng
+        self.trials: dict[int, optuna.Trial] = {}  # configuration -> its trial
+        self.running = 0  # trials asked and not told yet
+
+    def _ask(self, task: HpoTask, count: int) -> list[int]:
+        """Ask for up to ``count`` new trials; they become the task's next configurations."""
+        configs = []
+        while len(configs) < count and len(self.trials) < self.n_trials:
+            trial = self.study.ask()
+            max_iterations = sum(iterations for _, iterations in task.plan)
+            task.curves.append(self.space.suggest(trial, max_iterations))
+            task.hosts.append(self.rng.sample(range(self.n_hosts), self.workers))
+            config = len(task.curves) - 1
+            self.trials[config] = trial
+            self.running += 1
+            configs.append(config)
+        return configs
+
+    def first_configs(self, task: HpoTask) -> list[int]:
+        """The first ``parallel`` trials."""
+        return self._ask(task, self.parallel)
+
+    def rung_done(
+        self, task: HpoTask, rung: int, config: int, completed: dict[int, float],
+        promoted: list[int],
+    ) -> list[int]:  # fmt: skip
+        """Report the rung's accuracy to the trial; it goes on unless the pruner prunes it
+        or it has completed the last rung."""
+        trial = self.trials[config]
+        accuracy = completed[config]
+        step = sum(iterations for _, iterations in task.plan[: rung + 1])
+        trial.report(accuracy, step)
+        if rung + 1 >= len(task.plan):
+            self._tell(trial, accuracy)
+            return []
+        if trial.should_prune():
+            self._tell(trial, None)
+            return []
+        return [config]
+
+    def _tell(self, trial: optuna.Trial, accuracy: float | None) -> None:
+        if accuracy is None:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, accuracy)
+        self.running -= 1
+
+    def more_configs(self, task: HpoTask) -> list[int]:
+        """New trials for the places that ended trials left."""
+        return self._ask(task, self.parallel - self.running)
+
+    def exhausted(self, task: HpoTask) -> bool:
+        """Whether every trial has been asked for."""
+        return len(self.trials) >= self.n_trials
+
+
+def optuna_tasks(
+    n_studies: int,
+    seed: int,
+    n_hosts: int,
+    n_trials: int,
+    parallel: int,
+    pruner: str = "halving",
+    sampler: str = "tpe",
+    eta: int = 3,
+    min_iterations: int = 10,
+    workers: int = 3,
+    model: ModelProfile | None = None,
+    pattern: str = "ring",
+    space: ConfigSpace | None = None,
+) -> list[HpoTask]:
+    """``n_studies`` HPO tasks, each driven by a fresh seeded study (see the module docstring).
+
+    Every study has its own sampler seed (``seed`` and the study's index), the same pruner on
+    rungs of ``min_iterations * eta**k`` iterations (as many as successive halving over
+    ``n_trials`` configurations has stages) and its jobs on ``workers`` hosts drawn with a
+    generator seeded the same way; everything is fresh, so building them again with the same
+    arguments replays the same run (each run needs its own tasks: a study remembers its
+    trials)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    model = model or PROFILES["resnet50"]
+    space = space or SyntheticSpace()
+    plan = stage_plan(n_trials, eta, min_iterations)
+    max_iterations = sum(iterations for _, iterations in plan)
+    tasks = []
+    for index in range(n_studies):
+        study_seed = seed * 1000 + index
+        chooser = (
+            optuna.samplers.TPESampler(seed=study_seed)
+            if sampler == "tpe"
+            else optuna.samplers.RandomSampler(seed=study_seed)
+        )
+        study = optuna.create_study(
+            direction="maximize",
+            sampler=chooser,
+            pruner=make_pruner(pruner, min_iterations, max_iterations, eta),
+            study_name=f"study-{index}",
+        )
+        search = OptunaSearch(
+            study, space, n_trials, parallel, n_hosts, workers, random.Random(study_seed)
+        )
+        tasks.append(HpoTask(index, 0.0, model, pattern, [], [], plan, eta, asynchronous=True,
+                             search=search))  # fmt: skip
+    return tasks
+
+
+def trial_rows(task: HpoTask) -> list[dict]:
+    """One row per trial of the task's study: its number, configuration, state, value (its
+    final accuracy if it completed; Optuna gives a pruned one its last reported accuracy), the
+    step it was last reported at and its hyper-parameters."""
+    search = task.search
+    rows = []
+    for config, trial in search.trials.items():
+        frozen = search.study.trials[trial.number]
+        rows.append(
+            {
+                "task_id": task.task_id,
+                "trial": trial.number,
+                "config": config,
+                "state": frozen.state.name,
+                "value": frozen.value,
+                "last_step": frozen.last_step,
+                **{f"param_{k}": v for k, v in sorted(frozen.params.items())},
+            }
+        )
+    return rows
+
+
+def best_trial(task: HpoTask) -> dict | None:
+    """The study's best completed trial (number, value, params), ``None`` if none completed."""
+    completed = [t for t in task.search.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not completed:
+        return None
+    best = task.search.study.best_trial
+    return {"trial": best.number, "value": best.value, "params": dict(best.params)}
