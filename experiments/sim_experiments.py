@@ -11,9 +11,10 @@ per 13 hosts (the testbed's workload); ``tasks = max(1, round(load * 2 * hosts /
 Then a coflow trace runs under every policy (the shared resampled Facebook trace when present,
 else a generated one). Writes ``hpo.csv``
 (one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
-and the ratio to fair sharing paired per seed: geometric mean with its CI), ``trace.csv`` and
-PNG figures (average and p95 stage completion time, time to 90 % accuracy relative to fair
-sharing with 95 % error bars; trace CCT) to ``--out``. It prints each run as it goes, then per
+and the ratio to the ``--baseline`` policy's (fair sharing by default) paired per seed:
+geometric mean with its CI), ``trace.csv`` and PNG figures (average and p95 stage completion
+time, time to 90 % accuracy relative to the baseline with 95 % error bars; trace CCT) to
+``--out``. It prints each run as it goes, then per
 point the policies' average SCT and which one is clearly best (its interval clear of every
 other's: never with one seed).
 """
@@ -173,16 +174,16 @@ def cost(point: dict) -> float:
     return 13 * 2 if point["kind"] == "trace" else point["hosts"] * point["tasks"]
 
 
-def seed_summary(rows: list[dict]) -> list[dict]:
+def seed_summary(rows: list[dict], baseline: str = BASELINE) -> list[dict]:
     """Per (hosts, load, policy): each metric's mean and 95 % CI half-width over the seeds, and
-    its ratio to fair sharing's on the same seed (paired), mean and half-width."""
+    its ratio to the ``baseline`` policy's on the same seed (paired), mean and half-width."""
     by_point: dict[tuple, dict[str, dict[int, dict]]] = {}
     for r in rows:
         point = by_point.setdefault((r["hosts"], r["load"], r["tasks"]), {})
         point.setdefault(r["policy"], {})[r["seed"]] = r
     out = []
     for (hosts, load, tasks), policies in by_point.items():
-        base = policies.get(BASELINE, {})
+        base = policies.get(baseline, {})
         for name, runs in policies.items():
             row = {"link_gbps": next(iter(runs.values()))["link_gbps"], "hosts": hosts,
                    "load": load, "tasks": tasks, "policy": name, "seeds": len(runs)}  # fmt: skip
@@ -192,18 +193,18 @@ def seed_summary(rows: list[dict]) -> list[dict]:
                 ratio = paired_ratio_ci(values, {s: b[metric] for s, b in base.items()})
                 row[metric] = None if ci is None else ci.mean
                 row[f"{metric}_ci95"] = None if ci is None else ci.half_width
-                row[f"{metric}_vs_{BASELINE}"] = None if ratio is None else ratio.mean
-                row[f"{metric}_vs_{BASELINE}_low"] = None if ratio is None else ratio.low
-                row[f"{metric}_vs_{BASELINE}_high"] = None if ratio is None else ratio.high
+                row[f"{metric}_vs_{baseline}"] = None if ratio is None else ratio.mean
+                row[f"{metric}_vs_{baseline}_low"] = None if ratio is None else ratio.low
+                row[f"{metric}_vs_{baseline}_high"] = None if ratio is None else ratio.high
             out.append(row)
     return out
 
 
-def _print_points(rows: list[dict], summary: list[dict]) -> None:
+def _print_points(rows: list[dict], summary: list[dict], baseline: str = BASELINE) -> None:
     """Per point, every policy's average SCT (mean +/- 95 % CI over the seeds) and its ratio
-    to fair sharing's, paired per seed. The seeds are different workloads, so policies are
+    to the baseline's, paired per seed. The seeds are different workloads, so policies are
     compared on the paired ratios: the clear best is the one whose ratio interval lies clear of
-    every other's (fair's is exactly 1), if any."""
+    every other's (the baseline's is exactly 1), if any."""
     for point in sorted({(r["hosts"], r["load"], r["tasks"]) for r in summary}):
         hosts, load, tasks = point
         mine = {r["policy"]: r for r in summary if (r["hosts"], r["load"], r["tasks"]) == point}
@@ -213,13 +214,13 @@ def _print_points(rows: list[dict], summary: list[dict]) -> None:
                 x["avg_sct_s"] for x in rows
                 if (x["hosts"], x["load"], x["tasks"], x["policy"]) == (*point, name)
             )  # fmt: skip
-            if r[f"avg_sct_s_vs_{BASELINE}"] is not None:
-                ratios[name] = Interval(r[f"avg_sct_s_vs_{BASELINE}"],
-                                        r[f"avg_sct_s_vs_{BASELINE}_low"],
-                                        r[f"avg_sct_s_vs_{BASELINE}_high"], r["seeds"])  # fmt: skip
+            if r[f"avg_sct_s_vs_{baseline}"] is not None:
+                ratios[name] = Interval(r[f"avg_sct_s_vs_{baseline}"],
+                                        r[f"avg_sct_s_vs_{baseline}_low"],
+                                        r[f"avg_sct_s_vs_{baseline}_high"], r["seeds"])  # fmt: skip
         seeds = max(r["seeds"] for r in mine.values())
         print(f"\n{hosts} hosts, load {load} ({tasks} tasks), {seeds} seed(s): average SCT s, "
-              f"and / {BASELINE}'s paired per seed; clear best: "
+              f"and / {baseline}'s paired per seed; clear best: "
               f"{clear_best(ratios) or 'none (intervals overlap)'}")  # fmt: skip
         for name in sorted(mine, key=lambda n: mine[n]["avg_sct_s"]):
             ratio = ratios[name].format(3) if name in ratios else "-"
@@ -227,7 +228,7 @@ def _print_points(rows: list[dict], summary: list[dict]) -> None:
 
 
 def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
-    """Each metric relative to fair sharing at the same point, paired per seed (the workloads
+    """Each metric relative to the baseline's at the same point, paired per seed (the workloads
     differ between points, so absolute values do not compare across loads): the geometric mean
     ratio over the seeds with its 95 % interval as error bars."""
     paths = []
@@ -238,7 +239,7 @@ def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
         )
         for ax, hosts in zip(axes[0], args.hosts, strict=True):
             for k, name in enumerate(args.policy):
-                key = f"{metric}_vs_{BASELINE}"
+                key = f"{metric}_vs_{args.baseline}"
                 points = sorted(
                     (r["load"], r[key], r[f"{key}_low"], r[f"{key}_high"])
                     for r in summary
@@ -257,7 +258,7 @@ def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(f"{hosts} hosts, {len(args.seeds)} seed(s), 95 % CI")
             ax.set_xlabel("load (1 = 2 HPO tasks per 13 hosts)")
-            ax.set_ylabel(f"{label} / fair sharing's")
+            ax.set_ylabel(f"{label} / {args.baseline}'s")
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=8)
         fig.tight_layout()
@@ -292,6 +293,12 @@ def main(argv=None) -> int:
     parser.add_argument("--loads", type=positive(float), nargs="+", default=[0.5, 1.0])
     parser.add_argument("--seeds", type=non_negative(int), nargs="+", default=[1])
     parser.add_argument(
+        "--baseline",
+        choices=sorted(POLICIES),
+        default=BASELINE,
+        help="the policy every other is compared with, paired per seed (default: fair)",
+    )
+    parser.add_argument(
         "--search",
         choices=SEARCHES,
         default="halving",
@@ -311,6 +318,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.link_gbps <= 0:
         parser.error(f"--hosts must be >= {WORKERS}, --loads and --link-gbps > 0")
+    if args.baseline not in args.policy:
+        parser.error(f"--baseline {args.baseline} is not among --policy")
     args.host_bps = args.link_gbps * 1e9
     args.out.mkdir(parents=True, exist_ok=True)
     trace_path = args.trace or (
@@ -339,12 +348,12 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    summary = seed_summary(rows)
+    summary = seed_summary(rows, args.baseline)
     with open(args.out / "hpo-summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(summary[0]))
         writer.writeheader()
         writer.writerows(summary)
-    _print_points(rows, summary)
+    _print_points(rows, summary, args.baseline)
     with open(args.out / "trace.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(trace_rows[0]))
         writer.writeheader()
