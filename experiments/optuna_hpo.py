@@ -1,14 +1,19 @@
-"""Optuna studies tuning on the simulated cluster: trials are jobs, rungs are stages.
+"""Optuna studies tuning on the cluster: trials are jobs, rungs are stages.
 
-    .venv/bin/python scripts/optuna_hpo.py [--backend simulator] [--pruner halving|hyperband]
-        [--sampler tpe|random] [--trials 27] [--parallel 9] [--studies 1]
-        [--policy beamer fair ...] [--gpu-policy none hermes ...] [--seed 1] [--out DIR]
+    .venv/bin/python scripts/optuna_hpo.py [--backend simulator|testbed]
+        [--pruner halving|hyperband] [--sampler tpe|random] [--trials 27] [--parallel 9]
+        [--studies 1] [--policy beamer fair ...] [--gpu-policy none hermes ...] [--seed 1]
+        [--out DIR]
 
 Every study (one HPO task, :mod:`workloads.optuna_search`) asks its sampler for trials, trains
-each as a job per rung of successive halving's plan on the simulated cluster (1 Gbit/s big
-switch, ``--hosts`` hosts, ``--workers`` GPUs per job, the model's real bytes and compute),
-reports every rung's accuracy to the trial and lets Optuna's own pruner decide whether it goes
-on. The same studies run under each network policy (``--policy``) and GPU policy
+each as a job per rung of successive halving's plan, reports every rung's accuracy to the trial
+and lets Optuna's own pruner decide whether it goes on. ``--backend simulator`` (default)
+trains on the simulated cluster (``--link-gbps`` big switch, ``--hosts`` hosts, ``--workers``
+GPUs per job, the model's real bytes and compute); ``--backend testbed`` (root, Open vSwitch)
+trains the same trials as traffic-replay workers on the Mininet testbed
+(``scripts/run_testbed.py``'s, links at ``--bw`` Mbit/s standing for ``--link-gbps``),
+registered with the controller over REST, with the simulator's prediction beside each run.
+The same studies run under each network policy (``--policy``) and GPU policy
 (``--gpu-policy``), each from fresh studies with the same seeds, so the runs differ only by the
 scheduling. It prints, per run, the stage and HPO metrics as ``python -m simulator hpo`` does
 and a line with the best trial of each study; ``--out`` gets the same result files (stages,
@@ -47,7 +52,7 @@ from workloads.optuna_search import (
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
 
-BACKENDS = ("simulator",)
+BACKENDS = ("simulator", "testbed")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=BACKENDS,
         default="simulator",
-        help="where the trials train (the Mininet testbed backend is not built yet)",
+        help="where the trials train: the simulator (default) or the Mininet testbed (root)",
+    )
+    parser.add_argument(
+        "--bw", type=positive(float), default=20, help="testbed link Mbit/s (default 20)"
+    )
+    parser.add_argument(
+        "--timeout", type=positive(float), default=1800, help="testbed run timeout s"
     )
     parser.add_argument("--pruner", choices=PRUNERS, default="halving")
     parser.add_argument("--sampler", choices=SAMPLERS, default="tpe")
@@ -102,12 +113,15 @@ def main(argv=None) -> int:
             parser.error(f"--yahpo: {exc}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-    def studies():
+    def studies(link_scale: float = 1.0):
         return optuna_tasks(
             args.studies, args.seed, args.hosts, args.trials, args.parallel, args.pruner,
-            args.sampler, args.eta, args.min_iterations, args.workers, PROFILES[args.model],
-            args.pattern, space,
+            args.sampler, args.eta, args.min_iterations, args.workers,
+            PROFILES[args.model].with_bytes_divided_by(link_scale), args.pattern, space,
         )  # fmt: skip
+
+    if args.backend == "testbed":
+        return on_testbed(args, argv, studies)
 
     fabric = Fabric(args.hosts, args.link_gbps * 1e9)
     summary = {"provenance": provenance(argv), "settings": vars(args) | {"out": str(args.out)}}
@@ -145,15 +159,7 @@ def main(argv=None) -> int:
                 f"{wall:>7.1f}",
                 flush=True,
             )
-            for task_id, trial in best.items():
-                if trial is None:
-                    print(f"  study {task_id}: best trial: none completed (all pruned)")
-                    continue
-                params = ", ".join(f"{k}={v:.4g}" for k, v in sorted(trial["params"].items()))
-                print(
-                    f"  study {task_id}: best trial #{trial['trial']} accuracy "
-                    f"{trial['value']:.4f} ({params})"
-                )
+            _print_best(best)
             if args.out:
                 write_csv(args.out / f"stages-{label}.csv", driver.stage_rows())
                 write_csv(args.out / f"jobs-{label}.csv", driver.job_rows())
@@ -165,6 +171,91 @@ def main(argv=None) -> int:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
     return 0
+
+
+class StudiesMade:
+    """Fresh studies for each use of a testbed run (``run_testbed.Tasks``), keeping the last
+    ones the testbed trained (a failed attempt's are replaced by the next attempt's)."""
+
+    def __init__(self, studies, link_scale: float) -> None:
+        self.studies = studies
+        self.link_scale = link_scale
+        self.testbed: list = []
+
+    def __call__(self, use: str) -> list:
+        """Fresh studies for ``use`` (``"testbed"`` or ``"prediction"``)."""
+        tasks = self.studies(self.link_scale)
+        if use == "testbed":
+            self.testbed = tasks
+        return tasks
+
+
+def on_testbed(args, argv, studies) -> int:
+    """Every (network, GPU) policy's run of the same fresh studies on the Mininet testbed, as
+    ``scripts/run_testbed.py`` runs one (its files in ``<out>/<run>/``), plus each run's
+    ``trials.csv`` and best trials; the exit status."""
+    from experiments import run_testbed  # Mininet and the controller: only on this path
+
+    out = args.out or Path("results") / "optuna-testbed"
+    testbed_argv = [
+        "--hosts", str(args.hosts), "--workers", str(args.workers), "--eta", str(args.eta),
+        "--min-iterations", str(args.min_iterations), "--link-gbps", str(args.link_gbps),
+        "--bw", str(args.bw), "--seeds", str(args.seed), "--timeout", str(args.timeout),
+        "--gpus-per-host", str(args.gpus_per_host), "--quantum", str(args.quantum),
+        "--out", str(out),
+    ]  # fmt: skip
+    testbed = run_testbed.parse(run_testbed.build_parser(), testbed_argv)
+    testbed.seed = args.seed
+    summary = {"provenance": provenance(argv), "settings": {**vars(args), "out": str(out)}}
+    summary["settings"]["yahpo"] = str(args.yahpo) if args.yahpo else None
+    summary["runs"] = {}
+    try:
+        with run_testbed.network.testbed_lock():
+            for name in args.policy:
+                for gpu_policy in args.gpu_policy:
+                    label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
+                    made = StudiesMade(studies, testbed.link_scale)
+                    print(f"== {label}", flush=True)
+                    result, _ = run_testbed.run_with_retries(
+                        name, testbed, out / label, gpu_policy, tasks=made
+                    )
+                    tasks = made.testbed
+                    trials = [row for task in tasks for row in trial_rows(task)]
+                    write_csv(out / label / "trials.csv", trials)
+                    best = {task.task_id: best_trial(task) for task in tasks}
+                    summary["runs"][label] = {
+                        "avg_sct_s": result["sct_s"]["mean"],
+                        "hpo_completion_s": result["hpo_completion_s"]["mean"],
+                        "sim_hpo_completion_s": result["simulated"]["hpo_completion_s"]["mean"],
+                        "trials": len(trials),
+                        "pruned": sum(row["state"] == "PRUNED" for row in trials),
+                        "best_trial": best,
+                    }
+                    print(
+                        f"{label}: avg SCT {result['sct_s']['mean']:.2f} s, HPO end "
+                        f"{result['hpo_completion_s']['mean']:.2f} s (simulator "
+                        f"{result['simulated']['hpo_completion_s']['mean']:.2f} s)"
+                    )
+                    _print_best(best)
+    except run_testbed.network.TestbedBusy as exc:
+        print(f"optuna_hpo.py: error: {exc}", file=sys.stderr)
+        return 1
+    write_json(out / "summary.json", summary)
+    print(f"results in {out}/")
+    return 0
+
+
+def _print_best(best: dict) -> None:
+    """A line per study with its best trial."""
+    for task_id, trial in best.items():
+        if trial is None:
+            print(f"  study {task_id}: best trial: none completed (all pruned)")
+            continue
+        params = ", ".join(f"{k}={v:.4g}" for k, v in sorted(trial["params"].items()))
+        print(
+            f"  study {task_id}: best trial #{trial['trial']} accuracy {trial['value']:.4f} "
+            f"({params})"
+        )
 
 
 def _fmt(value) -> str:

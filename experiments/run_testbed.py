@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -189,10 +190,13 @@ def simulate(
 
 
 RUN_FAILURES = (RuntimeError, TimeoutError, OSError, ControllerError)
+# what a run trains: a workload, or what makes a fresh one for the testbed and for each
+# prediction (called with "testbed" or "prediction"); None: the seeded workload of args
+Tasks = list | Callable[[str], list] | None
 
 
 def run_with_retries(
-    policy: str, args, out: Path, gpu_policy: str = "none", tasks: list | None = None
+    policy: str, args, out: Path, gpu_policy: str = "none", tasks: Tasks = None
 ) -> tuple[dict, list[str]]:
     """:func:`run_policy`, tried again in a fresh testbed up to ``args.retries`` times after a
     failure (runs are independent repeats of the same workload). Returns the result and the
@@ -296,11 +300,12 @@ def testbed_watch(ctl: ControllerProcess, bridge: str):
     return check
 
 
-def run_policy(
-    policy: str, args, out: Path, gpu_policy: str = "none", tasks: list | None = None
-) -> dict:
-    """One policy (pair) end to end on ``tasks`` (default: the seeded workload of ``args``);
-    everything started here is stopped before returning."""
+def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Tasks = None) -> dict:
+    """One policy (pair) end to end on ``tasks`` (default: the seeded workload of ``args``; a
+    callable gives fresh tasks for the testbed and for each prediction: tasks whose search
+    keeps state, such as an Optuna study's, run once); everything started here is stopped
+    before returning."""
+    fresh = tasks if callable(tasks) else None
     out.mkdir(parents=True, exist_ok=True)
     topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
     hosts_file = out / "hosts.json"
@@ -324,7 +329,10 @@ def run_policy(
         ctl.wait_switch(timeout_s=30)
         ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
         before = {p: class_bytes(p) for p in ports}
-        tasks = workload(args) if tasks is None else tasks
+        if fresh is not None:
+            tasks = fresh("testbed")
+        elif tasks is None:
+            tasks = workload(args)
         hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
         host_before = {h.name: host_class_bytes(h) for h in hosts}
         tcp_before = {h.name: tcp_counters(h) for h in hosts}
@@ -394,11 +402,19 @@ def run_policy(
         "simulator, calibrated" if args.overheads else "simulator",
     )
     simulated = simulate(
-        policy, args, tasks, gpu_policy, timeline=None if args.overheads else predicted
-    )
+        policy, args, fresh("prediction") if fresh else tasks, gpu_policy,
+        timeline=None if args.overheads else predicted,
+    )  # fmt: skip
     calibrated = None
     if args.overheads:
-        calibrated = simulate(policy, args, tasks, gpu_policy, args.overheads, predicted)
+        calibrated = simulate(
+            policy,
+            args,
+            fresh("prediction") if fresh else tasks,
+            gpu_policy,
+            args.overheads,
+            predicted,
+        )
     timeline.write(out / "timeline.json")
     predicted.write(out / "timeline-simulated.json")
     wire_busiest, wire_quarter = busiest_shares(

@@ -222,6 +222,69 @@ def test_short_testbed_run_with_gpu_time_sharing(tmp_path):
     assert "workloads.worker --job" not in procs
 
 
+def nothing_left_behind(out: Path) -> None:
+    """No bridge, switch port or worker of the run is left."""
+    assert subprocess.run(["ovs-vsctl", "br-exists", "s1"]).returncode == 2
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "s1-eth" not in links
+    procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(out) not in procs and "workloads.worker --job" not in procs
+
+
+def test_asha_runs_its_rungs_without_a_barrier_on_the_testbed(tmp_path):
+    """ASHA (``--search asha``): rungs are stages that jobs join as they are promoted; the
+    controller takes each rung once, however many jobs join it later."""
+    out = tmp_path / "testbed-asha"
+    run_testbed(out, "--hosts", "6", "--tasks", "1", "--configs", "6", "--eta", "3",
+                "--min-iterations", "2", "--workers", "2", "--search", "asha",
+                "--policy", "beamer", "--timeout", "240", "--link-gbps", "10")  # fmt: skip
+    run_dir = out / "beamer" / "seed-1"
+    stages = {int(s["index"]): s for s in read_csv(run_dir / "stages.csv")}
+    jobs = read_csv(run_dir / "jobs.csv")
+    assert sorted(stages) == [0, 1, 2] and stages[0]["jobs"] == "6"
+    for index in (1, 2):  # every promoted configuration completed the rung below first
+        below = set(stages[index - 1]["configs"].split())
+        assert set(stages[index]["configs"].split()) <= below
+        joins = {float(j["start_s"]) for j in jobs if j["stage_id"] == stages[index]["stage_id"]}
+        assert min(joins) == float(stages[index]["start_s"])
+    for name in ("stages", "jobs", "tasks"):
+        for row in read_csv(run_dir / f"{name}.csv"):
+            assert float(row["ratio_to_bound"]) >= 1.0, (name, row)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["workload"]["search"] == "asha"
+    [result] = json.loads((out / "results.json").read_text())
+    assert result["controller"]["switch_errors"] == 0 and result["sct_s"]["count"] == 3
+    nothing_left_behind(out)
+
+
+def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
+    """``scripts/optuna_hpo.py --backend testbed``: the study's trials run as workers on the
+    Mininet testbed, registered with the controller; Optuna's pruner prunes; every trial is
+    told; nothing is left behind."""
+    out = tmp_path / "optuna-testbed"
+    run = subprocess.run(
+        [sys.executable, "scripts/optuna_hpo.py", "--backend", "testbed", "--hosts", "6",
+         "--workers", "2", "--trials", "6", "--parallel", "3", "--min-iterations", "2",
+         "--link-gbps", "10", "--policy", "beamer", "--timeout", "240", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "best trial #" in run.stdout
+    trials = read_csv(out / "beamer" / "trials.csv")
+    assert len(trials) == 6 and {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"}
+    assert any(t["state"] == "PRUNED" for t in trials)
+    assert any(t["state"] == "COMPLETE" for t in trials)
+    trained = {c["config"]: int(c["trained"]) for c in read_csv(out / "beamer" / "configs.csv")}
+    for trial in trials:  # a pruned trial's workers stopped at the rung it was pruned at
+        assert trained[trial["config"]] == int(trial["last_step"])
+    result = json.loads((out / "beamer" / "result.json").read_text())
+    assert result["controller"]["switch_errors"] == 0
+    assert result["simulated"]["hpo_completion_s"]["mean"] > 0  # the prediction beside it
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runs"]["beamer"]["trials"] == 6
+    nothing_left_behind(out)
+
+
 def test_calibrated_run_with_host_priorities(tmp_path):
     """``--calibrate`` measures the testbed's overheads first (scripts/calibrate.py at a small
     size) and predicts with them; with ``--host-priorities`` the hosts' egress serves the levels
