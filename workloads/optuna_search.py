@@ -267,10 +267,24 @@ def trial_rows(task: HpoTask) -> list[dict]:
     return rows
 
 
-def best_trial(task: HpoTask) -> dict | None:
-    """The study's best completed trial (number, value, params), ``None`` if none completed."""
-    completed = [t for t in task.search.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if not completed:
+def best_trial(task: HpoTask, job_rows: list[dict]) -> dict | None:
+    """The study's best completed trial: its number, value (final accuracy), parameters and
+    ``found_s``, when it completed (its last job ended) from the task's arrival, from the run's
+    ``job_rows`` (:meth:`workloads.hpo_core.HpoCore.job_rows`, or read back from its CSV);
+    ``None`` if no trial completed."""
+    study = task.search.study
+    if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
         return None
-    best = task.search.study.best_trial
-    return {"trial": best.number, "value": best.value, "params": dict(best.params)}
+    best = study.best_trial
+    config = next(c for c, trial in task.search.trials.items() if trial.number == best.number)
+    ends = [
+        float(row["finish_s"])
+        for row in job_rows
+        if int(row["task_id"]) == task.task_id and int(row["config"]) == config
+    ]
+    return {
+        "trial": best.number,
+        "value": best.value,
+        "params": dict(best.params),
+        "found_s": max(ends) - task.arrival_s,
+    }

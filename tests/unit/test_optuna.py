@@ -33,13 +33,14 @@ def test_a_short_study_is_deterministic_for_a_seed(pruner):
     first, driver, _ = run(pruner=pruner)
     again, driver_again, _ = run(pruner=pruner)
     assert [trial_rows(t) for t in first] == [trial_rows(t) for t in again]
-    assert [best_trial(t) for t in first] == [best_trial(t) for t in again]
+    best = [best_trial(t, driver.job_rows()) for t in first]
+    assert best == [best_trial(t, driver_again.job_rows()) for t in again]
     assert driver.stage_rows() == driver_again.stage_rows()
     rows = trial_rows(first[0])
     assert len(rows) == 9  # every trial was asked for
     assert {r["state"] for r in rows} <= {"COMPLETE", "PRUNED"}  # and told
     assert any(r["state"] == "PRUNED" for r in rows)  # the pruner pruned
-    assert best_trial(first[0]) is not None
+    assert best[0] is not None and best[0]["found_s"] > 0
     other, _, _ = run(pruner=pruner, seed=2)
     assert trial_rows(other[0]) != rows  # the seed matters
 
@@ -71,7 +72,8 @@ def test_the_script_prints_the_best_trial_and_writes_the_result_files(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "best trial #" in done.stdout
     for name in ("stages", "jobs", "configs", "tasks", "coflows", "trials"):
-        assert (out / f"{name}-beamer.csv").stat().st_size > 0
+        assert (out / "seed-1" / f"{name}-beamer.csv").stat().st_size > 0
     assert (out / "summary.json").is_file()
+    assert "best trial at s" in done.stdout  # the seed table
     bad = subprocess.run([*argv[:2], "--trials", "0"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--trials" in bad.stderr and "Traceback" not in bad.stderr
