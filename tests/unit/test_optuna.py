@@ -77,3 +77,13 @@ def test_the_script_prints_the_best_trial_and_writes_the_result_files(tmp_path):
     assert "best trial at s" in done.stdout  # the seed table
     bad = subprocess.run([*argv[:2], "--trials", "0"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--trials" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_readme_example_runs():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- optuna-example")[1].split("```python\n")[1].split("```")[0]
+    namespace: dict = {}
+    exec(compile(block, "README.md (optuna example)", "exec"), namespace)
+    study, driver = namespace["study"], namespace["driver"]
+    assert study.best_trial is not None and driver.core.finished
+    assert len(study.trials) == 27
