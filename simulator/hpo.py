@@ -75,7 +75,7 @@ class HpoDriver:
         self._model_stages: dict[int, Stage] = {}
         self._coflow_job: dict[int, tuple[int, int]] = {}  # coflow -> (job, phase)
         self._stage_listeners: list[Callable[[], None]] = []
-        self.n_stages = sum(len(task.plan) for task in tasks)  # stages the workload will run
+        self.n_stages = sum(task.n_stages for task in tasks)  # stages the workload will run
         sim.jobs_and_stages = lambda: (self._model_jobs, self._model_stages)
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:

@@ -27,7 +27,7 @@ from workloads.curves import LearningCurve, sample_curves
 from workloads.profiles import PROFILES, ModelProfile
 
 PATTERNS = ("ps", "ring")
-SEARCHES = ("halving", "full", "asha")
+SEARCHES = ("halving", "full", "asha", "hyperband")
 
 
 class Flows(NamedTuple):
@@ -86,19 +86,47 @@ def stage_plan(n_configs: int, eta: int, min_iterations: int) -> list[tuple[int,
         s += 1
 
 
-def survivors(task: HpoTask, stage_index: int, trained: dict[int, int]) -> list[int]:
-    """The configurations that go on after stage ``stage_index`` of ``task``.
+def hyperband_brackets(n_configs: int, eta: int, min_iterations: int) -> list[Bracket]:
+    """Hyperband's brackets (Li et al., "Hyperband: A Novel Bandit-Based Approach to
+    Hyperparameter Optimization", JMLR 18, 2018) over the budgets of successive halving on
+    ``n_configs`` configurations: with ``s_max + 1`` the number of its stages and ``R`` its
+    last budget, bracket ``s`` (``s_max`` down to 0) starts ``ceil((s_max + 1) / (s + 1) *
+    eta**s)`` configurations at budget ``R / eta**s`` and halves them ``s`` times, keeping
+    ``floor(n / eta**i)`` in its stage ``i``. Bracket ``s_max`` is successive halving itself;
+    the others trade configurations for longer first stages. Configurations are numbered
+    bracket after bracket."""
+    s_max = len(stage_plan(n_configs, eta, min_iterations)) - 1
+    top = min_iterations * eta**s_max
+    brackets, first = [], 0
+    for s in range(s_max, -1, -1):
+        n = math.ceil((s_max + 1) / (s + 1) * eta**s)
+        plan, total = [], 0
+        for i in range(s + 1):
+            target = top // eta ** (s - i)
+            plan.append((max(1, n // eta**i), target - total))
+            total = target
+        brackets.append(Bracket(list(range(first, first + n)), plan))
+        first += n
+    return brackets
+
+
+def survivors(
+    task: HpoTask, stage_index: int, trained: dict[int, int], bracket: int = 0
+) -> list[int]:
+    """The configurations that go on after stage ``stage_index`` of ``task``'s ``bracket``.
 
     Args:
         trained: iterations each configuration of the finished stage has done.
+        bracket: which of the task's brackets (:attr:`HpoTask.all_brackets`) the stage is of.
 
     Returns:
         The best ``ceil(n / eta)`` by accuracy now (ties: lower index), as successive halving
-        keeps them; empty after the last stage.
+        keeps them (the bracket plan's count); empty after the last stage.
     """
-    if stage_index + 1 >= len(task.plan):
+    plan = task.all_brackets[bracket].plan
+    if stage_index + 1 >= len(plan):
         return []
-    keep = task.plan[stage_index + 1][0]
+    keep = plan[stage_index + 1][0]
     ranked = sorted(trained, key=lambda c: (-task.curves[c].accuracy(trained[c]), c))
     return ranked[:keep]
 
@@ -135,6 +163,14 @@ def asha_promotions(
     ranked = sorted(completed, key=lambda c: (-completed[c], c))[:allowed]
     done = set(promoted)
     return [c for c in ranked if c not in done]
+
+
+@dataclass
+class Bracket:
+    """Configurations that run one successive-halving plan together (a Hyperband bracket)."""
+
+    configs: list[int]
+    plan: list[tuple[int, int]]  # (configurations, iterations to add) per stage
 
 
 class RungSearch(Protocol):
@@ -199,11 +235,23 @@ class HpoTask:
     eta: int = 3
     asynchronous: bool = False  # rungs promote as results come, no stage barrier
     search: RungSearch | None = None  # what decides an asynchronous task's rungs (None: ASHA)
+    brackets: list[Bracket] = field(default_factory=list)  # Hyperband's; empty: one, ``plan``
 
     @property
     def n_configs(self) -> int:
         """Number of configurations the task starts with."""
         return len(self.curves)
+
+    @property
+    def all_brackets(self) -> list[Bracket]:
+        """Its brackets, run side by side: Hyperband's, or one of every configuration on
+        ``plan``."""
+        return self.brackets or [Bracket(list(range(self.n_configs)), self.plan)]
+
+    @property
+    def n_stages(self) -> int:
+        """The stages it runs (at most, for a search that may stop early)."""
+        return sum(len(b.plan) for b in self.all_brackets)
 
 
 def generate(
@@ -244,8 +292,10 @@ def generate(
         search: ``halving`` (successive halving) or ``full``: one stage in which every
             configuration trains as long as the halving survivor would (a grid/random search
             without early stopping, the setting where GPU time-sharing decides what is learnt
-            first); or ``asha``: the halving plan's rungs run asynchronously (see
-            :func:`asha_promotions`).
+            first); ``asha``: the halving plan's rungs run asynchronously (see
+            :func:`asha_promotions`); or ``hyperband``: Hyperband's brackets over the halving
+            plan's budgets side by side, each successive halving (:func:`hyperband_brackets`;
+            more configurations than ``configs_per_task`` in all).
         surrogate: a :class:`workloads.yahpo.LcBench` to take the learning curves from (its 52
             epochs spread over the survivor's budget; ``good_fraction`` is then unused), or
             ``None`` for the parametric curves of :mod:`workloads.curves`.
@@ -267,15 +317,20 @@ def generate(
         plan = stage_plan(configs_per_task, eta, min_iterations)
         if search == "full":
             plan = [(configs_per_task, sum(iterations for _, iterations in plan))]
+        brackets = []
+        n_configs = configs_per_task
+        if search == "hyperband":
+            brackets = hyperband_brackets(configs_per_task, eta, min_iterations)
+            n_configs = sum(len(b.configs) for b in brackets)
         # the survivor trains sum(increments) iterations; good curves reach 90 % well before
         longest = sum(iterations for _, iterations in plan)
         if surrogate is None:
-            curves = sample_curves(rng, configs_per_task, good_fraction, base_tau=longest / 3)
+            curves = sample_curves(rng, n_configs, good_fraction, base_tau=longest / 3)
         else:
-            curves = surrogate.curves(rng, configs_per_task, iterations_per_epoch=longest / 52)
-        hosts = [rng.sample(range(n_hosts), workers) for _ in range(configs_per_task)]
+            curves = surrogate.curves(rng, n_configs, iterations_per_epoch=longest / 52)
+        hosts = [rng.sample(range(n_hosts), workers) for _ in range(n_configs)]
         tasks.append(HpoTask(t, clock, model, pattern, curves, hosts, plan, eta,
-                             asynchronous=search == "asha"))  # fmt: skip
+                             asynchronous=search == "asha", brackets=brackets))  # fmt: skip
     return tasks
 
 

@@ -26,16 +26,21 @@ with the same definitions:
   bound where the busiest ports are mostly busy).
 
 The search is successive halving (:func:`workloads.hpo.survivors` picks who goes on); a task's
-``plan`` lists its stages. An ``asynchronous`` task runs the same plan as ASHA
+``plan`` lists its stages. A Hyperband task runs several such plans side by side, one per
+bracket (``HpoTask.brackets``, :func:`workloads.hpo.hyperband_brackets`): each bracket's stages
+follow one another, the task ends with its last bracket, and its bound is its slowest
+bracket's sum of stage bounds. An ``asynchronous`` task runs the same plan as ASHA
 (:func:`workloads.hpo.asha_promotions`): its rungs have no barrier, a configuration moves on
 as soon as it ranks high enough among those that completed its rung. Each rung is still a
 **stage** (what Beamer orders, what the controller registers): the jobs training towards that
 rung's budget, which join it as they are promoted. It starts with its first job and ends with
 its last one once no more can join (the rung below has ended); its lower bound allows for the
 later joins (:func:`controller.bounds.staggered_stage_lower_bound`), and its task's bound is
-the larger of its first rung's and the shortest chain of one configuration through every rung
-(stages overlap, so they do not add up). :meth:`HpoCore._after_job` is the one place that
-decides what starts after an event, for both searches.
+the larger of its first rung's and the shortest chain of one configuration through the rungs
+it reached (stages overlap, so they do not add up); what starts and moves on is its
+``search``'s (:class:`workloads.hpo.RungSearch`: ASHA, or an Optuna study).
+:meth:`HpoCore._after_job` is the one place that decides what starts after an event, for every
+search.
 
 With a job manager (:class:`workloads.gpu.GpuManager`) the core submits every job it starts,
 reports progress, and returns the manager's decisions; ``JobRun.holding`` says whether a job
@@ -125,6 +130,7 @@ class StageRun:
     bound_s: float  # lower bound on its SCT (controller.bounds.stage_lower_bound)
     job_ids: list[int] = field(default_factory=list)
     finish_s: float | None = None
+    bracket: int = 0  # its task's bracket (Hyperband's; 0 for the other searches)
 
     @property
     def sct_s(self) -> float | None:
@@ -229,6 +235,10 @@ class HpoCore:
             t.task_id: [_Rung() for _ in t.plan] for t in self.tasks.values() if t.asynchronous
         }
         self._joins: dict[int, list[tuple[float, JobDemand]]] = {}  # stage id -> its jobs
+        # per synchronous task: the sum of each bracket's stage bounds (its stages run one
+        # after the other; brackets run side by side) and how many brackets still run
+        self._bracket_bounds: dict[int, list[float]] = {}
+        self._brackets_running: dict[int, int] = {}
 
     # ---- events -------------------------------------------------------------------------------
 
@@ -241,10 +251,18 @@ class HpoCore:
         if now_s < task.arrival_s - 1e-9:
             raise ValueError(f"task {task_id} started at {now_s} s, before its arrival")
         self.runs[task_id] = TaskRun(task_id, task.arrival_s, now_s)
-        configs = self._search(task).first_configs(task) if task.asynchronous else None
-        if configs == []:
-            raise ValueError(f"task {task_id}'s search started no configuration")
-        return self._start_stage(task, 0, configs or list(range(task.n_configs)), now_s)
+        if task.asynchronous:
+            configs = self._search(task).first_configs(task)
+            if not configs:
+                raise ValueError(f"task {task_id}'s search started no configuration")
+            return self._start_stage(task, 0, configs, now_s)
+        brackets = task.all_brackets
+        self._bracket_bounds[task_id] = [0.0] * len(brackets)
+        self._brackets_running[task_id] = len(brackets)
+        actions = Actions()
+        for index, bracket in enumerate(brackets):
+            actions.extend(self._start_stage(task, 0, list(bracket.configs), now_s, index))
+        return actions
 
     def iteration_done(self, job_id: int, now_s: float) -> float:
         """Job ``job_id`` finished one more iteration (compute and synchronisation).
@@ -311,11 +329,15 @@ class HpoCore:
         actions.finished_stages.append(stage)
         configs = [self.jobs[j].config for j in stage.job_ids]
         trained = {c: self.configs[(task.task_id, c)].trained for c in configs}
-        following = survivors(task, stage.index, trained)
-        if not following:
-            self.runs[task.task_id].finish_s = now_s
+        following = survivors(task, stage.index, trained, stage.bracket)
+        if following:
+            actions.extend(
+                self._start_stage(task, stage.index + 1, following, now_s, stage.bracket)
+            )
             return actions
-        actions.extend(self._start_stage(task, stage.index + 1, following, now_s))
+        self._brackets_running[task.task_id] -= 1
+        if self._brackets_running[task.task_id] == 0:
+            self.runs[task.task_id].finish_s = now_s
         return actions
 
     def _after_rung_job(self, task: HpoTask, stage: StageRun, job: JobRun, now_s: float) -> Actions:
@@ -357,11 +379,13 @@ class HpoCore:
             run.bound_s = max(rungs[0].stage.bound_s, self._shortest_chain_s(task, reached))
         return actions
 
-    def _start_stage(self, task: HpoTask, index: int, configs: list[int], now_s: float) -> Actions:
-        """Stage ``index`` of ``task`` starts now with ``configs``."""
-        _, iterations = task.plan[index]
+    def _start_stage(
+        self, task: HpoTask, index: int, configs: list[int], now_s: float, bracket: int = 0
+    ) -> Actions:
+        """Stage ``index`` of ``task``'s ``bracket`` starts now with ``configs``."""
+        _, iterations = task.all_brackets[bracket].plan[index]
         stage = StageRun(self._new_id(), task.task_id, index, now_s, iterations,
-                         iterations * task.model.compute_s, 0.0)  # fmt: skip
+                         iterations * task.model.compute_s, 0.0, bracket=bracket)  # fmt: skip
         self.stages[stage.stage_id] = stage
         self._joins[stage.stage_id] = []
         if task.asynchronous:
@@ -424,7 +448,9 @@ class HpoCore:
             self._joins[stage.stage_id], stage.start_s, self.port_bps
         )
         if not task.asynchronous:
-            self.runs[task.task_id].bound_s += stage.bound_s - before
+            sums = self._bracket_bounds[task.task_id]
+            sums[stage.bracket] += stage.bound_s - before
+            self.runs[task.task_id].bound_s = max(sums)
         if self.gpus is not None:
             actions.gpu.append(self._decide(now_s, preempt=False))
         return actions
@@ -493,9 +519,14 @@ class HpoCore:
         return result
 
     def stage_labels(self) -> dict[int, str]:
-        """Stage id -> ``"task T stage I"``: the same stage under the same name wherever its id
-        differs (testbed and simulator number stages as they start)."""
-        return {s.stage_id: f"task {s.task_id} stage {s.index}" for s in self.stages.values()}
+        """Stage id -> ``"task T stage I"`` (``"task T bracket B stage I"`` in a task of
+        several brackets): the same stage under the same name wherever its id differs (testbed
+        and simulator number stages as they start)."""
+        labels = {}
+        for s in self.stages.values():
+            bracket = f"bracket {s.bracket} " if self.tasks[s.task_id].brackets else ""
+            labels[s.stage_id] = f"task {s.task_id} {bracket}stage {s.index}"
+        return labels
 
     def stage_rows(self) -> list[dict]:
         """One row per stage: times, SCT, compute floor, lower bound and SCT over it."""
@@ -503,6 +534,7 @@ class HpoCore:
             {
                 "stage_id": s.stage_id,
                 "task_id": s.task_id,
+                "bracket": s.bracket,
                 "index": s.index,
                 "jobs": len(s.job_ids),
                 "configs": " ".join(str(self.jobs[j].config) for j in s.job_ids),
@@ -557,18 +589,21 @@ class HpoCore:
 
     def task_rows(self) -> list[dict]:
         """One row per task: HPO completion time and its bound, the configuration it ends with
-        (the most accurate of its last stage) and when that one was identified (from then on
-        its observed accuracy is the highest of the task), all from the task's arrival."""
-        last: dict[int, StageRun] = {}
+        (the most accurate of its last stage, of every bracket's last stage with several) and
+        when that one was identified (from then on its observed accuracy is the highest of the
+        task), all from the task's arrival."""
+        last: dict[tuple[int, int], StageRun] = {}  # (task, bracket) -> its last stage
         for stage in self.stages.values():
-            if stage.task_id not in last or stage.index > last[stage.task_id].index:
-                last[stage.task_id] = stage
+            key = (stage.task_id, stage.bracket)
+            if key not in last or stage.index > last[key].index:
+                last[key] = stage
         rows = []
         for task_id, task in self.tasks.items():
             run = self.runs.get(task_id)
             winner = identified = completion = None
             if run is not None and run.finish_s is not None:
-                finals = [self.jobs[j].config for j in last[task_id].job_ids]
+                finals = [self.jobs[j].config for (t, _), stage in last.items() if t == task_id
+                          for j in stage.job_ids]  # fmt: skip
                 trained = {c: self.configs[(task_id, c)].trained for c in finals}
                 winner = max(finals, key=lambda c: (task.curves[c].accuracy(trained[c]), -c))
                 found = best_identified_s(self.observations[task_id], winner)

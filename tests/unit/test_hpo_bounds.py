@@ -153,7 +153,7 @@ workloads = st.fixed_dictionaries(
         "policy": st.sampled_from(sorted(POLICIES)),
         "mode": st.sampled_from(["levels", "ideal"]),
         "gpu": st.sampled_from(["none", *sorted(GPU_POLICIES)]),
-        "search": st.sampled_from(["halving", "asha"]),
+        "search": st.sampled_from(["halving", "asha", "hyperband"]),
     }
 )
 

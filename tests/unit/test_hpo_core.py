@@ -10,7 +10,7 @@ import controller.engine
 from controller.metrics import nearest_rank_index, percentile, summarise
 from workloads.curves import LearningCurve, TabulatedCurve, curve_from_json, curve_to_json
 from workloads.gpu import GpuManager, make_gpu_policy
-from workloads.hpo import HpoTask, asha_promotions, generate, survivors
+from workloads.hpo import HpoTask, asha_promotions, generate, hyperband_brackets, survivors
 from workloads.hpo_core import HpoCore
 from workloads.profiles import PROFILES
 
@@ -279,3 +279,60 @@ def test_generated_asha_runs_overlap_their_rungs_in_the_simulator():
         and s["start_s"] < by_task_index[(s["task_id"], s["index"] - 1)]["finish_s"]
     ]  # fmt: skip
     assert overlapping  # a rung started before the one below it ended: no barrier
+
+
+def test_hyperband_brackets_are_the_papers():
+    """R = 27, eta = 3 (Li et al., JMLR 2018, Table 1): brackets of 27, 12, 6 and 4
+    configurations starting at budgets 1, 3, 9 and 27."""
+    brackets = hyperband_brackets(27, 3, 1)
+    assert [len(b.configs) for b in brackets] == [27, 12, 6, 4]
+    assert [[keep for keep, _ in b.plan] for b in brackets] == [[27, 9, 3, 1], [12, 4, 1],
+                                                                 [6, 2], [4]]  # fmt: skip
+    for b in brackets:  # every bracket ends at the full budget
+        assert sum(n for _, n in b.plan) == 27
+    assert [b.plan[0][1] for b in brackets] == [1, 3, 9, 27]
+    assert sorted(c for b in brackets for c in b.configs) == list(range(49))
+
+
+def test_hyperband_runs_its_brackets_side_by_side():
+    (t,) = generate(13, 1, seed=3, configs_per_task=9, eta=3, min_iterations=2,
+                    search="hyperband")  # fmt: skip
+    assert t.n_configs == 17 and len(t.all_brackets) == 3 and t.n_stages == 6
+    core = HpoCore([t], port_bps=1e9)
+    started = core.arrive(0, now_s=0.0).started
+    assert len(started) == 17  # every bracket's first stage starts at once
+    now, pending = 0.0, [j.job_id for j in started]
+    while pending:
+        now += 1.0
+        pending = pending[1:] + [j.job_id for j in run_job(core, pending[0], now).started]
+    assert core.finished
+    stages = core.stage_rows()
+    assert sorted((s["bracket"], s["index"], s["jobs"]) for s in stages) == [
+        (0, 0, 9), (0, 1, 3), (0, 2, 1), (1, 0, 5), (1, 1, 1), (2, 0, 3),
+    ]  # fmt: skip
+    labels = set(core.stage_labels().values())
+    assert "task 0 bracket 1 stage 1" in labels
+    (row,) = core.task_rows()
+    finals = {
+        s["configs"] for s in stages if (s["bracket"], s["index"]) in {(0, 2), (1, 1), (2, 0)}
+    }
+    assert str(row["best_config"]) in " ".join(finals).split()
+    per_bracket = {}
+    for s in stages:
+        per_bracket[s["bracket"]] = per_bracket.get(s["bracket"], 0.0) + s["bound_s"]
+    assert row["bound_s"] == pytest.approx(max(per_bracket.values()))  # brackets overlap
+
+
+def test_generated_hyperband_runs_in_the_simulator_deterministically():
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator
+    from simulator.hpo import HpoDriver
+
+    runs = []
+    for _ in range(2):
+        sim = Simulator(Fabric(13, 1e9), make_policy("beamer"))
+        driver = HpoDriver(sim, generate(13, 2, seed=1, search="hyperband"))
+        sim.run()
+        runs.append((driver.stage_rows(), driver.task_rows()))
+        assert driver.core.finished and len(driver.stage_rows()) == driver.n_stages
+    assert runs[0] == runs[1]
