@@ -32,13 +32,30 @@ _REL = 1e-9
 
 @njit(cache=True)
 def _filled(residual, capacity, link):  # pragma: no cover - compiled
-    """Whether the levels above left ``link`` full: its flows get 0 at this level."""
+    """Whether the levels above left ``link`` full: its flows get 0 at this level.
+
+    Args:
+        residual: per link, the bit/s the levels above left.
+        capacity: per link, its capacity in bit/s (a link of infinite capacity is never full).
+        link: the link.
+    """
     return residual[link] <= 1e-12 * capacity[link] and capacity[link] < np.inf
 
 
 @njit(cache=True)
 def _freeze(f, rate, links, weights, residual, count, rates):  # pragma: no cover - compiled
-    """Give entry ``f`` its final ``rate`` and take its flows off their links."""
+    """Give entry ``f`` its final ``rate`` and take its flows off their links.
+
+    Args:
+        f: the entry (a row of ``links``).
+        rate: the rate of each of its flows in bit/s.
+        links: ``(entries, k)`` int: the links each entry's flows cross.
+        weights: float per entry: the identical flows it stands for.
+        residual: per link, the bit/s left; each of ``f``'s links loses ``rate * weights[f]``.
+        count: per link, the flows (weights) not frozen yet; each of ``f``'s links loses
+            ``weights[f]``.
+        rates: float per entry, bit/s; ``rates[f]`` is set.
+    """
     rates[f] = rate
     for c in range(links.shape[1]):
         link = links[f, c]
@@ -52,7 +69,19 @@ def _fill(members, links, caps, weights, residual, capacity, rates):  # pragma: 
 
     Entry i stands for ``weights[i]`` identical flows that all get ``rates[i]``. Entries on a
     link that the levels above left full get 0 (their ``rates`` are left as they are, 0) and
-    take no further part: exactly what max-min gives them, without their bookkeeping."""
+    take no further part: exactly what max-min gives them, without their bookkeeping.
+
+    Args:
+        members: int: the level's entries (indices into the per-entry arrays).
+        links: ``(entries, k)`` int: the links each entry's flows cross.
+        caps: float per entry: its flows' rate cap in bit/s, inf without one.
+        weights: float per entry: the identical flows it stands for (< 0.5: an empty group,
+            which gets 0).
+        residual: per link, the bit/s the levels above left; what the level takes is taken
+            off.
+        capacity: per link, its capacity in bit/s (to tell the links left full).
+        rates: float per entry, out: each member flow's rate in bit/s.
+    """
     k = links.shape[1]
     n_links = residual.shape[0]
     kept_members = np.empty(members.shape[0], dtype=np.int64)
@@ -178,7 +207,21 @@ class PairLevel(NamedTuple):
 @njit(cache=True, inline="always")
 def _freeze_link(link, share, count, residual, live, out_share):  # pragma: no cover - compiled
     """Freeze one side's ``link`` at ``share`` (its flows' rate): it takes ``share`` per flow
-    from its residual and leaves the live links."""
+    from its residual and leaves the live links.
+
+    The arrays are one side's (the egress links or the ingress links) in :func:`pair_shares`,
+    ``(n,)`` each.
+
+    Args:
+        link: the link's index on its side (its host).
+        share: the rate of each of its flows in bit/s.
+        count: the flows on each link not frozen yet; the link's becomes 0.
+        residual: the bit/s left on each link (a view of ``pair_shares``' ``residual``); the
+            link's loses ``share`` per flow.
+        live: 1.0 per link not frozen yet; the link's becomes 0.
+        out_share: :class:`PairLevel`'s ``row_share`` or ``col_share``; the link's is set to
+            ``share``.
+    """
     out_share[link] = share
     residual[link] = max(residual[link] - share * count[link], 0.0)
     count[link] = 0.0
@@ -189,7 +232,16 @@ def _freeze_link(link, share, count, residual, live, out_share):  # pragma: no c
 def _spread_share(share, pairs, other_count, other_residual, other_live):
     # pragma: no cover - compiled
     """The flows of a link just frozen at ``share`` take it on the other side's links:
-    ``pairs[j]`` of them cross that side's link ``j``, whose count and residual drop."""
+    ``pairs[j]`` of them cross that side's link ``j``, whose count and residual drop.
+
+    Args:
+        share: the frozen link's share, bit/s per flow.
+        pairs: ``(n,)``: the frozen link's row of :class:`PairLevel`'s ``flows`` (an egress
+            link) or ``flows_t`` (an ingress link).
+        other_count: the other side's flows not frozen yet, per link; drops by ``pairs``.
+        other_residual: the other side's bit/s left, per link; drops by ``share`` per flow.
+        other_live: the other side's 1.0 per link not frozen yet (0 masks the updates).
+    """
     for j in range(pairs.shape[0]):
         x = pairs[j] * other_live[j]  # links already frozen keep what they have
         other_count[j] -= x
@@ -202,7 +254,18 @@ def _recount_starved(hits, w, wt, row_cnt, col_cnt, row_live, col_live, n):
     """Take the links of ``hits``, just frozen at 0 (``s`` for egress ``s``, ``n + d`` for
     ingress ``d``), out of the counts at once (they take nothing, so only the other side's
     counts move): each side's counts are updated from the frozen links of the other side, or
-    recounted from its live ones, whichever are fewer (lower levels are mostly starved)."""
+    recounted from its live ones, whichever are fewer (lower levels are mostly starved).
+
+    Args:
+        hits: int: the links just frozen at 0 (their ``row_live`` / ``col_live`` already 0).
+        w: :class:`PairLevel`'s ``flows`` (``(n, n)``).
+        wt: :class:`PairLevel`'s ``flows_t``.
+        row_cnt: the flows on each egress link not frozen yet; updated (0 for frozen links).
+        col_cnt: the flows on each ingress link not frozen yet; updated likewise.
+        row_live: 1.0 per egress link not frozen yet.
+        col_live: 1.0 per ingress link not frozen yet.
+        n: the hosts.
+    """
     for side in range(2):
         # side 0: the rows' counts lose the pairs of frozen columns; side 1: the reverse
         cnt, live, other_live = (
@@ -250,10 +313,19 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
     ``min(level.row_share[s], level.col_share[d])`` (both filled here; ``inf`` for links
     without flows). A round is one pass over the live links (finding the smallest share and
     the links at it) plus O(n) per link it freezes, whatever the number of pairs: a dense level
-    of a 150-port switch (20k pairs) takes tens of microseconds. ``residual`` is updated in
-    place. (The helpers take arrays, not named tuples: a field read in a callee costs a
-    reference count per call; and they are inlined: they run once per frozen link, and the
-    calls alone cost a tenth of the kernel, measured on a dense 150-host level.)"""
+    of a 150-port switch (20k pairs) takes tens of microseconds. (The helpers take arrays, not
+    named tuples: a field read in a callee costs a reference count per call; and they are
+    inlined: they run once per frozen link, and the calls alone cost a tenth of the kernel,
+    measured on a dense 150-host level.)
+
+    Args:
+        level: the :class:`PairLevel`: its ``flows``, ``flows_t`` and counts are read (not
+            modified); ``row_share`` and ``col_share`` are filled (bit/s per flow).
+        residual: per link, the bit/s the levels above left (links ``0..2n-1`` as above);
+            updated in place: what the level takes is taken off.
+        capacity: per link, its capacity in bit/s (to tell the links left full).
+        n: the hosts.
+    """
     w, wt, row_share, col_share = level.flows, level.flows_t, level.row_share, level.col_share
     row_cnt = level.row_count.copy()  # flows on each link not frozen yet
     col_cnt = level.col_count.copy()
@@ -346,7 +418,16 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def greedy_groups(links, count, caps, order, capacity, rates):  # pragma: no cover - compiled
-    """Each flow group in ``order`` takes what its links have left (empty ones get 0), in place."""
+    """Each flow group in ``order`` takes what its links have left (empty ones get 0), in place.
+
+    Args:
+        links: ``(groups, k)`` int: the links each group's flows cross.
+        count: float per group: the flows it stands for (< 0.5: empty, which gets 0).
+        caps: float per group: its flows' rate cap in bit/s, inf without one.
+        order: int: the groups to serve, most urgent first.
+        capacity: per link, its capacity in bit/s.
+        rates: float per group, out: the rate in bit/s of the groups of ``order``.
+    """
     residual = capacity.copy()
     k = links.shape[1]
     for e in range(order.shape[0]):

@@ -288,7 +288,7 @@ class Tables:
 
 @njit(cache=True)
 def _lowest_bit(x):  # pragma: no cover - compiled
-    """Index of the lowest set bit of a nonzero uint64."""
+    """Index of the lowest set bit of ``x``, a nonzero uint64."""
     i = 0
     for width in (32, 16, 8, 4, 2, 1):
         mask = (np.uint64(1) << np.uint64(width)) - np.uint64(1)
@@ -300,7 +300,15 @@ def _lowest_bit(x):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _free_push(bits, summary, ids, g):  # pragma: no cover - compiled
-    """Put id ``g`` on the free list (``GroupTable.free_bits``, ``free_summary``, ``ids``)."""
+    """Put group id ``g`` on the free list.
+
+    Args:
+        bits: :class:`GroupTable`'s ``free_bits`` (a bit per freed id); ``g``'s bit is set.
+        summary: :class:`GroupTable`'s ``free_summary`` (a bit per nonzero word of ``bits``);
+            the bit of ``g``'s word is set.
+        ids: :class:`GroupTable`'s ``ids``; its :data:`FREED` count goes up by one.
+        g: the group id, emptied and no longer in use.
+    """
     word = g >> 6
     bits[word] |= np.uint64(1) << np.uint64(g & 63)
     summary[word >> 6] |= np.uint64(1) << np.uint64(word & 63)
@@ -309,7 +317,17 @@ def _free_push(bits, summary, ids, g):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _free_pop(bits, summary, ids):  # pragma: no cover - compiled
-    """The lowest freed id (there is one), taken off the free list."""
+    """The lowest freed id (there is one), taken off the free list.
+
+    Args:
+        bits: :class:`GroupTable`'s ``free_bits``; the id's bit is cleared.
+        summary: :class:`GroupTable`'s ``free_summary``; the bit of the id's word is cleared
+            if the word empties.
+        ids: :class:`GroupTable`'s ``ids``; its :data:`FREED` count goes down by one.
+
+    Returns:
+        The group id (:data:`NIL` if the list is empty: callers check ``ids[FREED]`` first).
+    """
     for s in range(summary.shape[0]):
         if summary[s] != np.uint64(0):
             word = s * 64 + _lowest_bit(summary[s])
@@ -325,7 +343,24 @@ def _free_pop(bits, summary, ids):  # pragma: no cover - compiled
 @njit(cache=True)
 def _new_group(groups, links, bucket, row, pair, reuse):  # pragma: no cover - compiled
     """A group for ``pair`` in ``bucket``: ``reuse`` if it is a group id just emptied (and not
-    freed: saves freeing and finding an id per flow a reorder moves), else a free id."""
+    freed: saves freeing and finding an id per flow a reorder moves), else a free id.
+
+    Args:
+        groups: the :class:`GroupTable`, modified in place: the group's fields are set (no
+            flows, nothing served, no rate, no cap, an empty list), its id is taken off the
+            free list or handed out, ``ids[USED_PREFIX]`` covers it and, for a shared bucket,
+            ``pair_group[row, pair]`` names it.
+        links: ``(k,)`` int: the links its flows cross (a row of :class:`FlowTable`'s
+            ``links``).
+        bucket: its bucket (its level follows from it in :func:`set_group_levels`).
+        row: the bucket's row of ``GroupTable.pair_group``, :data:`NIL` for a one-flow group.
+        pair: its flows' host pair (source host * hosts + destination host).
+        reuse: a group id just emptied (and taken off its row by :func:`_empty_group`), or
+            :data:`NIL` to take a free id.
+
+    Returns:
+        The group id.
+    """
     g_links, g_n_flows, g_served, g_rate = groups.links, groups.n_flows, groups.served, groups.rate
     g_cap, g_bucket, g_head, g_head_threshold = (
         groups.cap,
@@ -362,7 +397,10 @@ def _new_group(groups, links, bucket, row, pair, reuse):  # pragma: no cover - c
 
 @njit(cache=True)
 def _empty_group(groups, g):  # pragma: no cover - compiled
-    """Take an emptied group off its bucket's pair row (before reusing or freeing it)."""
+    """Take the emptied group ``g`` off its bucket's pair row (before reusing or freeing it).
+
+    ``groups`` is the :class:`GroupTable`: ``g``'s entry of ``pair_group`` (if it still names
+    ``g``) and its ``row`` become :data:`NIL`."""
     row, pair, pair_group = groups.row, groups.pair, groups.pair_group
     if row[g] >= 0 and pair_group[row[g], pair[g]] == g:
         pair_group[row[g], pair[g]] = NIL
@@ -371,7 +409,11 @@ def _empty_group(groups, g):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _free_group(groups, g):  # pragma: no cover - compiled
-    """Free the emptied group ``g`` (its id goes back on the free list)."""
+    """Free the emptied group ``g`` (its id goes back on the free list).
+
+    ``groups`` is the :class:`GroupTable`, modified in place: ``g``'s flow count, rate, head
+    and pair row are cleared, it is marked unused, and ``ids[USED_PREFIX]`` drops below the
+    unused ids at the end of the prefix."""
     n_flows, rate, head, head_threshold = (
         groups.n_flows,
         groups.rate,
@@ -397,7 +439,16 @@ def _free_group(groups, g):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _unlink(flows, groups, f, g):  # pragma: no cover - compiled
-    """Take flow ``f`` out of group ``g``'s list."""
+    """Take flow ``f`` out of group ``g``'s list.
+
+    Args:
+        flows: the :class:`FlowTable`; ``prev`` and ``next`` of ``f`` (set to :data:`NIL`)
+            and of its neighbours are modified.
+        groups: the :class:`GroupTable`; ``head`` and ``head_threshold`` of ``g`` are
+            modified if ``f`` was its head.
+        f: the flow id.
+        g: its group id (taking ``f`` off ``g``'s ``n_flows`` is the caller's part).
+    """
     threshold, prev, next_flow = flows.threshold, flows.prev, flows.next
     head, head_threshold = groups.head, groups.head_threshold
     before, after = prev[f], next_flow[f]
@@ -414,7 +465,16 @@ def _unlink(flows, groups, f, g):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _insert(flows, groups, f, g):  # pragma: no cover - compiled
-    """Insert ``f`` into ``g``'s list after every flow whose threshold is not larger."""
+    """Insert ``f`` into ``g``'s list after every flow whose threshold is not larger.
+
+    Args:
+        flows: the :class:`FlowTable`; ``f``'s ``threshold`` (set by the caller) is read,
+            ``prev`` and ``next`` of ``f`` and of its neighbours are modified.
+        groups: the :class:`GroupTable`; ``head`` and ``head_threshold`` of ``g`` are
+            modified if ``f`` becomes its head.
+        f: the flow id, in no list.
+        g: the group id (counting ``f`` in ``g``'s ``n_flows`` is the caller's part).
+    """
     threshold, prev, next_flow = flows.threshold, flows.prev, flows.next
     head, head_threshold = groups.head, groups.head_threshold
     thr = threshold[f]
@@ -438,8 +498,19 @@ def _insert(flows, groups, f, g):  # pragma: no cover - compiled
 def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - compiled
     """Move the unfinished flows ``first..last-1`` (one coflow) into ``bucket``'s groups.
 
-    ``row`` is the bucket's pair -> group row, or -1 for one group per flow. A flow keeps the
-    bits it has left; its old group is freed when it empties."""
+    A flow keeps the bits it has left; its old group is freed when it empties.
+
+    Args:
+        flows: the :class:`FlowTable`; the moved flows' ``threshold`` (now relative to their
+            new group's ``served``), ``group``, ``prev`` and ``next`` are modified.
+        groups: the :class:`GroupTable`, modified in place: groups are created, filled,
+            emptied and freed.
+        first: the coflow's first flow id.
+        last: one past its last flow id.
+        bucket: the bucket the flows move into.
+        row: the bucket's pair -> group row (of ``GroupTable.pair_group``), or -1 for one
+            group per flow.
+    """
     # (fields read once: a field read inside the loop costs a reference count per flow)
     f_links, f_pair, f_threshold, f_group = flows.links, flows.pair, flows.threshold, flows.group
     n_flows, served, pair_group = groups.n_flows, groups.served, groups.pair_group
@@ -481,11 +552,28 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
     A level takes the general max-min (``general``) if ``n_hosts == 0``, if it holds a one-group-
     per-flow bucket (``bucket_row`` -1: capped coflows, the ideal mode) or more than
     :data:`MAX_LEVEL_ROWS` shared buckets; the others are pair levels, whose per-level pair
-    matrices and rows this rebuilds. Returns the :class:`LevelPlan`: the groups of general
-    levels sorted by level (stable counting sort), each level's segment start in that order,
-    and ``general``.
+    matrices and rows this rebuilds.
 
-    Levels at or beyond ``n_levels`` (only empty, parked buckets have them) share the last."""
+    Levels at or beyond ``n_levels`` (only empty, parked buckets have them) share the last.
+
+    Args:
+        groups: the :class:`GroupTable`; every used group's ``level`` is set.
+        pairs: the :class:`PairTable`; with ``n_hosts`` > 0 its matrices and counts are
+            rebuilt from the groups of pair levels, its shares reset to inf and its
+            ``level_rows`` list each pair level's shared buckets' rows.
+        bucket_level: int per bucket: its level.
+        bucket_row: int per bucket: its row of ``GroupTable.pair_group``, -1 for one group per
+            flow.
+        bucket_live: bool per bucket: it is in use (parked buckets are not and take no part
+            in choosing how a level is allocated).
+        n_levels: the levels of the schedule.
+        n_hosts: hosts of the pair matrices (as :class:`StepSettings`' ``n_hosts``), 0
+            without them.
+
+    Returns:
+        The :class:`LevelPlan`: the groups of general levels sorted by level (stable counting
+        sort), each level's segment start in that order, and ``general``.
+    """
     g_links, g_n_flows, g_level, g_bucket, g_used = (
         groups.links,
         groups.n_flows,
@@ -553,7 +641,20 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
 def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
     # pragma: no cover - compiled
     """Bits left of the given coflow slots (flow id ranges): in total and, if ``with_ports``,
-    per host port (columns 0..n-1 egress of host i, n..2n-1 ingress; else no columns)."""
+    per host port (columns 0..n-1 egress of host i, n..2n-1 ingress; else no columns).
+
+    Args:
+        flows: the :class:`FlowTable` (read only).
+        groups: the :class:`GroupTable` (read only: ``served``).
+        slot_first: int per slot: its first flow id.
+        slot_last: int per slot: one past its last flow id.
+        n_hosts: the fabric's hosts ``n`` (a flow's ``pair`` is source * n + destination).
+        with_ports: also sum the bits left per host port.
+
+    Returns:
+        ``(total, ports)``: the bits left of each slot, and ``(slots, 2n)`` the bits left of
+        each slot per host port (``(slots, 0)`` without ``with_ports``).
+    """
     f_pair, f_threshold, f_group = flows.pair, flows.threshold, flows.group
     g_served = groups.served
     n_slots = slot_first.shape[0]
@@ -576,7 +677,16 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 
 @njit(cache=True)
 def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
-    """Bits left of the flows ``ids`` (0 for finished ones)."""
+    """Bits left of the flows ``ids`` (0 for finished ones).
+
+    Args:
+        flows: the :class:`FlowTable` (read only).
+        groups: the :class:`GroupTable` (read only: ``served``).
+        ids: int: the flow ids.
+
+    Returns:
+        The bits left of each flow of ``ids`` (a pending flow's size).
+    """
     f_group, f_threshold, g_served = flows.group, flows.threshold, groups.served
     out = np.zeros(ids.shape[0])
     for i in range(ids.shape[0]):
@@ -615,7 +725,20 @@ class Classes(NamedTuple):
 
 @njit(cache=True)
 def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
-    """Class of pair (s, d) under these row / column shares; NIL without a rate."""
+    """Class of pair (s, d) under these row / column shares; NIL without a rate.
+
+    Args:
+        rows: ``(n,)``: the level's egress link shares (bit/s per flow, inf without flows).
+        cols: ``(n,)``: its ingress link shares.
+        s: the source host.
+        d: the destination host.
+        n: the hosts.
+        base: the level's first class (``level * 2n``).
+
+    Returns:
+        ``base + s`` if the egress link bottlenecks the pair (on a tie too), ``base + n + d``
+        if the ingress link does, :data:`NIL` if its rate is 0 or infinite.
+    """
     rate = min(rows[s], cols[d])
     if rate > 0.0 and rate < np.inf:
         return base + (s if rows[s] <= cols[d] else n + d)
@@ -626,8 +749,22 @@ def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
 def _class_members(w, wt, pair_group, level_rows, share, c, n, out):
     # pragma: no cover - compiled
     """The groups of class ``c`` under the classes' ``share`` (into ``out``); returns how
-    many. ``w``, ``wt``, ``level_rows``: :class:`PairTable`'s ``flows``, ``flows_t``,
-    ``level_rows``; ``pair_group``: :class:`GroupTable`'s."""
+    many.
+
+    Args:
+        w: :class:`PairTable`'s ``flows``.
+        wt: :class:`PairTable`'s ``flows_t``.
+        pair_group: :class:`GroupTable`'s ``pair_group``.
+        level_rows: :class:`PairTable`'s ``level_rows``.
+        share: :class:`Classes`' ``share`` (bit/s per flow of every class).
+        c: the class (``level * 2n + link``).
+        n: the hosts.
+        out: int, room for ``n * MAX_LEVEL_ROWS`` group ids; the members fill its first
+            entries.
+
+    Returns:
+        The number of members written to ``out``.
+    """
     level = c // (2 * n)
     base = level * 2 * n
     rows, cols = share[base : base + n], share[base + n : base + 2 * n]
@@ -646,7 +783,13 @@ def _class_members(w, wt, pair_group, level_rows, share, c, n, out):
 
 @njit(cache=True)
 def _mark_dirty(dirty, dirty_list, c):  # pragma: no cover - compiled
-    """Note that class ``c``'s key must be recomputed (``Classes.dirty``, ``dirty_list``)."""
+    """Note that class ``c``'s key must be recomputed.
+
+    Args:
+        dirty: :class:`Classes`' ``dirty``; ``c``'s flag is set.
+        dirty_list: :class:`Classes`' ``dirty_list``; ``c`` is appended unless already dirty.
+        c: the class, or :data:`NIL` (then nothing changes).
+    """
     if c != NIL and not dirty[c]:
         dirty[c] = True
         dirty_list[0] += 1
@@ -659,7 +802,19 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
 
     Only pairs of a link whose share changed can change class: every pair of a row, of a
     column that gains or loses its rate; for a column whose positive share moved, only the
-    pairs whose row has a finite share (the others are bottlenecked by the column)."""
+    pairs whose row has a finite share (the others are bottlenecked by the column).
+
+    Args:
+        groups: the :class:`GroupTable`; the ``served`` offset of every group whose class
+            changed moves by its old class's count minus its new class's.
+        pairs: the :class:`PairTable` (read only): ``level``'s new ``row_share`` and
+            ``col_share`` (from :func:`simulator.allocation.pair_shares`), its matrices,
+            counts and ``level_rows``.
+        classes: the :class:`Classes`; the level's ``share`` entries become the new shares,
+            and the classes that gain or lose members are marked dirty.
+        level: the pair level.
+        n: the hosts.
+    """
     g_served, pair_group, level_rows = groups.served, groups.pair_group, pairs.level_rows
     c_served, c_share, dirty, dirty_list = (
         classes.served,
@@ -734,8 +889,17 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
 
 @njit(cache=True)
 def _refresh_keys(groups, pairs, classes, n, scratch):  # pragma: no cover - compiled
-    """Recompute the smallest key of every dirty class (``scratch``: room for a class's
-    members)."""
+    """Recompute the smallest key of every dirty class.
+
+    Args:
+        groups: the :class:`GroupTable` (read only: ``served`` offsets, ``head_threshold``,
+            ``pair_group``).
+        pairs: the :class:`PairTable` (read only: ``flows``, ``flows_t``, ``level_rows``).
+        classes: the :class:`Classes`; every dirty class's ``key`` is set and its ``dirty``
+            flag cleared, and ``dirty_list`` is emptied.
+        n: the hosts.
+        scratch: int, room for a class's members (``n * MAX_LEVEL_ROWS``).
+    """
     g_served, head_threshold, pair_group = groups.served, groups.head_threshold, groups.pair_group
     share, keys, dirty, dirty_list = classes.share, classes.key, classes.dirty, classes.dirty_list
     w, wt, level_rows = pairs.flows, pairs.flows_t, pairs.level_rows
@@ -763,9 +927,24 @@ def _caps_fit(members, links, caps, weights, residual, capacity, rates, usage):
     """If every flow of a level has a cap and the caps fit in ``residual`` on every link, give
     each its cap (what max-min gives then; Varys' MADD caps usually fit) without the general
     fill. Flows on a link the levels above filled get 0, as in the general fill. Entries are
-    as in :func:`simulator.allocation._fill` (``weights``: the flows each stands for). Returns
-    :data:`NO_FIT`, :data:`FIT` or :data:`FIT_STARVED`; ``usage`` (zero on entry) is left with
-    what the level takes on every link if they fit, zero if not."""
+    as in :func:`simulator.allocation._fill`.
+
+    Args:
+        members: int: the level's entries (group ids).
+        links: ``(entries, k)`` int: the links each entry's flows cross.
+        caps: float per entry: its flows' rate cap in bit/s, inf without one.
+        weights: float per entry: the flows it stands for (< 0.5: empty, ignored).
+        residual: per link, the bit/s the levels above left; what the level takes is taken
+            off if the caps fit, else it is unchanged.
+        capacity: per link, its capacity in bit/s (to tell the links left full).
+        rates: float per entry, out: each member flow's rate in bit/s (its cap, or 0);
+            meaningless when :data:`NO_FIT` is returned.
+        usage: per link, zero on entry: left with the bit/s the level takes on every link
+            if the caps fit, zero if not.
+
+    Returns:
+        :data:`NO_FIT`, :data:`FIT` or :data:`FIT_STARVED`.
+    """
     k = links.shape[1]
     for i in range(members.shape[0]):
         if weights[members[i]] >= 0.5 and caps[members[i]] == np.inf:
@@ -793,7 +972,8 @@ def _caps_fit(members, links, caps, weights, residual, capacity, rates, usage):
 
 @njit(cache=True)
 def _take(usage, residual):  # pragma: no cover - compiled
-    """If ``usage`` fits in ``residual`` on every link, take it off and return True."""
+    """If ``usage`` (bit/s per link) fits in ``residual`` (bit/s left per link) on every link,
+    take it off ``residual`` and return True."""
     for link in range(usage.shape[0]):
         if usage[link] > residual[link] * (1.0 + _REL):
             return False
@@ -826,9 +1006,14 @@ class FixedRates(NamedTuple):
 
 @njit(cache=True)
 def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
-    """Empty :class:`FixedRates` for ``n_levels`` levels, ``n_links`` links and group ids below
-    ``n_groups`` (the heap has room for two entries per group: stale ones are dropped when
-    it fills)."""
+    """Empty :class:`FixedRates` (the heap has room for two entries per group: stale ones are
+    dropped when it fills).
+
+    Args:
+        n_levels: the levels of the :class:`LevelPlan`.
+        n_links: the links (entries of ``StepSettings.capacity``).
+        n_groups: group ids are below this (0 when no level can be served at fixed rates).
+    """
     return FixedRates(
         np.zeros(n_levels, dtype=np.bool_),
         np.zeros((n_levels, n_links)),
@@ -843,8 +1028,15 @@ def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _end_push(times, ids, size, t, g):  # pragma: no cover - compiled
-    """Push (end time ``t``, group ``g``) on the min-heap of fixed groups' end times
-    (:class:`FixedRates`' ``heap_times``, ``heap_groups``, ``heap_size``)."""
+    """Push (end time ``t``, group ``g``) on the min-heap of fixed groups' end times.
+
+    Args:
+        times: :class:`FixedRates`' ``heap_times`` (seconds), with room for one more entry.
+        ids: :class:`FixedRates`' ``heap_groups``.
+        size: :class:`FixedRates`' ``heap_size``; goes up by one.
+        t: the group's projected end time in seconds (simulated clock).
+        g: the group id.
+    """
     i = size[0]
     size[0] += 1
     times[i], ids[i] = t, g
@@ -859,7 +1051,13 @@ def _end_push(times, ids, size, t, g):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _end_pop(times, ids, size):  # pragma: no cover - compiled
-    """Drop the earliest entry of that heap."""
+    """Drop the earliest entry of the min-heap of end times (there is one).
+
+    Args:
+        times: :class:`FixedRates`' ``heap_times``.
+        ids: :class:`FixedRates`' ``heap_groups``.
+        size: :class:`FixedRates`' ``heap_size``; goes down by one.
+    """
     size[0] -= 1
     n = size[0]
     times[0], ids[0] = times[n], ids[n]
@@ -879,7 +1077,16 @@ def _end_pop(times, ids, size):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
-    """Fix ``g`` at its cap from ``now`` (its ``served`` exact)."""
+    """Fix ``g`` at its cap from ``now`` (its ``served`` exact).
+
+    Args:
+        fixed: the :class:`FixedRates`; ``g`` is marked fixed since ``now`` and its projected
+            end is recorded and pushed on the heap (stale entries are dropped if it is full).
+        groups: the :class:`GroupTable` (read only: ``g``'s ``head_threshold``, ``served``
+            and ``cap``).
+        g: the group id, with flows and a finite cap.
+        now: the simulated clock in seconds.
+    """
     times, ids, size, end = fixed.heap_times, fixed.heap_groups, fixed.heap_size, fixed.end
     group_fixed = fixed.group_fixed
     group_fixed[g] = True
@@ -899,7 +1106,16 @@ def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _unfix(fixed, groups, g, now):  # pragma: no cover - compiled
-    """Make ``g``'s ``served`` exact at ``now`` and free it from its fixed rate."""
+    """Make ``g``'s ``served`` exact at ``now`` and free it from its fixed rate.
+
+    Args:
+        fixed: the :class:`FixedRates`; ``g`` is no longer marked fixed (its heap entry goes
+            stale).
+        groups: the :class:`GroupTable`; ``g``'s ``served`` gains the bits served at its cap
+            since it was fixed, and its ``rate`` becomes its cap.
+        g: the fixed group id.
+        now: the simulated clock in seconds.
+    """
     groups.served[g] += groups.cap[g] * (now - fixed.since[g])
     groups.rate[g] = groups.cap[g]
     fixed.group_fixed[g] = False
@@ -907,7 +1123,8 @@ def _unfix(fixed, groups, g, now):  # pragma: no cover - compiled
 
 @njit(cache=True)
 def _next_fixed(fixed):  # pragma: no cover - compiled
-    """The earliest valid end time in the heap (stale entries dropped), inf if none."""
+    """The earliest valid end time (seconds) in the heap of ``fixed`` (the :class:`FixedRates`;
+    stale entries at its top are dropped), inf if none."""
     times, ids, size = fixed.heap_times, fixed.heap_groups, fixed.heap_size
     group_fixed, end = fixed.group_fixed, fixed.end
     while size[0] > 0:
@@ -933,7 +1150,27 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
     """Rates for levels ``first`` and below: ``rate`` of the groups of general levels (those
     that get one are listed first in ``positive``; returns how many), classes for the pair
     levels. The levels above keep their rates: what each level found left and how many groups
-    of ``positive`` came before it are saved in ``state`` for that."""
+    of ``positive`` came before it are saved in ``state`` for that.
+
+    Args:
+        groups: the :class:`GroupTable`; the groups of general levels get their ``rate``
+            (bit/s per flow), and the fixed groups of a level whose caps no longer fit are
+            unfixed.
+        pairs: the :class:`PairTable`; the pair levels' ``row_share`` and ``col_share`` are
+            recomputed.
+        plan: the :class:`LevelPlan` of the last reorder.
+        settings: the :class:`StepSettings`.
+        state: the :class:`StepState` of the :func:`run_steps` call; its classes, fixed rates
+            and saved residuals and counts are updated.
+        positive: int, one per group of ``plan.order`` (:class:`StepBuffers`' ``positive``);
+            out: the groups of general levels with a rate (fixed groups are not listed).
+        now: the simulated clock in seconds (when groups are fixed or unfixed).
+        first: the highest level whose rates may have changed (0: every level); the ideal
+            mode allocates every level whatever ``first``.
+
+    Returns:
+        The number of groups listed in ``positive``.
+    """
     g_links, g_n_flows, g_rate, g_cap = groups.links, groups.n_flows, groups.rate, groups.cap
     order, level_start, general = plan.order, plan.start, plan.general
     capacity, n = settings.capacity, settings.n_hosts
@@ -1002,7 +1239,25 @@ def _finish_flows(flows, groups, pairs, g, reach, in_pairs, finished, n_finished
     # pragma: no cover - compiled
     """End the flows of ``g`` whose threshold is at most ``reach`` (at least its head), taking
     them off the pair matrices if ``in_pairs``; the slots they complete are appended to
-    ``finished``, and the new count returned. ``g`` is freed by the caller if it emptied."""
+    ``finished``, and the new count returned. ``g`` is freed by the caller if it emptied.
+
+    Args:
+        flows: the :class:`FlowTable`; the ended flows' ``group`` becomes :data:`DONE`, the
+            new head's ``prev`` :data:`NIL`, and their slots' ``slot_left`` counts drop.
+        groups: the :class:`GroupTable`; ``g``'s ``n_flows``, ``head`` and
+            ``head_threshold`` are updated.
+        pairs: the :class:`PairTable`; with ``in_pairs``, the ended flows leave the matrices
+            and counts of ``g``'s level.
+        g: the group id.
+        reach: the bits served per flow (on the scale of the flows' thresholds) up to which
+            flows end.
+        in_pairs: ``g`` belongs to a pair level.
+        finished: int (:class:`StepBuffers`' ``finished``): the slots that finished.
+        n_finished: the entries of ``finished`` already used.
+
+    Returns:
+        The new number of entries used in ``finished``.
+    """
     f_threshold, f_group, f_next, f_slot = flows.threshold, flows.group, flows.next, flows.slot
     f_prev = flows.prev
     slot_left, g_n_flows, g_links, head = flows.slot_left, groups.n_flows, groups.links, groups.head
@@ -1041,11 +1296,26 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
     # pragma: no cover - compiled
     """Step from ``now`` until a coflow finishes or the clock reaches ``limit``.
 
-    ``plan`` is the :class:`LevelPlan` of the last reorder, ``settings`` the
-    :class:`StepSettings`, ``buffers`` the caller's :class:`StepBuffers`. Returns
-    ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`, :data:`LIMIT`,
-    :data:`STUCK`), the clock, the steps taken and the slots that finished (the first
-    ``n_finished`` entries of ``buffers.finished``)."""
+    Args:
+        flows: the :class:`FlowTable`; flows that end are marked :data:`DONE` and their
+            slots' ``slot_left`` counts drop.
+        groups: the :class:`GroupTable`; ``served`` and ``rate`` move on and emptied groups
+            are freed (every ``served`` is bits served again on return).
+        pairs: the :class:`PairTable`; the pair levels' shares are recomputed and ended flows
+            leave the matrices.
+        plan: the :class:`LevelPlan` of the last reorder.
+        settings: the :class:`StepSettings`.
+        buffers: the caller's :class:`StepBuffers`; ``finished`` receives the slots that
+            finished.
+        now: the simulated clock in seconds.
+        limit: the clock in seconds at which to stop at the latest (the next event or
+            policy tick).
+
+    Returns:
+        ``(why, now, steps, n_finished)``: why it stopped (:data:`COFLOW_DONE`, :data:`LIMIT`,
+        :data:`STUCK`), the clock, the steps taken and the slots that finished (the first
+        ``n_finished`` entries of ``buffers.finished``).
+    """
     g_links, g_n_flows, g_served, g_rate = groups.links, groups.n_flows, groups.served, groups.rate
     g_cap, g_level, head_threshold = groups.cap, groups.level, groups.head_threshold
     pair_group, w, wt, level_rows = groups.pair_group, pairs.flows, pairs.flows_t, pairs.level_rows

@@ -255,6 +255,19 @@ def bssi_order_plain(
 
 @njit(cache=True)
 def _priority_max_min(links, levels, caps, weights, capacity):  # pragma: no cover - compiled
+    """Rates under strict priority between levels and max-min within a level: the compiled
+    part of :func:`priority_max_min`, on contiguous arrays.
+
+    Args:
+        links: ``(n, k)`` int64: the links each entry's flows cross.
+        levels: int64 per entry: its priority level (0 is served first).
+        caps: float per entry: its flows' rate cap in bit/s, inf without one.
+        weights: float per entry: the identical flows it stands for.
+        capacity: per link, its capacity in bit/s.
+
+    Returns:
+        The rate in bit/s of each entry's flows.
+    """
     n = links.shape[0]
     rates = np.zeros(n)
     residual = capacity.copy()
