@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
 
 from controller.bssi import DemandMatrix
 
@@ -174,6 +177,43 @@ class Coflow:
         return self.remaining_bytes <= 0
 
 
+@dataclass(frozen=True)
+class PortBytesMatrix:
+    """Every active coflow's bytes left per port in one array, for policies that compute in
+    arrays (a state that keeps its loads as arrays offers it, see
+    :meth:`ClusterState.port_bytes_matrix`).
+
+    Hosts are ``0 .. n_hosts - 1``; column ``h`` is ``egress(h)`` and column ``n_hosts + h`` is
+    ``ingress(h)``. A coflow's :meth:`Coflow.port_bytes` lists exactly the nonzero entries of its
+    row, in column order and with the same values, so a policy computes the same numbers, in the
+    same order, from either.
+
+    Args:
+        bytes_left: one row per active coflow, ``2 * n_hosts`` columns.
+        row_of: each active coflow's row.
+    """
+
+    bytes_left: np.ndarray
+    row_of: Mapping[CoflowId, int]
+
+    @property
+    def n_hosts(self) -> int:
+        """Hosts, half the columns."""
+        return self.bytes_left.shape[1] // 2
+
+    def columns(self, ports: Sequence[Port]) -> np.ndarray:
+        """The column of each of ``ports``.
+
+        Raises:
+            ValueError: a port's host is not one of the matrix's hosts.
+        """
+        pairs = np.fromiter(chain.from_iterable(ports), np.int64, 2 * len(ports))
+        host, direction = pairs[0::2], pairs[1::2]
+        if not (np.all((host >= 0) & (host < self.n_hosts)) and np.all(direction >> 1 == 0)):
+            raise ValueError(f"a port outside hosts 0..{self.n_hosts - 1}: {list(ports)}")
+        return direction * self.n_hosts + host
+
+
 @dataclass
 class Job:
     """A data-parallel training job of one HPO configuration.
@@ -288,6 +328,19 @@ class ClusterState:
         A state that keeps its loads in arrays (the simulator's) may override this with a faster
         build of the same matrix."""
         return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
+
+    def port_bytes_matrix(self) -> PortBytesMatrix | None:
+        """The active coflows' bytes left per port as one array, if this state keeps them so;
+        ``None`` here (policies then read each coflow's :meth:`Coflow.port_bytes`)."""
+        return None
+
+    def host_ports_bps(self, n_hosts: int) -> np.ndarray:
+        """Capacity in bit/s of the ports of hosts ``0 .. n_hosts - 1``, in the column order of
+        :class:`PortBytesMatrix`."""
+        if not self.hosts:
+            return np.full(2 * n_hosts, float(self.default_port_bps))
+        ports = ((k % n_hosts, k // n_hosts) for k in range(2 * n_hosts))
+        return np.fromiter(map(self.port_bps, ports), float, 2 * n_hosts)
 
     def stage_of(self, coflow: Coflow) -> StageId | None:
         """The coflow's stage: its own ``stage_id``, else its job's."""

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.bssi import DemandMatrix
-from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
+from controller.model import ClusterState, Coflow, CoflowSummary, Job, PortBytesMatrix, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
 from controller.timeline import CoflowLevel, Timeline
@@ -627,6 +627,7 @@ class _PortBits:
     def __init__(self, sim: Simulator, now_s: float, steps: int) -> None:
         self._sim, self._now_s, self._steps = sim, now_s, steps
         self._bits: np.ndarray | None = None
+        self._bytes_matrix: np.ndarray | None = None
         self._bytes: list[dict] | None = None
 
     def matrix(self) -> np.ndarray:
@@ -639,17 +640,24 @@ class _PortBits:
             _, _, self._bits = sim._slot_bits(with_ports=True)
         return self._bits
 
+    def bytes_matrix(self) -> np.ndarray:
+        """:meth:`matrix` in bytes (bits / 8), the values every coflow's mapping holds."""
+        if self._bytes_matrix is None:
+            self._bytes_matrix = self.matrix() / 8.0
+        return self._bytes_matrix
+
     def row_bytes(self, i: int) -> dict:
-        """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``,
-        ports in column order. The first call builds every row's mapping in one pass over the
-        matrix's nonzero entries (a policy that looks at one coflow's ports looks at all)."""
+        """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``:
+        the nonzero entries of its row of :meth:`bytes_matrix`, in column order. The first call
+        builds every row's mapping in one pass over the matrix's nonzero entries (a policy that
+        looks at one coflow's ports looks at all)."""
         if self._bytes is None:
-            bits = self.matrix()
-            n_hosts = bits.shape[1] // 2
-            rows, columns = np.nonzero(bits)  # row-major: by coflow, then by column
+            matrix = self.bytes_matrix()
+            n_hosts = matrix.shape[1] // 2
+            rows, columns = np.nonzero(matrix)  # row-major: by coflow, then by column
             ports = zip((columns % n_hosts).tolist(), (columns // n_hosts).tolist(), strict=True)
-            self._bytes = [{} for _ in range(len(bits))]
-            for row, port, size in zip(rows.tolist(), ports, (bits[rows, columns] / 8.0).tolist(),
+            self._bytes = [{} for _ in range(len(matrix))]
+            for row, port, size in zip(rows.tolist(), ports, matrix[rows, columns].tolist(),
                                        strict=True):  # fmt: skip
                 self._bytes[row][port] = size
         return self._bytes[i]
@@ -658,7 +666,8 @@ class _PortBits:
 @dataclass
 class _SimulatorState(ClusterState):
     """The simulator's view for the policy: a :class:`ClusterState` that builds BSSI's demand
-    matrix straight from the port-bits array instead of one mapping per coflow.
+    matrix straight from the port-bits array instead of one mapping per coflow, and offers that
+    array to policies that sum loads in arrays (Beamer).
 
     Args:
         port_bits: the active coflows' bits per port.
@@ -679,6 +688,11 @@ class _SimulatorState(ClusterState):
         else:
             bps = self.default_port_bps
         return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
+
+    def port_bytes_matrix(self) -> PortBytesMatrix:
+        """The active coflows' bytes left per port: the array every coflow's mapping is read
+        from (rows as ``row_of``)."""
+        return PortBytesMatrix(self.port_bits.bytes_matrix(), self.row_of)
 
 
 class _PortLoads(Mapping):
