@@ -752,8 +752,13 @@ def warm_up(stream=None) -> float:
         print("compiling simulator kernels, once (about a minute; cached on disk afterwards)",
               file=stream, flush=True)  # fmt: skip
     # pair levels and port loads (sincronia), capped one-flow groups at fixed rates (varys),
-    # and the greedy ideal mode
-    for policy, mode in (("sincronia", "levels"), ("varys", "levels"), ("sincronia", "ideal")):
+    # the greedy ideal mode, and the stage loads (beamer)
+    for policy, mode in (
+        ("sincronia", "levels"),
+        ("varys", "levels"),
+        ("sincronia", "ideal"),
+        ("beamer", "levels"),
+    ):
         sim = Simulator(Fabric(3, 1e9), make_policy(policy), mode=mode)
         for cid, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2))):
             sim.release(CoflowSpec(cid, np.array([src, src]), np.array([dst, dst]),
