@@ -10,9 +10,9 @@ Units are in the names: ``*_bytes``, ``*_bps`` (bits per second), ``*_s`` (secon
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 
@@ -201,17 +201,24 @@ class PortBytesMatrix:
         """Hosts, half the columns."""
         return self.bytes_left.shape[1] // 2
 
-    def columns(self, ports: Sequence[Port]) -> np.ndarray:
-        """The column of each of ``ports``.
+    def columns(self, ports: Iterable[Port], count: int = -1) -> np.ndarray:
+        """The column of each of ``ports`` (``count`` of them, if known).
 
         Raises:
             ValueError: a port's host is not one of the matrix's hosts.
         """
-        pairs = np.fromiter(chain.from_iterable(ports), np.int64, 2 * len(ports))
-        host, direction = pairs[0::2], pairs[1::2]
-        if not (np.all((host >= 0) & (host < self.n_hosts)) and np.all(direction >> 1 == 0)):
-            raise ValueError(f"a port outside hosts 0..{self.n_hosts - 1}: {list(ports)}")
-        return direction * self.n_hosts + host
+        column = _host_port_columns(self.n_hosts)
+        try:
+            return np.fromiter(map(column.__getitem__, ports), np.int64, count)
+        except KeyError as error:
+            raise ValueError(f"port {error} is not one of hosts 0..{self.n_hosts - 1}") from None
+
+
+@functools.cache
+def _host_port_columns(n_hosts: int) -> dict[Port, int]:
+    """:class:`PortBytesMatrix`'s column of every port of hosts ``0 .. n_hosts - 1``."""
+    return {(host, direction): direction * n_hosts + host
+            for direction in (EGRESS, INGRESS) for host in range(n_hosts)}  # fmt: skip
 
 
 @dataclass

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any, ClassVar
 
+import numpy as np
+
 from controller.bssi import DemandMatrix, bssi_order
 from controller.metrics import nearest_rank_index
 from controller.model import (
@@ -494,27 +496,28 @@ def _array_loads(
     lists each unit's coflow rows and future traffic; the sums run compiled."""
     units = list(dict.fromkeys(chain.from_iterable(stage_units)))
     index = {unit: i for i, unit in enumerate(units)}
+    coflows = [in_flight.get(unit, ()) for unit in units]
     row_of = matrix.row_of
-    rows: list[int] = []
-    row_counts, future, extra_counts = [], [], []
-    extra_ports: list[Port] = []
-    extra_bytes: list[float] = []
-    for unit in units:
-        coflows = in_flight.get(unit, ())
-        rows.extend([row_of[c.coflow_id] for c in coflows])
-        row_counts.append(len(coflows))
-        job = state.jobs.get(unit[1]) if unit[0] == 0 else None
-        n_future = _future_iterations(job, len(coflows)) if job is not None else 0
-        future.append(n_future)
-        if n_future:
-            per_iteration = job.bytes_per_iteration
-            extra_ports.extend(per_iteration)
-            extra_bytes.extend(per_iteration.values())
-            extra_counts.append(len(per_iteration))
-        else:
-            extra_counts.append(0)
+    rows = [row_of[c.coflow_id] for unit_coflows in coflows for c in unit_coflows]
+    row_counts = [len(unit_coflows) for unit_coflows in coflows]
+    jobs = [state.jobs.get(unit[1]) if unit[0] == 0 else None for unit in units]
+    future = [
+        0 if job is None else _future_iterations(job, n_rows)
+        for job, n_rows in zip(jobs, row_counts, strict=True)
+    ]
+    per_iteration = [
+        job.bytes_per_iteration if n_future else {}
+        for job, n_future in zip(jobs, future, strict=True)
+    ]
+    extra_counts = [len(extra) for extra in per_iteration]
+    n_extra = sum(extra_counts)
     work = UnitsOfWork.from_counts(
-        row_counts, rows, future, extra_counts, matrix.columns(extra_ports), extra_bytes
+        row_counts,
+        rows,
+        future,
+        extra_counts,
+        matrix.columns(chain.from_iterable(per_iteration), n_extra),
+        np.fromiter(chain.from_iterable(e.values() for e in per_iteration), float, n_extra),
     )
     loads = stage_loads(
         matrix.bytes_left,

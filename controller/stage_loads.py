@@ -110,7 +110,7 @@ def stage_loads(
 
 def _offsets(counts: Sequence[int]) -> np.ndarray:
     offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
+    np.cumsum(np.fromiter(counts, np.int64, len(counts)), out=offsets[1:])
     return offsets
 
 

@@ -176,7 +176,7 @@ def test_the_instances_tie_so_port_numbers_matter():
 def test_a_port_outside_the_matrix_is_refused():
     matrix = PortBytesMatrix(np.zeros((0, 6)), {})
     assert matrix.columns([egress(2), ingress(0)]).tolist() == [2, 3]
-    with pytest.raises(ValueError, match="outside hosts 0..2"):
+    with pytest.raises(ValueError, match="not one of hosts 0..2"):
         matrix.columns([egress(3)])
 
 
