@@ -641,23 +641,23 @@ class _PortBits:
         return self._bits
 
     def bytes_matrix(self) -> np.ndarray:
-        """:meth:`matrix` in bytes (bits / 8), the values every coflow's mapping holds."""
+        """:meth:`matrix` in bytes: the values of :meth:`row_bytes`, nonzero where the bits are
+        (dividing by 8 is exact for every amount of bits a flow can have left)."""
         if self._bytes_matrix is None:
             self._bytes_matrix = self.matrix() / 8.0
         return self._bytes_matrix
 
     def row_bytes(self, i: int) -> dict:
-        """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``:
-        the nonzero entries of its row of :meth:`bytes_matrix`, in column order. The first call
-        builds every row's mapping in one pass over the matrix's nonzero entries (a policy that
-        looks at one coflow's ports looks at all)."""
+        """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``,
+        ports in column order. The first call builds every row's mapping in one pass over the
+        matrix's nonzero entries (a policy that looks at one coflow's ports looks at all)."""
         if self._bytes is None:
-            matrix = self.bytes_matrix()
-            n_hosts = matrix.shape[1] // 2
-            rows, columns = np.nonzero(matrix)  # row-major: by coflow, then by column
+            bits = self.matrix()
+            n_hosts = bits.shape[1] // 2
+            rows, columns = np.nonzero(bits)  # row-major: by coflow, then by column
             ports = zip((columns % n_hosts).tolist(), (columns // n_hosts).tolist(), strict=True)
-            self._bytes = [{} for _ in range(len(matrix))]
-            for row, port, size in zip(rows.tolist(), ports, matrix[rows, columns].tolist(),
+            self._bytes = [{} for _ in range(len(bits))]
+            for row, port, size in zip(rows.tolist(), ports, (bits[rows, columns] / 8.0).tolist(),
                                        strict=True):  # fmt: skip
                 self._bytes[row][port] = size
         return self._bytes[i]
@@ -690,8 +690,8 @@ class _SimulatorState(ClusterState):
         return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
 
     def port_bytes_matrix(self) -> PortBytesMatrix:
-        """The active coflows' bytes left per port: the array every coflow's mapping is read
-        from (rows as ``row_of``)."""
+        """The active coflows' bytes left per port (rows as ``row_of``): the bits every
+        coflow's mapping is read from, in bytes."""
         return PortBytesMatrix(self.port_bits.bytes_matrix(), self.row_of)
 
 

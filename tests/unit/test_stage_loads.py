@@ -200,3 +200,21 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
     HpoDriver(sim, tasks)
     sim.run()
     assert len(checked) > 20 and max(checked) > 3
+
+
+def test_the_simulators_matrix_rows_are_its_coflows_mappings():
+    # PortBytesMatrix's promise: a coflow's port_bytes() is its row's nonzero entries, in
+    # column order, with the same values
+    sim = Simulator(Fabric(7, 1e9), make_policy("beamer"))
+    HpoDriver(sim, generate(7, 2, seed=2, configs_per_task=3, min_iterations=2, scale=50))
+    state = sim.cluster_state()
+    while len(state.coflows) < 3 and sim.now_s < 60:
+        sim.run(until_s=sim.now_s + 0.05)
+        state = sim.cluster_state()
+    assert len(state.coflows) >= 3
+    matrix = state.port_bytes_matrix()
+    for cid, coflow in state.coflows.items():
+        row = matrix.bytes_left[matrix.row_of[cid]]
+        columns = np.flatnonzero(row)
+        expected = [((c % 7, c // 7), row[c]) for c in columns.tolist()]
+        assert list(coflow.port_bytes().items()) == expected
