@@ -178,28 +178,28 @@ class Coflow:
 
 
 @dataclass(frozen=True)
-class PortBytesMatrix:
-    """Every active coflow's bytes left per port in one array, for policies that compute in
+class PortBitsMatrix:
+    """Every active coflow's bits left per port in one array, for policies that compute in
     arrays (a state that keeps its loads as arrays offers it, see
-    :meth:`ClusterState.port_bytes_matrix`).
+    :meth:`ClusterState.port_bits_matrix`).
 
     Hosts are ``0 .. n_hosts - 1``; column ``h`` is ``egress(h)`` and column ``n_hosts + h`` is
     ``ingress(h)``. A coflow's :meth:`Coflow.port_bytes` lists exactly the nonzero entries of its
-    row, in column order and with the same values, so a policy computes the same numbers, in the
+    row, in column order, each as ``bits / 8.0``, so a policy computes the same numbers, in the
     same order, from either.
 
     Args:
-        bytes_left: one row per active coflow, ``2 * n_hosts`` columns.
+        bits_left: one row per active coflow, ``2 * n_hosts`` columns.
         row_of: each active coflow's row.
     """
 
-    bytes_left: np.ndarray
+    bits_left: np.ndarray
     row_of: Mapping[CoflowId, int]
 
     @property
     def n_hosts(self) -> int:
         """Hosts, half the columns."""
-        return self.bytes_left.shape[1] // 2
+        return self.bits_left.shape[1] // 2
 
     def columns(self, ports: Iterable[Port], count: int = -1) -> np.ndarray:
         """The column of each of ``ports`` (``count`` of them, if known).
@@ -216,7 +216,7 @@ class PortBytesMatrix:
 
 @functools.cache
 def _host_port_columns(n_hosts: int) -> dict[Port, int]:
-    """:class:`PortBytesMatrix`'s column of every port of hosts ``0 .. n_hosts - 1``."""
+    """:class:`PortBitsMatrix`'s column of every port of hosts ``0 .. n_hosts - 1``."""
     return {(host, direction): direction * n_hosts + host
             for direction in (EGRESS, INGRESS) for host in range(n_hosts)}  # fmt: skip
 
@@ -336,14 +336,14 @@ class ClusterState:
         build of the same matrix."""
         return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
 
-    def port_bytes_matrix(self) -> PortBytesMatrix | None:
-        """The active coflows' bytes left per port as one array, if this state keeps them so;
+    def port_bits_matrix(self) -> PortBitsMatrix | None:
+        """The active coflows' bits left per port as one array, if this state keeps them so;
         ``None`` here (policies then read each coflow's :meth:`Coflow.port_bytes`)."""
         return None
 
     def host_ports_bps(self, n_hosts: int) -> np.ndarray:
         """Capacity in bit/s of the ports of hosts ``0 .. n_hosts - 1``, in the column order of
-        :class:`PortBytesMatrix`."""
+        :class:`PortBitsMatrix`."""
         if not self.hosts:
             return np.full(2 * n_hosts, float(self.default_port_bps))
         ports = ((k % n_hosts, k // n_hosts) for k in range(2 * n_hosts))

@@ -35,7 +35,7 @@ from controller.model import (
     FlowKey,
     Job,
     Port,
-    PortBytesMatrix,
+    PortBitsMatrix,
     bottleneck_s,
     port_seconds,
 )
@@ -383,7 +383,7 @@ class Beamer(Policy):
     MADD rate caps.
 
     The loads are summed from each coflow's port mapping, or, when the state offers its loads as
-    one array (:meth:`ClusterState.port_bytes_matrix`, the simulator's), by one compiled pass
+    one array (:meth:`ClusterState.port_bits_matrix`, the simulator's), by one compiled pass
     over it (:mod:`controller.stage_loads`) that gives the same demands bit for bit.
     """
 
@@ -415,7 +415,7 @@ class Beamer(Policy):
             stage_units.append(sorted(units))  # the order the stage's sums add its units in
             weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
 
-        matrix = state.port_bytes_matrix()
+        matrix = state.port_bits_matrix()
         if matrix is None:
             loads = _mapping_loads(state, in_flight, stage_units)
         else:
@@ -488,11 +488,11 @@ def _mapping_loads(
 
 def _array_loads(
     state: ClusterState,
-    matrix: PortBytesMatrix,
+    matrix: PortBitsMatrix,
     in_flight: Mapping[tuple, list[Coflow]],
     stage_units: list[list[tuple]],
 ) -> _StageLoads:
-    """The same loads as :func:`_mapping_loads`, from the state's port-bytes array: Python only
+    """The same loads as :func:`_mapping_loads`, from the state's port-bits array: Python only
     lists each unit's coflow rows and future traffic; the sums run compiled."""
     units = list(dict.fromkeys(chain.from_iterable(stage_units)))
     index = {unit: i for i, unit in enumerate(units)}
@@ -520,7 +520,7 @@ def _array_loads(
         np.fromiter(chain.from_iterable(e.values() for e in per_iteration), float, n_extra),
     )
     loads = stage_loads(
-        matrix.bytes_left,
+        matrix.bits_left,
         state.host_ports_bps(matrix.n_hosts),
         work,
         [[index[unit] for unit in units] for units in stage_units],

@@ -1,13 +1,14 @@
-"""Beamer's stage demands from a port-bytes array, in one compiled pass.
+"""Beamer's stage demands from a port-bits array, in one compiled pass.
 
 Beamer (:class:`controller.policies.Beamer`) sums, for every stage, the bytes its units of work
 (jobs, or jobless coflows) still have to move per port: a unit's in-flight coflows, then its
 job's future iterations; the stage's units in sorted order. Read from mappings, that is a dict
 operation per port and unit at every reorder. This module does the same sums from a
-:class:`~controller.model.PortBytesMatrix` and gives BSSI's demand matrix directly.
+:class:`~controller.model.PortBitsMatrix` and gives BSSI's demand matrix directly.
 
 The result is the one the mappings give, bit for bit: every sum adds the same terms in the same
-order (a port enters a sum when it is first listed, at ``0.0 + x``), and every row lists its
+order (a coflow's bytes are its bits / 8.0, a port enters a sum when it is first listed, at
+``0.0 + x``), and every row lists its
 ports in the order the mappings would list them (a coflow's ports in column order, a job's in
 its ``bytes_per_iteration`` order, a stage's units one after the other), so the ports get the
 same numbers of first use and BSSI breaks ties between equally loaded ports the same way.
@@ -79,7 +80,7 @@ class StageLoads:
 
 
 def stage_loads(
-    bytes_left: np.ndarray,
+    bits_left: np.ndarray,
     column_bps: np.ndarray,
     units: UnitsOfWork,
     stage_units: Sequence[Sequence[int]],
@@ -87,14 +88,14 @@ def stage_loads(
     """Every stage's demand and every unit's bottleneck.
 
     Args:
-        bytes_left: the active coflows' bytes left, one row per coflow, one column per port.
+        bits_left: the active coflows' bits left, one row per coflow, one column per port.
         column_bps: each column's capacity in bit/s.
-        units: the units of work, rows of ``bytes_left`` and future traffic.
+        units: the units of work, rows of ``bits_left`` and future traffic.
         stage_units: for each stage, the indices of its units in the order their loads are
             summed.
     """
     row_ptr, port, seconds, n_ports, bottleneck_s = _stage_loads(
-        np.ascontiguousarray(bytes_left, dtype=float),
+        np.ascontiguousarray(bits_left, dtype=float),
         np.asarray(column_bps, dtype=float),
         units.row_ptr,
         units.rows,
@@ -116,7 +117,7 @@ def _offsets(counts: Sequence[int]) -> np.ndarray:
 
 @njit(cache=True)
 def _stage_loads(
-    bytes_left, column_bps, row_ptr, rows, future, extra_ptr, extra_column, extra_bytes,
+    bits_left, column_bps, row_ptr, rows, future, extra_ptr, extra_column, extra_bytes,
     stage_ptr, stage_units,
 ):  # pragma: no cover - compiled  # fmt: skip
     """The loop of :func:`stage_loads`, as the mappings would do it.
@@ -129,7 +130,7 @@ def _stage_loads(
         The demand matrix's ``row_ptr``, ``port``, ``seconds`` and ``n_ports``, and each unit's
         bottleneck in seconds.
     """
-    n_columns = bytes_left.shape[1]
+    n_columns = bits_left.shape[1]
     n_stages = len(stage_ptr) - 1
     unit_bottleneck = np.zeros(len(row_ptr) - 1)
     unit_load = np.zeros(n_columns)
@@ -153,14 +154,14 @@ def _stage_loads(
             for i in range(row_ptr[u], row_ptr[u + 1]):
                 r = rows[i]
                 for c in range(n_columns):
-                    size = bytes_left[r, c]
-                    if size != 0.0:
+                    bits = bits_left[r, c]
+                    if bits != 0.0:
                         if unit_mark[c] != visit:
                             unit_mark[c] = visit
                             unit_load[c] = 0.0
                             unit_columns[n_unit_columns] = c
                             n_unit_columns += 1
-                        unit_load[c] += size
+                        unit_load[c] += bits / 8.0
             for i in range(extra_ptr[u], extra_ptr[u + 1]):
                 c = extra_column[i]
                 if unit_mark[c] != visit:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.bssi import DemandMatrix
-from controller.model import ClusterState, Coflow, CoflowSummary, Job, PortBytesMatrix, Stage
+from controller.model import ClusterState, Coflow, CoflowSummary, Job, PortBitsMatrix, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
 from controller.timeline import CoflowLevel, Timeline
@@ -627,7 +627,6 @@ class _PortBits:
     def __init__(self, sim: Simulator, now_s: float, steps: int) -> None:
         self._sim, self._now_s, self._steps = sim, now_s, steps
         self._bits: np.ndarray | None = None
-        self._bytes_matrix: np.ndarray | None = None
         self._bytes: list[dict] | None = None
 
     def matrix(self) -> np.ndarray:
@@ -639,13 +638,6 @@ class _PortBits:
                 raise RuntimeError("a coflow's port loads were read after the simulator moved on")
             _, _, self._bits = sim._slot_bits(with_ports=True)
         return self._bits
-
-    def bytes_matrix(self) -> np.ndarray:
-        """:meth:`matrix` in bytes: the values of :meth:`row_bytes`, nonzero where the bits are
-        (dividing by 8 is exact for every amount of bits a flow can have left)."""
-        if self._bytes_matrix is None:
-            self._bytes_matrix = self.matrix() / 8.0
-        return self._bytes_matrix
 
     def row_bytes(self, i: int) -> dict:
         """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``,
@@ -689,10 +681,10 @@ class _SimulatorState(ClusterState):
             bps = self.default_port_bps
         return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
 
-    def port_bytes_matrix(self) -> PortBytesMatrix:
-        """The active coflows' bytes left per port (rows as ``row_of``): the bits every
-        coflow's mapping is read from, in bytes."""
-        return PortBytesMatrix(self.port_bits.bytes_matrix(), self.row_of)
+    def port_bits_matrix(self) -> PortBitsMatrix:
+        """The active coflows' bits left per port (rows as ``row_of``), the array every coflow's
+        mapping is read from."""
+        return PortBitsMatrix(self.port_bits.matrix(), self.row_of)
 
 
 class _PortLoads(Mapping):

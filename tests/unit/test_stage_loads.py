@@ -18,7 +18,7 @@ from controller.model import (
     CoflowSummary,
     Host,
     Job,
-    PortBytesMatrix,
+    PortBitsMatrix,
     Stage,
     egress,
     ingress,
@@ -33,9 +33,9 @@ from workloads.hpo import generate
 class ArrayState(ClusterState):
     """A plain state that also offers its coflows' loads as one array."""
 
-    matrix: PortBytesMatrix | None = None
+    matrix: PortBitsMatrix | None = None
 
-    def port_bytes_matrix(self) -> PortBytesMatrix | None:
+    def port_bits_matrix(self) -> PortBitsMatrix | None:
         return self.matrix
 
 
@@ -95,14 +95,14 @@ def tied_instance(seed: int) -> ArrayState:
         stage_id = rng.choice([None, None, *(s.stage_id for s in stages)])
         job_id = rng.choice((None, None, 9_999))
         coflow_rows.append((job_id, stage_id, float(rng.choice((0, 1, 2))), row))
-    matrix = np.zeros((len(coflow_rows), 2 * n_hosts))
+    bits = np.zeros((len(coflow_rows), 2 * n_hosts))
     coflows, row_of = {}, {}
     for i, (job_id, stage_id, arrival, row) in enumerate(coflow_rows):
         cid = next(next_id)
         for column, size in row.items():
-            matrix[i, column] = size
-        loads = {(c % n_hosts, c // n_hosts): matrix[i, c] for c in np.flatnonzero(matrix[i])}
-        total = float(matrix[i].sum() / 2)
+            bits[i, column] = 8.0 * size
+        loads = {(c % n_hosts, c // n_hosts): bits[i, c] / 8.0 for c in np.flatnonzero(bits[i])}
+        total = float(bits[i].sum() / 16.0)
         coflows[cid] = Coflow(cid, [], arrival, job_id, stage_id, float(rng.choice((1, 1, 3))),
                               CoflowSummary(total, total, loads))  # fmt: skip
         row_of[cid] = i
@@ -111,7 +111,7 @@ def tied_instance(seed: int) -> ArrayState:
         hosts = {h: Host(h, rng.choice((1e9, 2e9)), rng.choice((1e9, 4e9))) for h in range(2)}
     return ArrayState(
         hosts, coflows, {j.job_id: j for j in jobs}, {s.stage_id: s for s in stages},
-        matrix=PortBytesMatrix(matrix, row_of),
+        matrix=PortBitsMatrix(bits, row_of),
     )  # fmt: skip
 
 
@@ -128,7 +128,7 @@ def both_loads(state: ClusterState):
             units.update((0, job_id) for job_id in state.stages[stage_id].job_ids)
     stage_units = [sorted(units) for units in by_stage.values()]
     plain = _mapping_loads(mapping_state(state), in_flight, stage_units)
-    fast = _array_loads(state, state.port_bytes_matrix(), in_flight, stage_units)
+    fast = _array_loads(state, state.port_bits_matrix(), in_flight, stage_units)
     return plain, fast, sorted(set().union(*by_stage.values()))
 
 
@@ -150,7 +150,7 @@ def test_array_loads_equal_mapping_loads_bit_for_bit(seed):
 @pytest.mark.parametrize("seed", range(60))
 def test_beamer_gives_the_same_schedule_from_the_array(seed):
     state = tied_instance(seed)
-    assert state.port_bytes_matrix() is not None
+    assert state.port_bits_matrix() is not None
     fast = Beamer(use_rates=seed % 2 == 1).schedule(state)
     plain = Beamer(use_rates=seed % 2 == 1).schedule(mapping_state(state))
     assert fast.ranks == plain.ranks
@@ -174,7 +174,7 @@ def test_the_instances_tie_so_port_numbers_matter():
 
 
 def test_a_port_outside_the_matrix_is_refused():
-    matrix = PortBytesMatrix(np.zeros((0, 6)), {})
+    matrix = PortBitsMatrix(np.zeros((0, 6)), {})
     assert matrix.columns([egress(2), ingress(0)]).tolist() == [2, 3]
     with pytest.raises(ValueError, match="not one of hosts 0..2"):
         matrix.columns([egress(3)])
@@ -189,7 +189,7 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
     class Both(type(make_policy("beamer"))):
         def schedule(self, state):
             schedule = super().schedule(state)
-            assert state.port_bytes_matrix() is not None
+            assert state.port_bits_matrix() is not None
             assert super().schedule(mapping_state(state)).ranks == schedule.ranks
             checked.append(len(schedule.order))
             return schedule
@@ -203,8 +203,8 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
 
 
 def test_the_simulators_matrix_rows_are_its_coflows_mappings():
-    # PortBytesMatrix's promise: a coflow's port_bytes() is its row's nonzero entries, in
-    # column order, with the same values
+    # PortBitsMatrix's promise: a coflow's port_bytes() is its row's nonzero entries, in
+    # column order, each as bits / 8
     sim = Simulator(Fabric(7, 1e9), make_policy("beamer"))
     HpoDriver(sim, generate(7, 2, seed=2, configs_per_task=3, min_iterations=2, scale=50))
     state = sim.cluster_state()
@@ -212,9 +212,9 @@ def test_the_simulators_matrix_rows_are_its_coflows_mappings():
         sim.run(until_s=sim.now_s + 0.05)
         state = sim.cluster_state()
     assert len(state.coflows) >= 3
-    matrix = state.port_bytes_matrix()
+    matrix = state.port_bits_matrix()
     for cid, coflow in state.coflows.items():
-        row = matrix.bytes_left[matrix.row_of[cid]]
+        row = matrix.bits_left[matrix.row_of[cid]]
         columns = np.flatnonzero(row)
-        expected = [((c % 7, c // 7), row[c]) for c in columns.tolist()]
+        expected = [((c % 7, c // 7), row[c] / 8.0) for c in columns.tolist()]
         assert list(coflow.port_bytes().items()) == expected
