@@ -10,8 +10,11 @@ Units are in the names: ``*_bytes``, ``*_bps`` (bits per second), ``*_s`` (secon
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from controller.bssi import DemandMatrix
 
@@ -174,6 +177,50 @@ class Coflow:
         return self.remaining_bytes <= 0
 
 
+@dataclass(frozen=True)
+class PortBitsMatrix:
+    """Every active coflow's bits left per port in one array, for policies that compute in
+    arrays (a state that keeps its loads as arrays offers it, see
+    :meth:`ClusterState.port_bits_matrix`).
+
+    Hosts are ``0 .. n_hosts - 1``; column ``h`` is ``egress(h)`` and column ``n_hosts + h`` is
+    ``ingress(h)``. A coflow's :meth:`Coflow.port_bytes` lists exactly the nonzero entries of its
+    row, in column order, each as ``bits / 8.0``, so a policy computes the same numbers, in the
+    same order, from either.
+
+    Args:
+        bits_left: one row per active coflow, ``2 * n_hosts`` columns.
+        row_of: each active coflow's row.
+    """
+
+    bits_left: np.ndarray
+    row_of: Mapping[CoflowId, int]
+
+    @property
+    def n_hosts(self) -> int:
+        """Hosts, half the columns."""
+        return self.bits_left.shape[1] // 2
+
+    def columns(self, ports: Iterable[Port], count: int = -1) -> np.ndarray:
+        """The column of each of ``ports`` (``count`` of them, if known).
+
+        Raises:
+            ValueError: a port's host is not one of the matrix's hosts.
+        """
+        column = _host_port_columns(self.n_hosts)
+        try:
+            return np.fromiter(map(column.__getitem__, ports), np.int64, count)
+        except KeyError as error:
+            raise ValueError(f"port {error} is not one of hosts 0..{self.n_hosts - 1}") from None
+
+
+@functools.cache
+def _host_port_columns(n_hosts: int) -> dict[Port, int]:
+    """:class:`PortBitsMatrix`'s column of every port of hosts ``0 .. n_hosts - 1``."""
+    return {(host, direction): direction * n_hosts + host
+            for direction in (EGRESS, INGRESS) for host in range(n_hosts)}  # fmt: skip
+
+
 @dataclass
 class Job:
     """A data-parallel training job of one HPO configuration.
@@ -288,6 +335,19 @@ class ClusterState:
         A state that keeps its loads in arrays (the simulator's) may override this with a faster
         build of the same matrix."""
         return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
+
+    def port_bits_matrix(self) -> PortBitsMatrix | None:
+        """The active coflows' bits left per port as one array, if this state keeps them so;
+        ``None`` here (policies then read each coflow's :meth:`Coflow.port_bytes`)."""
+        return None
+
+    def host_ports_bps(self, n_hosts: int) -> np.ndarray:
+        """Capacity in bit/s of the ports of hosts ``0 .. n_hosts - 1``, in the column order of
+        :class:`PortBitsMatrix`."""
+        if not self.hosts:
+            return np.full(2 * n_hosts, float(self.default_port_bps))
+        ports = ((k % n_hosts, k // n_hosts) for k in range(2 * n_hosts))
+        return np.fromiter(map(self.port_bps, ports), float, 2 * n_hosts)
 
     def stage_of(self, coflow: Coflow) -> StageId | None:
         """The coflow's stage: its own ``stage_id``, else its job's."""

@@ -21,9 +21,12 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, ClassVar
 
-from controller.bssi import bssi_order
+import numpy as np
+
+from controller.bssi import DemandMatrix, bssi_order
 from controller.metrics import nearest_rank_index
 from controller.model import (
     ClusterState,
@@ -32,10 +35,12 @@ from controller.model import (
     FlowKey,
     Job,
     Port,
+    PortBitsMatrix,
     bottleneck_s,
     port_seconds,
 )
 from controller.schedule import Schedule
+from controller.stage_loads import UnitsOfWork, stage_loads
 
 
 @dataclass(frozen=True)
@@ -355,11 +360,16 @@ def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port
     the budget that has not started its synchronisation yet.
     """
     load = _sum_loads(coflow.port_bytes() for coflow in active_coflows)
-    future = max(0, job.iteration_budget - job.iterations_done - len(active_coflows))
+    future = _future_iterations(job, len(active_coflows))
     if future:
         for port, size in job.bytes_per_iteration.items():
             load[port] = load.get(port, 0.0) + future * size
     return load
+
+
+def _future_iterations(job: Job, n_in_flight: int) -> int:
+    """Iterations of the job's budget whose synchronisation has not started yet."""
+    return max(0, job.iteration_budget - job.iterations_done - n_in_flight)
 
 
 class Beamer(Policy):
@@ -371,6 +381,10 @@ class Beamer(Policy):
     because the stage ends with its slowest job. A coflow without a stage is a stage of its own;
     a coflow without a job is a unit of work of its own. With ``use_rates`` the order also gets
     MADD rate caps.
+
+    The loads are summed from each coflow's port mapping, or, when the state offers its loads as
+    one array (:meth:`ClusterState.port_bits_matrix`, the simulator's), by one compiled pass
+    over it (:mod:`controller.stage_loads`) that gives the same demands bit for bit.
     """
 
     name = "beamer"
@@ -391,37 +405,27 @@ class Beamer(Policy):
             stage_id = state.stage_of(coflow)
             stages[(0, stage_id) if stage_id is not None else (1, coflow.coflow_id)].append(coflow)
 
-        unit_load: dict[tuple, dict[Port, float]] = {}
-
-        def load_of(unit: tuple) -> dict[Port, float]:
-            if unit not in unit_load:
-                coflows = in_flight.get(unit, [])
-                job = state.jobs.get(unit[1]) if unit[0] == 0 else None
-                if job is not None:
-                    unit_load[unit] = job_remaining_bytes(job, coflows)
-                else:
-                    unit_load[unit] = _sum_loads(c.port_bytes() for c in coflows)
-            return unit_load[unit]
-
         keys = sorted(stages, key=lambda k: (self._arrival(state, k, stages[k]), k))
-        demands, weights = [], []
+        stage_units, weights = [], []
         for key in keys:
             units = {_unit(c) for c in stages[key]}
             stage = state.stages.get(key[1]) if key[0] == 0 else None
             if stage is not None:  # jobs of the stage that are computing count too
                 units.update((0, job_id) for job_id in stage.job_ids)
-            load: dict[Port, float] = {}
-            for unit in sorted(units):
-                for port, size in load_of(unit).items():
-                    load[port] = load.get(port, 0.0) + size
-            demands.append(port_seconds(state, load))
+            stage_units.append(sorted(units))  # the order the stage's sums add its units in
             weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
 
+        matrix = state.port_bits_matrix()
+        if matrix is None:
+            loads = _mapping_loads(state, in_flight, stage_units)
+        else:
+            loads = _array_loads(state, matrix, in_flight, stage_units)
+
         ranks = []
-        for index in bssi_order(demands, weights):
+        for index in bssi_order(loads.demands, weights):
             members = stages[keys[index]]
             if len(members) > 1:
-                work = {u: bottleneck_s(state, load_of(u)) for u in {_unit(c) for c in members}}
+                work = {u: loads.bottleneck_s(u) for u in {_unit(c) for c in members}}
                 members = sorted(members, key=lambda c: -work[_unit(c)])  # stable: ties by arrival
             ranks.append([c.coflow_id for c in members])
         rates, gammas = {}, {}
@@ -433,6 +437,96 @@ class Beamer(Policy):
     def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
         stage = state.stages.get(key[1]) if key[0] == 0 else None
         return stage.arrival_s if stage is not None else min(c.arrival_s for c in coflows)
+
+
+@dataclass(frozen=True)
+class _StageLoads:
+    """Beamer's view of the loads.
+
+    Args:
+        demands: one row per stage (in the order asked), in seconds of port time, as BSSI takes
+            them.
+        bottleneck_s: a unit's bottleneck time (:func:`controller.model.bottleneck_s` of its
+            remaining bytes).
+    """
+
+    demands: Sequence[Mapping[Port, float]] | DemandMatrix
+    bottleneck_s: Callable[[tuple], float]
+
+
+def _mapping_loads(
+    state: ClusterState, in_flight: Mapping[tuple, list[Coflow]], stage_units: list[list[tuple]]
+) -> _StageLoads:
+    """Stage demands summed from the coflows' port mappings and the jobs' bytes per iteration.
+
+    Args:
+        state: the cluster state.
+        in_flight: each unit's active coflows, in arrival order.
+        stage_units: each stage's units, in the order its sum adds them.
+    """
+    unit_load: dict[tuple, dict[Port, float]] = {}
+
+    def load_of(unit: tuple) -> dict[Port, float]:
+        if unit not in unit_load:
+            coflows = in_flight.get(unit, [])
+            job = state.jobs.get(unit[1]) if unit[0] == 0 else None
+            if job is not None:
+                unit_load[unit] = job_remaining_bytes(job, coflows)
+            else:
+                unit_load[unit] = _sum_loads(c.port_bytes() for c in coflows)
+        return unit_load[unit]
+
+    demands = []
+    for units in stage_units:
+        load: dict[Port, float] = {}
+        for unit in units:
+            for port, size in load_of(unit).items():
+                load[port] = load.get(port, 0.0) + size
+        demands.append(port_seconds(state, load))
+    return _StageLoads(demands, lambda unit: bottleneck_s(state, load_of(unit)))
+
+
+def _array_loads(
+    state: ClusterState,
+    matrix: PortBitsMatrix,
+    in_flight: Mapping[tuple, list[Coflow]],
+    stage_units: list[list[tuple]],
+) -> _StageLoads:
+    """The same loads as :func:`_mapping_loads`, from the state's port-bits array: Python only
+    lists each unit's coflow rows and future traffic; the sums run compiled."""
+    units = list(dict.fromkeys(chain.from_iterable(stage_units)))
+    index = {unit: i for i, unit in enumerate(units)}
+    coflows = [in_flight.get(unit, ()) for unit in units]
+    row_of = matrix.row_of
+    rows = [row_of[c.coflow_id] for unit_coflows in coflows for c in unit_coflows]
+    row_counts = [len(unit_coflows) for unit_coflows in coflows]
+    jobs = [state.jobs.get(unit[1]) if unit[0] == 0 else None for unit in units]
+    future = [
+        0 if job is None else _future_iterations(job, n_rows)
+        for job, n_rows in zip(jobs, row_counts, strict=True)
+    ]
+    per_iteration = [
+        job.bytes_per_iteration if n_future else {}
+        for job, n_future in zip(jobs, future, strict=True)
+    ]
+    extra_counts = [len(extra) for extra in per_iteration]
+    n_extra = sum(extra_counts)
+    work = UnitsOfWork.from_counts(
+        row_counts,
+        rows,
+        future,
+        extra_counts,
+        matrix.columns(chain.from_iterable(per_iteration), n_extra),
+        np.fromiter(chain.from_iterable(e.values() for e in per_iteration), float, n_extra),
+    )
+    loads = stage_loads(
+        matrix.bits_left,
+        state.host_ports_bps(matrix.n_hosts),
+        work,
+        [[index[unit] for unit in units] for units in stage_units],
+    )
+    bottleneck = loads.unit_bottleneck_s.tolist()
+    return _StageLoads(loads.demands, lambda unit: bottleneck[index[unit]])
 
 
 def _unit(coflow: Coflow) -> tuple:

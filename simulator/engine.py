@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.bssi import DemandMatrix
-from controller.model import ClusterState, Coflow, CoflowSummary, Job, Stage
+from controller.model import ClusterState, Coflow, CoflowSummary, Job, PortBitsMatrix, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
 from controller.timeline import CoflowLevel, Timeline
@@ -660,7 +660,8 @@ class _PortBits:
 @dataclass
 class _SimulatorState(ClusterState):
     """The simulator's view for the policy: a :class:`ClusterState` that builds BSSI's demand
-    matrix straight from the port-bits array instead of one mapping per coflow.
+    matrix straight from the port-bits array instead of one mapping per coflow, and offers that
+    array to policies that sum loads in arrays (Beamer).
 
     Args:
         port_bits: the active coflows' bits per port.
@@ -681,6 +682,11 @@ class _SimulatorState(ClusterState):
         else:
             bps = self.default_port_bps
         return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
+
+    def port_bits_matrix(self) -> PortBitsMatrix:
+        """The active coflows' bits left per port (rows as ``row_of``), the array every coflow's
+        mapping is read from."""
+        return PortBitsMatrix(self.port_bits.matrix(), self.row_of)
 
 
 class _PortLoads(Mapping):
@@ -740,8 +746,13 @@ def warm_up(stream=None) -> float:
         print("compiling simulator kernels, once (about a minute; cached on disk afterwards)",
               file=stream, flush=True)  # fmt: skip
     # pair levels and port loads (sincronia), capped one-flow groups at fixed rates (varys),
-    # and the greedy ideal mode
-    for policy, mode in (("sincronia", "levels"), ("varys", "levels"), ("sincronia", "ideal")):
+    # the greedy ideal mode, and the stage loads (beamer)
+    for policy, mode in (
+        ("sincronia", "levels"),
+        ("varys", "levels"),
+        ("sincronia", "ideal"),
+        ("beamer", "levels"),
+    ):
         sim = Simulator(Fabric(3, 1e9), make_policy(policy), mode=mode)
         for cid, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2))):
             sim.release(CoflowSpec(cid, np.array([src, src]), np.array([dst, dst]),

@@ -8,6 +8,7 @@ import sys
 CORE = [
     "model",
     "bssi",
+    "stage_loads",
     "policies",
     "schedule",
     "bounds",

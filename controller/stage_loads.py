@@ -1,0 +1,208 @@
+"""Beamer's stage demands from a port-bits array, in one compiled pass.
+
+Beamer (:class:`controller.policies.Beamer`) sums, for every stage, the bytes its units of work
+(jobs, or jobless coflows) still have to move per port: a unit's in-flight coflows, then its
+job's future iterations; the stage's units in sorted order. Read from mappings, that is a dict
+operation per port and unit at every reorder. This module does the same sums from a
+:class:`~controller.model.PortBitsMatrix` and gives BSSI's demand matrix directly.
+
+The result is the one the mappings give, bit for bit: every sum adds the same terms in the same
+order (a coflow's bytes are its bits / 8.0, a port enters a sum when it is first listed, at
+``0.0 + x``), and every row lists its
+ports in the order the mappings would list them (a coflow's ports in column order, a job's in
+its ``bytes_per_iteration`` order, a stage's units one after the other), so the ports get the
+same numbers of first use and BSSI breaks ties between equally loaded ports the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+from numba import njit
+
+from controller.bssi import DemandMatrix
+
+
+@dataclass(frozen=True)
+class UnitsOfWork:
+    """What each unit of work still has to move, as offsets into flat arrays.
+
+    Unit ``u``'s in-flight coflows are the matrix rows ``rows[row_ptr[u]:row_ptr[u + 1]]``, in
+    arrival order; its future traffic is ``future[u]`` times ``extra_bytes`` on the columns
+    ``extra_column``, both ``[extra_ptr[u]:extra_ptr[u + 1]]``, in the job's port order (no
+    entries when ``future[u]`` is 0).
+    """
+
+    row_ptr: np.ndarray
+    rows: np.ndarray
+    future: np.ndarray
+    extra_ptr: np.ndarray
+    extra_column: np.ndarray
+    extra_bytes: np.ndarray
+
+    @classmethod
+    def from_counts(
+        cls,
+        row_counts: Sequence[int],
+        rows: Sequence[int],
+        future: Sequence[int],
+        extra_counts: Sequence[int],
+        extra_column: Sequence[int],
+        extra_bytes: Sequence[float],
+    ) -> UnitsOfWork:
+        """Units from their entries one unit after the other and each unit's number of them."""
+        return cls(
+            _offsets(row_counts),
+            np.asarray(rows, dtype=np.int64),
+            np.asarray(future, dtype=float),
+            _offsets(extra_counts),
+            np.asarray(extra_column, dtype=np.int64),
+            np.asarray(extra_bytes, dtype=float),
+        )
+
+
+@dataclass(frozen=True)
+class StageLoads:
+    """Beamer's loads: the stages' demands in seconds of port time, and each unit's bottleneck.
+
+    Args:
+        demands: one row per stage, as :meth:`DemandMatrix.from_mappings` builds it from the
+            stages' port-seconds mappings.
+        unit_bottleneck_s: per unit, the time its most loaded port needs alone
+            (:func:`controller.model.bottleneck_s` of its bytes).
+    """
+
+    demands: DemandMatrix
+    unit_bottleneck_s: np.ndarray
+
+
+def stage_loads(
+    bits_left: np.ndarray,
+    column_bps: np.ndarray,
+    units: UnitsOfWork,
+    stage_units: Sequence[Sequence[int]],
+) -> StageLoads:
+    """Every stage's demand and every unit's bottleneck.
+
+    Args:
+        bits_left: the active coflows' bits left, one row per coflow, one column per port.
+        column_bps: each column's capacity in bit/s.
+        units: the units of work, rows of ``bits_left`` and future traffic.
+        stage_units: for each stage, the indices of its units in the order their loads are
+            summed.
+    """
+    row_ptr, port, seconds, n_ports, bottleneck_s = _stage_loads(
+        np.ascontiguousarray(bits_left, dtype=float),
+        np.asarray(column_bps, dtype=float),
+        units.row_ptr,
+        units.rows,
+        units.future,
+        units.extra_ptr,
+        units.extra_column,
+        units.extra_bytes,
+        _offsets([len(s) for s in stage_units]),
+        np.fromiter(chain.from_iterable(stage_units), np.int64),
+    )
+    return StageLoads(DemandMatrix(row_ptr, port, seconds, n_ports), bottleneck_s)
+
+
+def _offsets(counts: Sequence[int]) -> np.ndarray:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(counts, np.int64, len(counts)), out=offsets[1:])
+    return offsets
+
+
+@njit(cache=True)
+def _stage_loads(
+    bits_left, column_bps, row_ptr, rows, future, extra_ptr, extra_column, extra_bytes,
+    stage_ptr, stage_units,
+):  # pragma: no cover - compiled  # fmt: skip
+    """The loop of :func:`stage_loads`, as the mappings would do it.
+
+    Each unit's load is kept on the columns it lists, in the order it lists them (a marker per
+    column says whether the current unit or stage has listed it yet); the stage adds the unit's
+    load column by column in that order.
+
+    Returns:
+        The demand matrix's ``row_ptr``, ``port``, ``seconds`` and ``n_ports``, and each unit's
+        bottleneck in seconds.
+    """
+    n_columns = bits_left.shape[1]
+    n_stages = len(stage_ptr) - 1
+    unit_bottleneck = np.zeros(len(row_ptr) - 1)
+    unit_load = np.zeros(n_columns)
+    unit_mark = np.full(n_columns, -1, dtype=np.int64)
+    unit_columns = np.empty(n_columns, dtype=np.int64)
+    stage_load = np.zeros(n_columns)
+    stage_mark = np.full(n_columns, -1, dtype=np.int64)
+    stage_columns = np.empty(n_columns, dtype=np.int64)
+    number = np.full(n_columns, -1, dtype=np.int64)  # port numbers, by first use
+    n_ports = 0
+    out_ptr = np.zeros(n_stages + 1, dtype=np.int64)
+    out_port = np.empty(max(n_columns, 16), dtype=np.int64)
+    out_seconds = np.empty(max(n_columns, 16))
+    n_out = 0
+    visit = 0  # one per unit summed, so a unit of two stages is summed afresh in each
+    for s in range(n_stages):
+        n_stage_columns = 0
+        for k in range(stage_ptr[s], stage_ptr[s + 1]):
+            u = stage_units[k]
+            n_unit_columns = 0
+            for i in range(row_ptr[u], row_ptr[u + 1]):
+                r = rows[i]
+                for c in range(n_columns):
+                    bits = bits_left[r, c]
+                    if bits != 0.0:
+                        if unit_mark[c] != visit:
+                            unit_mark[c] = visit
+                            unit_load[c] = 0.0
+                            unit_columns[n_unit_columns] = c
+                            n_unit_columns += 1
+                        unit_load[c] += bits / 8.0
+            for i in range(extra_ptr[u], extra_ptr[u + 1]):
+                c = extra_column[i]
+                if unit_mark[c] != visit:
+                    unit_mark[c] = visit
+                    unit_load[c] = 0.0
+                    unit_columns[n_unit_columns] = c
+                    n_unit_columns += 1
+                unit_load[c] += future[u] * extra_bytes[i]
+            visit += 1
+            bottleneck = 0.0
+            for m in range(n_unit_columns):
+                c = unit_columns[m]
+                bottleneck = max(bottleneck, 8.0 * unit_load[c] / column_bps[c])
+                if stage_mark[c] != s:
+                    stage_mark[c] = s
+                    stage_load[c] = 0.0
+                    stage_columns[n_stage_columns] = c
+                    n_stage_columns += 1
+                stage_load[c] += unit_load[c]
+            unit_bottleneck[u] = bottleneck
+        if n_out + n_stage_columns > len(out_port):
+            grown = max(2 * len(out_port), n_out + n_stage_columns)
+            out_port = _grown(out_port, grown)
+            out_seconds = _grown(out_seconds, grown)
+        for m in range(n_stage_columns):
+            c = stage_columns[m]
+            seconds = 8.0 * stage_load[c] / column_bps[c]
+            if seconds > 0.0:  # as DemandMatrix.from_mappings drops entries <= 0
+                if number[c] < 0:
+                    number[c] = n_ports
+                    n_ports += 1
+                out_port[n_out] = number[c]
+                out_seconds[n_out] = seconds
+                n_out += 1
+        out_ptr[s + 1] = n_out
+    return out_ptr, out_port[:n_out].copy(), out_seconds[:n_out].copy(), n_ports, unit_bottleneck
+
+
+@njit(cache=True)
+def _grown(array, size):  # pragma: no cover - compiled
+    """``array`` copied into a longer one of ``size`` entries."""
+    out = np.empty(size, dtype=array.dtype)
+    out[: len(array)] = array
+    return out
