@@ -270,18 +270,26 @@ def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "best trial #" in run.stdout
-    trials = read_csv(out / "beamer" / "trials.csv")
+    run_dir = out / "beamer" / "seed-1"
+    trials = read_csv(run_dir / "trials.csv")
     assert len(trials) == 6 and {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"}
     assert any(t["state"] == "PRUNED" for t in trials)
     assert any(t["state"] == "COMPLETE" for t in trials)
-    trained = {c["config"]: int(c["trained"]) for c in read_csv(out / "beamer" / "configs.csv")}
+    trained = {c["config"]: int(c["trained"]) for c in read_csv(run_dir / "configs.csv")}
     for trial in trials:  # a pruned trial's workers stopped at the rung it was pruned at
         assert trained[trial["config"]] == int(trial["last_step"])
-    result = json.loads((out / "beamer" / "result.json").read_text())
+    # and its job left the controller's plan when it ended, though its rung went on: no level
+    # (DSCP mark, HTB class) is held for it after its end (the plan is sampled every 0.5 s)
+    finish = {int(j["job_id"]): float(j["finish_s"]) for j in read_csv(run_dir / "jobs.csv")}
+    timeline = Timeline.read(run_dir / "timeline.json")
+    assert {s.job_id for s in timeline.spans} == set(finish)
+    for span in timeline.spans:
+        assert span.end_s <= finish[span.job_id] + 1.0, span
+    result = json.loads((run_dir / "result.json").read_text())
     assert result["controller"]["switch_errors"] == 0
     assert result["simulated"]["hpo_completion_s"]["mean"] > 0  # the prediction beside it
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["runs"]["beamer"]["trials"] == 6
+    assert [r["trials"] for r in summary["runs"]["beamer"]] == [6]
     nothing_left_behind(out)
 
 

@@ -87,3 +87,43 @@ def test_the_readme_example_runs():
     study, driver = namespace["study"], namespace["driver"]
     assert study.best_trial is not None and driver.core.finished
     assert len(study.trials) == 27
+
+
+SHARED_YAHPO = ROOT.parent / "shared" / "yahpo"
+
+
+@pytest.mark.skipif(
+    not (SHARED_YAHPO / "lcbench" / "model.onnx").is_file(),
+    reason=f"YAHPO Gym LCBench data not found in {SHARED_YAHPO}",
+)
+def test_lcbench_curves_give_the_sampled_hyper_parameters_their_meaning():
+    """With the surrogate, a trial's parameters are the LCBench MLP's, within its space, and
+    its curve is the surrogate's accuracy for them: the same parameters, the same curve."""
+    from workloads.optuna_search import LcBenchSpace
+    from workloads.yahpo import LcBench
+
+    lcbench = LcBench(SHARED_YAHPO)
+    space = LcBenchSpace(lcbench)
+
+    def study_run():
+        tasks = optuna_tasks(1, 3, n_hosts=6, n_trials=6, parallel=3, min_iterations=2,
+                             workers=2, space=space)  # fmt: skip
+        sim = Simulator(Fabric(6, 1e9), make_policy("fair"))
+        driver = HpoDriver(sim, tasks)
+        sim.run()
+        return tasks[0], driver
+
+    task, driver = study_run()
+    again, _ = study_run()
+    assert trial_rows(task) == trial_rows(again)
+    for row, curve in zip(trial_rows(task), task.curves, strict=True):
+        params = {k[len("param_") :]: v for k, v in row.items() if k.startswith("param_")}
+        assert set(params) == set(lcbench.space) - {"OpenML_task_id", "epoch"}
+        for name, value in params.items():
+            low, high = float(lcbench.space[name]["lower"]), float(lcbench.space[name]["upper"])
+            assert low <= value <= high, name
+        expected = LcBenchSpace(lcbench).suggest(
+            optuna.trial.FixedTrial(params), max_iterations=sum(n for _, n in task.plan)
+        )
+        assert curve == expected
+    assert best_trial(task, driver.job_rows())["value"] > 0.3
