@@ -257,6 +257,27 @@ def test_asha_runs_its_rungs_without_a_barrier_on_the_testbed(tmp_path):
     nothing_left_behind(out)
 
 
+def test_hyperband_runs_its_brackets_side_by_side_on_the_testbed(tmp_path):
+    """``--search hyperband``: 3 configurations' budgets give two brackets (3 configurations
+    halved once, and 2 at the full budget) that start together; each bracket's stages follow
+    one another."""
+    out = tmp_path / "testbed-hyperband"
+    run_testbed(out, "--hosts", "6", "--tasks", "1", "--configs", "3", "--eta", "3",
+                "--min-iterations", "2", "--workers", "2", "--search", "hyperband",
+                "--policy", "beamer", "--timeout", "240", "--link-gbps", "10")  # fmt: skip
+    run_dir = out / "beamer" / "seed-1"
+    stages = {(int(s["bracket"]), int(s["index"])): s for s in read_csv(run_dir / "stages.csv")}
+    assert {k: int(s["jobs"]) for k, s in stages.items()} == {(0, 0): 3, (0, 1): 1, (1, 0): 2}
+    assert stages[(0, 0)]["start_s"] == stages[(1, 0)]["start_s"]  # side by side
+    assert float(stages[(0, 1)]["start_s"]) >= float(stages[(0, 0)]["finish_s"])
+    for name in ("stages", "jobs", "tasks"):
+        for row in read_csv(run_dir / f"{name}.csv"):
+            assert float(row["ratio_to_bound"]) >= 1.0, (name, row)
+    timeline = Timeline.read(run_dir / "timeline.json")
+    assert "task 0 bracket 1 stage 0" in timeline.stages.values()
+    nothing_left_behind(out)
+
+
 def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
     """``scripts/optuna_hpo.py --backend testbed``: the study's trials run as workers on the
     Mininet testbed, registered with the controller; Optuna's pruner prunes; every trial is
