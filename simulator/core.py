@@ -797,6 +797,41 @@ def _mark_dirty(dirty, dirty_list, c):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _row_changes_class(weights, old_row, new_row, old_cols, cols):  # pragma: no cover - compiled
+    """Whether a pair of a row whose share moved changes class (as :func:`_pair_class` tells).
+
+    Args:
+        weights: ``(n,)``: the row's flows per destination host (a row of
+            :class:`PairTable`'s ``flows``); pairs without flows do not count.
+        old_row: the row's share at the last allocation.
+        new_row: its share now.
+        old_cols: ``(n,)``: the level's ingress link shares at the last allocation.
+        cols: ``(n,)``: its ingress link shares now.
+    """
+    changes = 0
+    for d in range(weights.shape[0]):
+        old_rate = min(old_row, old_cols[d])
+        new_rate = min(new_row, cols[d])
+        had = (old_rate > 0.0) & (old_rate < np.inf)
+        has = (new_rate > 0.0) & (new_rate < np.inf)
+        by_row = (old_row <= old_cols[d]) != (new_row <= cols[d])
+        changes += (weights[d] >= 0.5) & ((had != has) | (has & by_row))
+    return changes > 0
+
+
+@njit(cache=True)
+def _drop_moved(rows, n_rows, row_moved):  # pragma: no cover - compiled
+    """Keep the first ``n_rows`` entries of ``rows`` (host ids) whose ``row_moved`` is False,
+    in order, at its start; returns how many."""
+    kept = 0
+    for i in range(n_rows):
+        if not row_moved[rows[i]]:
+            rows[kept] = rows[i]
+            kept += 1
+    return kept
+
+
+@njit(cache=True)
 def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - compiled
     """Take a pair level's new shares: move the groups whose class changed.
 
@@ -847,6 +882,11 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
                 n_some[side] += 1
     row_moved = np.zeros(n, dtype=np.bool_)  # all its pairs were looked at
     for side in range(2):
+        if side == 1:
+            # the pairs of the rows that moved were all looked at: the columns look at the
+            # others only
+            n_some[0] = _drop_moved(some[0], n_some[0], row_moved)
+            n_finite = _drop_moved(finite, n_finite, row_moved)
         for link in range(n):
             old, new = (old_rows[link], rows[link]) if side == 0 else (old_cols[link], cols[link])
             if new == old:
@@ -856,6 +896,10 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
                 continue
             if side == 0:
                 row_moved[link] = True
+                # nearly every share of a dense level moves a little at each allocation, but
+                # few pairs change class: a branch-free pass over the row finds out
+                if not _row_changes_class(w_level[link], old, new, old_cols, cols):
+                    continue
             whole = side == 0 or (old > 0.0) != (new > 0.0)
             for j in range(n_some[1 - side] if whole else n_finite):
                 if side == 0:
@@ -864,7 +908,7 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
                 else:
                     s, d = (some[0, j] if whole else finite[j]), link
                     weight = wt_level[d, s]
-                if weight < 0.5 or (side == 1 and row_moved[s]):
+                if weight < 0.5:
                     continue
                 c = _pair_class(rows, cols, s, d, n, base)
                 was = _pair_class(old_rows, old_cols, s, d, n, base)
