@@ -210,6 +210,8 @@ class Simulator:
         )
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
         self._layout = None  # what the sorted groups were built from (see _reorder)
+        # the (slot -> level, capped slots) of the last bucket assignment (see _keeps_buckets)
+        self._assigned: tuple[dict[int, int], set[int]] | None = None
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
@@ -221,6 +223,8 @@ class Simulator:
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
+        # the same ranges as an array (rows beyond the slots are spare), to gather them at C speed
+        self._slot_ranges = np.zeros((16, 2), dtype=np.int64)
         self._slot_bucket: list[int] = []
         self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
@@ -289,6 +293,10 @@ class Simulator:
             np.add.at(self._released_port_bits, src, bits)
             np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
+        if slot == len(self._slot_ranges):
+            spare = np.zeros_like(self._slot_ranges)
+            self._slot_ranges = np.concatenate([self._slot_ranges, spare])
+        self._slot_ranges[slot] = self._slot_flows[slot]
         self._slots.append(record)
         self._slot_bucket.append(-1)
         self._active_slots.add(slot)
@@ -415,8 +423,8 @@ class Simulator:
         host port."""
         if slots is None:
             slots = sorted(self._active_slots)
-        first = np.asarray([self._slot_flows[s][0] for s in slots], dtype=np.int64)
-        last = np.asarray([self._slot_flows[s][1] for s in slots], dtype=np.int64)
+        ranges = self._slot_ranges[np.asarray(slots, dtype=np.int64)]
+        first, last = ranges[:, 0].copy(), ranges[:, 1].copy()
         tables = self._tables
         flows, groups = tables.flow_table(), tables.group_table()
         total, ports = slot_loads(flows, groups, first, last, self.fabric.n_hosts, with_ports)
@@ -476,13 +484,18 @@ class Simulator:
         capped = {slot_of[c] for c in schedule.coflow_gamma_s}
         if self.timeline is not None:
             self._record_levels(level)
-        target = self._assign_buckets(level, capped)
         moved = False
-        for s, bucket in target.items():
-            if self._slot_bucket[s] != bucket:
-                self._place(s, bucket)
-                moved = True
-        self._park_empty_buckets(set(target.values()))
+        if self._keeps_buckets(level, capped):
+            # the buckets of every active coflow, as _assign_buckets would keep them all
+            self._park_empty_buckets({b for b in self._live_buckets if self._b_members[b]})
+        else:
+            target = self._assign_buckets(level, capped)
+            for s, bucket in target.items():
+                if self._slot_bucket[s] != bucket:
+                    self._place(s, bucket)
+                    moved = True
+            self._park_empty_buckets(set(target.values()))
+        self._assigned = (level, capped)
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
         for c, gamma in schedule.coflow_gamma_s.items():
             flows, left = self._remaining_bits(slot_of[c])
@@ -535,6 +548,19 @@ class Simulator:
         _, _, left = self._slot_bits(with_ports=True)
         delivered = self._released_port_bits - left.sum(axis=0)
         self.timeline.ports_at(self.now_s, np.maximum(delivered, 0.0) / 8.0)
+
+    def _keeps_buckets(self, level: dict[int, int], capped: set[int]) -> bool:
+        """Whether :meth:`_assign_buckets` would leave every coflow in its bucket and every
+        bucket at its level: each active coflow had this level and this capping at the last
+        assignment (coflows may have finished since, none arrived).
+
+        After an assignment every shared bucket holds coflows of one level only, and each level
+        at most ``_level_rows`` buckets, so each one keeps its bucket, and a single-flow bucket
+        stays with its coflow; the set comparisons run at C speed."""
+        if self._assigned is None:
+            return False
+        last_level, last_capped = self._assigned
+        return level.items() <= last_level.items() and capped == last_capped & level.keys()
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
         """The bucket of every active coflow, reusing buckets so that few flows move."""

@@ -441,3 +441,27 @@ def test_remaining_bytes_cannot_be_read_after_the_simulator_moved_on():
     sim.run(until_s=1.0)
     with pytest.raises(RuntimeError, match="after the simulator moved on"):
         _ = state.coflows[1].remaining_bytes
+
+
+@pytest.mark.parametrize(
+    ("policy", "mode"), [("fair", "levels"), ("beamer", "levels"), ("varys", "levels"),
+                         ("sincronia", "ideal")]
+)  # fmt: skip
+def test_keeping_every_bucket_is_what_assigning_them_anew_does(policy, mode, monkeypatch):
+    # the reorder's shortcut (no coflow changed level or capping: nothing to assign) must give
+    # the run that assigning every coflow's bucket again gives, to the last bit
+    from simulator.hpo import HpoDriver
+    from workloads.hpo import generate
+
+    def finish_times(shortcut: bool) -> tuple[list, int]:
+        if not shortcut:
+            monkeypatch.setattr(Simulator, "_keeps_buckets", lambda self, level, capped: False)
+        sim = Simulator(Fabric(9, 1e9), make_policy(policy), mode=mode)
+        HpoDriver(sim, generate(9, 3, seed=4, configs_per_task=4, min_iterations=2, scale=50))
+        sim.run()
+        monkeypatch.undo()
+        return [(c, r.finish_s) for c, r in sim.coflows.items()], sim.reorders
+
+    kept, reorders = finish_times(shortcut=True)
+    assert reorders > 20
+    assert kept == finish_times(shortcut=False)[0]
