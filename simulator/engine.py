@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.bssi import DemandMatrix
-from controller.model import ClusterState, Coflow, CoflowSummary, Job, PortBitsMatrix, Stage
+from controller.model import ClusterState, Coflow, Job, PortBitsMatrix, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
 from controller.timeline import CoflowLevel, Timeline
@@ -210,6 +210,8 @@ class Simulator:
         )
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
         self._layout = None  # what the sorted groups were built from (see _reorder)
+        # the (slot -> level, capped slots) of the last bucket assignment (see _keeps_buckets)
+        self._assigned: tuple[dict[int, int], set[int]] | None = None
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
@@ -221,9 +223,15 @@ class Simulator:
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
+        # the same ranges as an array (rows beyond the slots are spare), to gather them at C speed
+        self._slot_ranges = np.zeros((16, 2), dtype=np.int64)
         self._slot_bucket: list[int] = []
         self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
+        # the policy's view of the active coflows, kept from release to finish (cluster_state)
+        self._loads = _CurrentLoads()
+        self._views = _CoflowViews()
+        self._slot_of: dict[int, int] = {}  # active coflow id -> slot
         self._listeners: list[Callable[[CoflowRecord], None]] = []
         self._dirty = True  # ask the policy again
         self.bytes_offered = 0.0
@@ -285,9 +293,15 @@ class Simulator:
             np.add.at(self._released_port_bits, src, bits)
             np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
+        if slot == len(self._slot_ranges):
+            spare = np.zeros_like(self._slot_ranges)
+            self._slot_ranges = np.concatenate([self._slot_ranges, spare])
+        self._slot_ranges[slot] = self._slot_flows[slot]
         self._slots.append(record)
         self._slot_bucket.append(-1)
         self._active_slots.add(slot)
+        self._slot_of[record.coflow_id] = slot
+        self._views.add(record, self._loads)
         self._dirty = True
         return record
 
@@ -362,6 +376,8 @@ class Simulator:
         if self.timeline is not None:
             self.timeline.end(record.coflow_id, self.now_s)
         self._active_slots.discard(slot)
+        del self._slot_of[record.coflow_id]
+        self._views.drop(record.coflow_id)
         self._b_members[self._slot_bucket[slot]].discard(slot)
         self._finished(record)
 
@@ -400,11 +416,15 @@ class Simulator:
 
     # ---- policy and allocation -----------------------------------------------------------------
 
-    def _slot_bits(self, with_ports: bool) -> tuple[list[int], np.ndarray, np.ndarray]:
-        """Active slots, the bits each has left, and (if asked) its bits left per host port."""
-        slots = sorted(self._active_slots)
-        first = np.asarray([self._slot_flows[s][0] for s in slots], dtype=np.int64)
-        last = np.asarray([self._slot_flows[s][1] for s in slots], dtype=np.int64)
+    def _slot_bits(
+        self, with_ports: bool, slots: list[int] | None = None
+    ) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Active slots (or ``slots``), the bits each has left, and (if asked) its bits left per
+        host port."""
+        if slots is None:
+            slots = sorted(self._active_slots)
+        ranges = self._slot_ranges[np.asarray(slots, dtype=np.int64)]
+        first, last = ranges[:, 0].copy(), ranges[:, 1].copy()
         tables = self._tables
         flows, groups = tables.flow_table(), tables.group_table()
         total, ports = slot_loads(flows, groups, first, last, self.fabric.n_hosts, with_ports)
@@ -413,30 +433,29 @@ class Simulator:
     def cluster_state(self) -> ClusterState:
         """The policy's view: every active coflow in bulk, plus the workload's jobs and stages.
 
-        Per-port loads are computed on the first look (fair sharing, FIFO-LM and JPAS never
-        look) and only while the clock has not moved."""
-        slots, total_bits, _ = self._slot_bits(with_ports=False)
-        port_bits = _PortBits(self, self.now_s, self.steps)
-        coflows = {}
-        row_of = {}
-        for i, s in enumerate(slots):
-            record = self._slots[s]
-            summary = CoflowSummary(
-                record.size_bytes, float(total_bits[i]) / 8.0, _PortLoads(port_bits, i)
-            )
-            coflows[record.coflow_id] = Coflow(
-                record.coflow_id,
-                [],
-                record.arrival_s,
-                record.job_id,
-                record.stage_id,
-                record.weight,
-                summary,
-            )
-            row_of[record.coflow_id] = i
+        The coflow objects live from release to finish (a reorder makes none and copies two
+        dicts); their remaining bytes and per-port loads read the loads of the latest state,
+        computed here in one compiled pass (per-port loads on the first look: fair sharing,
+        FIFO-LM and JPAS never look), and reading them after the simulator moved on raises."""
+        slots = sorted(self._active_slots)
+        _, total_bits, _ = self._slot_bits(with_ports=False, slots=slots)
+        # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
+        remaining_bytes = total_bits / 8.0
+        row_of = dict(zip(self._views.by_slot, range(len(slots)), strict=True))
+        port_bits = _PortBits(self, slots, remaining_bytes.tolist(), row_of)
+        self._loads.latest = port_bits
         jobs, stages = self.jobs_and_stages()
         return _SimulatorState(
-            {}, coflows, jobs, stages, self.now_s, self.fabric.host_bps, port_bits, row_of
+            {},
+            dict(self._views.by_slot),
+            jobs,
+            stages,
+            self.now_s,
+            self.fabric.host_bps,
+            port_bits,
+            row_of,
+            self._views.by_arrival(),
+            not bool(np.any(remaining_bytes <= 0)),
         )
 
     def _new_bucket(self, level: int, single: bool) -> int:
@@ -455,7 +474,7 @@ class Simulator:
         self.reorders += 1
         tables = self._tables
         schedule = self.policy.schedule(self.cluster_state())
-        slot_of = {self._slots[s].coflow_id: s for s in self._active_slots}
+        slot_of = self._slot_of
         if self.mode == "levels":
             level = {slot_of[c]: lvl for c, lvl in coflow_levels(schedule, self.n_levels).items()}
             n_levels = self.n_levels
@@ -465,13 +484,18 @@ class Simulator:
         capped = {slot_of[c] for c in schedule.coflow_gamma_s}
         if self.timeline is not None:
             self._record_levels(level)
-        target = self._assign_buckets(level, capped)
         moved = False
-        for s, bucket in target.items():
-            if self._slot_bucket[s] != bucket:
-                self._place(s, bucket)
-                moved = True
-        self._park_empty_buckets(set(target.values()))
+        if self._keeps_buckets(level, capped):
+            # the buckets of every active coflow, as _assign_buckets would keep them all
+            self._park_empty_buckets({b for b in self._live_buckets if self._b_members[b]})
+        else:
+            target = self._assign_buckets(level, capped)
+            for s, bucket in target.items():
+                if self._slot_bucket[s] != bucket:
+                    self._place(s, bucket)
+                    moved = True
+            self._park_empty_buckets(set(target.values()))
+        self._assigned = (level, capped)
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
         for c, gamma in schedule.coflow_gamma_s.items():
             flows, left = self._remaining_bits(slot_of[c])
@@ -524,6 +548,19 @@ class Simulator:
         _, _, left = self._slot_bits(with_ports=True)
         delivered = self._released_port_bits - left.sum(axis=0)
         self.timeline.ports_at(self.now_s, np.maximum(delivered, 0.0) / 8.0)
+
+    def _keeps_buckets(self, level: dict[int, int], capped: set[int]) -> bool:
+        """Whether :meth:`_assign_buckets` would leave every coflow in its bucket and every
+        bucket at its level: each active coflow had this level and this capping at the last
+        assignment (coflows may have finished since, none arrived).
+
+        After an assignment every shared bucket holds coflows of one level only, and each level
+        at most ``_level_rows`` buckets, so each one keeps its bucket, and a single-flow bucket
+        stays with its coflow; the set comparisons run at C speed."""
+        if self._assigned is None:
+            return False
+        last_level, last_capped = self._assigned
+        return level.items() <= last_level.items() and capped == last_capped & level.keys()
 
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
         """The bucket of every active coflow, reusing buckets so that few flows move."""
@@ -623,53 +660,198 @@ def _same_layout(a: tuple, b: tuple) -> bool:
 
 
 class _PortBits:
-    """Every active coflow's bits left per port, computed on first use for the simulator's
-    state when it was made (reading it after the simulator moved on is an error)."""
+    """The active coflows' loads as a state saw them: each one's bytes left (computed with the
+    state) and its bits left per port (computed on first use). Reading either after the
+    simulator moved on (its clock or its step count changed) is an error.
 
-    def __init__(self, sim: Simulator, now_s: float, steps: int) -> None:
-        self._sim, self._now_s, self._steps = sim, now_s, steps
+    Args:
+        sim: the simulator.
+        slots: the active slots, in release order (the rows).
+        remaining_bytes: each row's bytes left.
+        row_of: each active coflow's row.
+    """
+
+    def __init__(
+        self, sim: Simulator, slots: list[int], remaining_bytes: list[float], row_of: dict[int, int]
+    ) -> None:
+        self._sim, self._now_s, self._steps = sim, sim.now_s, sim.steps
+        self._slots = slots
+        self._remaining = remaining_bytes
+        self.row_of = row_of
         self._bits: np.ndarray | None = None
         self._bytes: list[dict] | None = None
+
+    def _check_current(self) -> None:
+        if (self._sim.now_s, self._sim.steps) != (self._now_s, self._steps):
+            raise RuntimeError("a coflow's loads were read after the simulator moved on")
+
+    def _row(self, coflow_id: int) -> int:
+        self._check_current()
+        try:
+            return self.row_of[coflow_id]
+        except KeyError:
+            raise RuntimeError(f"coflow {coflow_id} was not active in the latest state") from None
+
+    def remaining_bytes(self, coflow_id: int) -> float:
+        """Bytes still to send of an active coflow."""
+        return self._remaining[self._row(coflow_id)]
 
     def matrix(self) -> np.ndarray:
         """Bits still to send of every active coflow (rows) on each host port (columns: the
         egress ports by host, then the ingress ports)."""
         if self._bits is None:
-            sim = self._sim
-            if (sim.now_s, sim.steps) != (self._now_s, self._steps):
-                raise RuntimeError("a coflow's port loads were read after the simulator moved on")
-            _, _, self._bits = sim._slot_bits(with_ports=True)
+            self._check_current()
+            _, _, self._bits = self._sim._slot_bits(with_ports=True, slots=self._slots)
         return self._bits
 
-    def row_bytes(self, i: int) -> dict:
-        """Bytes still to send of active coflow ``i`` per port ``(host, EGRESS | INGRESS)``,
-        ports in column order. The first call builds every row's mapping in one pass over the
+    def row_bytes(self, coflow_id: int) -> dict:
+        """Bytes still to send of an active coflow per port ``(host, EGRESS | INGRESS)``, ports
+        in column order. The first call builds every row's mapping in one pass over the
         matrix's nonzero entries (a policy that looks at one coflow's ports looks at all)."""
+        row = self._row(coflow_id)
         if self._bytes is None:
             bits = self.matrix()
             n_hosts = bits.shape[1] // 2
             rows, columns = np.nonzero(bits)  # row-major: by coflow, then by column
             ports = zip((columns % n_hosts).tolist(), (columns // n_hosts).tolist(), strict=True)
             self._bytes = [{} for _ in range(len(bits))]
-            for row, port, size in zip(rows.tolist(), ports, (bits[rows, columns] / 8.0).tolist(),
-                                       strict=True):  # fmt: skip
-                self._bytes[row][port] = size
-        return self._bytes[i]
+            for i, port, size in zip(rows.tolist(), ports, (bits[rows, columns] / 8.0).tolist(),
+                                     strict=True):  # fmt: skip
+                self._bytes[i][port] = size
+        return self._bytes[row]
+
+
+class _CurrentLoads:
+    """Where the live coflow objects read their loads: the latest state's :class:`_PortBits`
+    (``None`` before the first state)."""
+
+    __slots__ = ("latest",)
+
+    def __init__(self) -> None:
+        self.latest: _PortBits | None = None
+
+
+class _PortLoads(Mapping):
+    """A coflow's bytes left per port, as the policy's mapping: the latest state's, so it never
+    shows an older state's loads (read after the simulator moved on, it raises)."""
+
+    __slots__ = ("_loads", "_coflow_id")
+
+    def __init__(self, loads: _CurrentLoads, coflow_id: int) -> None:
+        self._loads = loads
+        self._coflow_id = coflow_id
+
+    def _current(self) -> dict:
+        return self._loads.latest.row_bytes(self._coflow_id)
+
+    def __getitem__(self, port):
+        return self._current()[port]
+
+    def items(self):  # a dict's view: dict(mapping.items()) then copies at C speed
+        """``(port, bytes)`` pairs of the ports with bytes left."""
+        return self._current().items()
+
+    def __iter__(self):
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+
+class _LiveSummary:
+    """An active coflow's :class:`~controller.model.CoflowSummary` (the same three attributes),
+    made once at its release: its size is fixed, its remaining bytes and per-port loads are
+    read from the latest state's loads (:class:`_CurrentLoads`)."""
+
+    __slots__ = ("size_bytes", "port_remaining_bytes", "_loads", "_coflow_id")
+
+    def __init__(self, size_bytes: float, coflow_id: int, loads: _CurrentLoads) -> None:
+        self.size_bytes = size_bytes
+        self.port_remaining_bytes = _PortLoads(loads, coflow_id)
+        self._loads = loads
+        self._coflow_id = coflow_id
+
+    @property
+    def remaining_bytes(self) -> float:
+        """Bytes not yet delivered, as the latest state computed them."""
+        return self._loads.latest.remaining_bytes(self._coflow_id)
+
+
+class _CoflowViews:
+    """The :class:`~controller.model.Coflow` object of every active coflow, made at its
+    release and dropped when it finishes, so that a reorder builds none.
+
+    Attributes:
+        by_slot: coflow id -> object, in release order (the order of a state's ``coflows``).
+    """
+
+    def __init__(self) -> None:
+        self.by_slot: dict[int, Coflow] = {}
+        # the same objects in ClusterState.active_coflows' order, (arrival_s, coflow_id);
+        # releases come in clock order, so only ids released out of order at one instant
+        # call for a sort
+        self._by_arrival: dict[int, Coflow] = {}
+        self._last_key: tuple[float, int] | None = None
+        self._sorted = True
+
+    def add(self, record: CoflowRecord, loads: _CurrentLoads) -> None:
+        """Make the object of a coflow just released."""
+        summary = _LiveSummary(record.size_bytes, record.coflow_id, loads)
+        coflow = Coflow(
+            record.coflow_id,
+            [],
+            record.arrival_s,
+            record.job_id,
+            record.stage_id,
+            record.weight,
+            summary,
+        )
+        self.by_slot[record.coflow_id] = coflow
+        self._by_arrival[record.coflow_id] = coflow
+        key = (record.arrival_s, record.coflow_id)
+        if self._last_key is None or key > self._last_key:
+            self._last_key = key
+        else:
+            self._sorted = False
+
+    def drop(self, coflow_id: int) -> None:
+        """Forget a coflow that finished."""
+        del self.by_slot[coflow_id]
+        del self._by_arrival[coflow_id]
+
+    def by_arrival(self) -> list[Coflow]:
+        """The objects in (arrival time, id) order."""
+        if not self._sorted:
+            ordered = sorted(self._by_arrival.values(), key=lambda c: (c.arrival_s, c.coflow_id))
+            self._by_arrival = {c.coflow_id: c for c in ordered}
+            self._sorted = True
+        return list(self._by_arrival.values())
 
 
 @dataclass
 class _SimulatorState(ClusterState):
     """The simulator's view for the policy: a :class:`ClusterState` that builds BSSI's demand
-    matrix straight from the port-bits array instead of one mapping per coflow, and offers that
-    array to policies that sum loads in arrays (Beamer).
+    matrix straight from the port-bits array instead of one mapping per coflow, offers that
+    array to policies that sum loads in arrays (Beamer), and lists its active coflows in the
+    order the simulator keeps them in.
 
     Args:
-        port_bits: the active coflows' bits per port.
+        port_bits: the active coflows' loads.
         row_of: each active coflow's row in ``port_bits``.
+        by_arrival: the coflows in (arrival time, id) order.
+        all_left: whether every coflow has bytes left (none is done).
     """
 
     port_bits: _PortBits | None = None
     row_of: dict[int, int] = field(default_factory=dict)
+    by_arrival: list[Coflow] = field(default_factory=list)
+    all_left: bool = True
+
+    def active_coflows(self) -> list[Coflow]:
+        """The same list as :meth:`ClusterState.active_coflows`, without a sort."""
+        if self.all_left:
+            return list(self.by_arrival)
+        return [c for c in self.by_arrival if not c.done]
 
     def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
         """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
@@ -687,36 +869,6 @@ class _SimulatorState(ClusterState):
         """The active coflows' bits left per port (rows as ``row_of``), the array every coflow's
         mapping is read from."""
         return PortBitsMatrix(self.port_bits.matrix(), self.row_of)
-
-
-class _PortLoads(Mapping):
-    """A coflow's bytes left per port, as the policy's mapping; built on first use (fair
-    sharing, FIFO-LM and JPAS never look at ports)."""
-
-    __slots__ = ("_ports", "_i", "_bytes")
-
-    def __init__(self, ports: _PortBits, i: int) -> None:
-        self._ports = ports
-        self._i = i
-        self._bytes: dict | None = None
-
-    def _loads(self) -> dict:
-        if self._bytes is None:
-            self._bytes = self._ports.row_bytes(self._i)
-        return self._bytes
-
-    def __getitem__(self, port):
-        return self._loads()[port]
-
-    def items(self):  # a dict's view: dict(mapping.items()) then copies at C speed
-        """``(port, bytes)`` pairs of the ports with bytes left."""
-        return self._loads().items()
-
-    def __iter__(self):
-        return iter(self._loads())
-
-    def __len__(self) -> int:
-        return len(self._loads())
 
 
 _warm = False
