@@ -837,7 +837,10 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
 
     Only pairs of a link whose share changed can change class: every pair of a row, of a
     column that gains or loses its rate; for a column whose positive share moved, only the
-    pairs whose row has a finite share (the others are bottlenecked by the column).
+    pairs whose row has a finite share (the others are bottlenecked by the column). A row is
+    first checked in one branch-free pass (:func:`_row_changes_class`) and its pairs are looked
+    at one by one only if one changes class; the columns look only at the rows that did not
+    move.
 
     Args:
         groups: the :class:`GroupTable`; the ``served`` offset of every group whose class
