@@ -397,9 +397,15 @@ class HpoCore:
         """What decides an asynchronous task's rungs."""
         return task.search if task.search is not None else _ASHA
 
-    def _job_demand(self, task: HpoTask, config: int, iterations: int) -> JobDemand:
-        """What ``iterations`` iterations of ``config``'s job must compute and send."""
-        phases = sync_phases(task.pattern, list(task.hosts[config]), task.model.sync_bytes)
+    @staticmethod
+    def _phases(task: HpoTask, config: int) -> list[Flows]:
+        """The coflows of one synchronisation of ``config``'s job, in the order they run."""
+        return sync_phases(task.pattern, list(task.hosts[config]), task.model.sync_bytes)
+
+    @staticmethod
+    def _job_demand(task: HpoTask, phases: list[Flows], iterations: int) -> JobDemand:
+        """What ``iterations`` iterations of a job synchronising in ``phases`` must compute and
+        send."""
         return JobDemand(iterations, task.model.compute_s, [
             port_bytes([Flow(int(s), int(d), float(b)) for s, d, b in zip(*phase, strict=True)],
                        remaining=False)
@@ -410,7 +416,7 @@ class HpoCore:
         """The least time any one of the task's configurations needs to train alone through
         stages ``0..last``: one of them did, if stage ``last`` ran."""
         return min(
-            sum(job_lower_bound(self._job_demand(task, c, n), self.port_bps)
+            sum(job_lower_bound(self._job_demand(task, self._phases(task, c), n), self.port_bps)
                 for _, n in task.plan[: last + 1])
             for c in range(task.n_configs)
         )  # fmt: skip
@@ -423,14 +429,14 @@ class HpoCore:
         actions = Actions()
         for config in configs:
             hosts = list(task.hosts[config])
-            demand = self._job_demand(task, config, stage.iterations)
+            phases = self._phases(task, config)
+            demand = self._job_demand(task, phases, stage.iterations)
             self._joins[stage.stage_id].append((now_s, demand))
             # (a search may add configurations as it goes)
             run = self.configs.setdefault((task.task_id, config), ConfigRun(task.task_id, config))
             trained = run.trained
             job = JobRun(
-                self._new_id(), task.task_id, stage.stage_id, config, hosts,
-                sync_phases(task.pattern, hosts, task.model.sync_bytes), trained,
+                self._new_id(), task.task_id, stage.stage_id, config, hosts, phases, trained,
                 stage.iterations, now_s, demand.sync_bytes, job_lower_bound(demand, self.port_bps),
             )  # fmt: skip
             self.jobs[job.job_id] = job
