@@ -2,8 +2,10 @@
 
 OpenFlow listens on 127.0.0.1:6653 and the REST API on 127.0.0.1:8080 unless told otherwise.
 ``--hosts`` takes a JSON file describing the hosts (a list of objects with ``name``, ``ip`` and
-optionally ``mac``, ``port`` (switch port number) and ``bps``); with it, flows may name hosts and
-forwarding is installed up front instead of learned.
+optionally ``mac``, ``switch`` (the datapath id of its edge switch; omitted on a one-switch
+network), ``port`` (its port on that switch) and ``bps``); with it, flows may name hosts and
+forwarding is installed as soon as the switches and the links between them are known, instead
+of learned.
 """
 
 from __future__ import annotations
@@ -44,9 +46,15 @@ def load_hosts(path: str):
         where = f"{path}: host [{i}]"
         if not isinstance(entry, dict) or not {"name", "ip"} <= set(entry):
             raise ValueError(f"{where}: needs at least 'name' and 'ip'")
-        unknown = set(entry) - {"name", "ip", "mac", "port", "bps"}
+        unknown = set(entry) - {"name", "ip", "mac", "port", "bps", "switch"}
         if unknown:
             raise ValueError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        for key in ("port", "switch"):
+            value = entry.get(key)
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 0
+            ):
+                raise ValueError(f"{where}: {key} {value!r} is not a non-negative integer")
         try:
             ipaddress.IPv4Address(entry["ip"])
         except ValueError:
@@ -114,7 +122,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=20e6,
         help="capacity of every host port in bit/s (default: 20e6)",
     )
-    parser.add_argument("--hosts", help="JSON file of hosts: name, ip, mac, port, bps")
+    parser.add_argument("--hosts", help="JSON file of hosts: name, ip, mac, switch, port, bps")
     parser.add_argument(
         "--verbose", action="store_true", help="debug logging, and one log line per REST request"
     )

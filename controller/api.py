@@ -43,6 +43,7 @@ ROUTES: list[tuple[str, str, str]] = [
     ("GET", "/order", "get_order"),
     ("GET", "/rules", "get_rules"),
     ("GET", "/stats", "get_stats"),
+    ("GET", "/fabric", "get_fabric"),
     ("DELETE", "/stats", "reset_stats"),
     ("GET", "/{kind}", "list_records"),
     ("POST", "/{kind}", "create_record"),
@@ -142,8 +143,10 @@ class RestApi:
         on_change: Callable[[], None] = lambda: None,
         token: str | None = None,
         allowed_hosts: Collection[str] | None = None,
+        fabric: Callable[[], dict] | None = None,
     ) -> None:
         self.engine = engine
+        self.fabric = fabric
         self.registry = engine.registry
         self.on_change = on_change
         self.token = token
@@ -272,6 +275,11 @@ class RestApi:
     def get_stats(self, body) -> tuple[int, object]:
         """``GET /api/stats``: counters, latencies, reorder failures and GC pauses."""
         return 200, self.engine.stats_json()
+
+    def get_fabric(self, body) -> tuple[int, object]:
+        """``GET /api/fabric``: switches, discovered links, host locations, forwarding rules
+        per switch and the fabric's recent changes (reroutes)."""
+        return 200, self.fabric() if self.fabric else {"switches": [], "links": [], "hosts": {}}
 
     def reset_stats(self, body) -> tuple[int, object]:
         """``DELETE /api/stats``: start the counters and latency samples afresh."""

@@ -20,7 +20,15 @@ from controller.metrics import percentile
 from controller.model import ClusterState
 from controller.policies import POLICIES, Policy, make_policy
 from controller.registry import IMPLICIT_COFLOW_BASE, InvalidInput, Registry
-from controller.rules import MeterIds, Op, SwitchTable, apply_ops, desired_table, diff
+from controller.rules import (
+    MeterIds,
+    Op,
+    SwitchTable,
+    apply_ops,
+    desired_table,
+    diff,
+    rule_source_ip,
+)
 from controller.schedule import Schedule, coflow_levels, dscp_of_level
 
 LOG = logging.getLogger(__name__)
@@ -132,6 +140,11 @@ class Engine:
         monotonic: clock for latencies.
         cpu_clock: the process's CPU time (for the slowest event's breakdown).
         gc_pauses: the process's garbage-collection pauses, for the stats (``None``: not kept).
+        edge_switch: the switch a host (by IPv4 address) is attached to, or ``None`` if not
+            known. A pair's marking rules and meter then go to its source's switch only (the
+            ingress edge: marks travel with the packets, and a meter limits a flow once); rules
+            of a host whose switch is not known go to every switch. ``None``: every switch
+            gets every rule.
     """
 
     def __init__(
@@ -144,8 +157,10 @@ class Engine:
         monotonic: Callable[[], float] = time.monotonic,
         cpu_clock: Callable[[], float] = time.process_time,
         gc_pauses: GcPauses | None = None,
+        edge_switch: Callable[[str], int | None] | None = None,
     ) -> None:
         self.registry = registry
+        self.edge_switch = edge_switch
         self.gc_pauses = gc_pauses
         self.port_bps = port_bps
         self.host_bps = dict(host_bps or {})
@@ -237,10 +252,26 @@ class Engine:
         """Operations that bring switch ``dpid`` to the current plan (and record them)."""
         if self.plan is None or dpid not in self.switches:
             return []
-        ops = diff(self.switches[dpid], self.plan.table)
+        ops = diff(self.switches[dpid], self.table_for(dpid))
         self.switches[dpid] = apply_ops(self.switches[dpid], ops)
         self.stats.ops_sent += len(ops)
         return ops
+
+    def table_for(self, dpid: int) -> SwitchTable:
+        """The part of the plan switch ``dpid`` holds: the marking rules of the hosts it is the
+        ingress edge of (and of hosts whose switch is not known), and their meters."""
+        table = self.plan.table
+        if self.edge_switch is None or len(self.switches) <= 1:
+            return table  # one switch is every host's ingress edge
+        rules = {
+            key: rule
+            for key, rule in table.rules.items()
+            if self.edge_switch(rule_source_ip(rule)) in (None, dpid)
+        }
+        if len(rules) == len(table.rules):
+            return table
+        used = {rule.meter_id for rule in rules.values()}
+        return SwitchTable(rules, {m: r for m, r in table.meters.items() if m in used})
 
     def sent(self, at: float | None = None) -> None:
         """The operations for every pending event have been sent: record the latencies."""

@@ -58,13 +58,15 @@ class Host:
 
 @dataclass
 class HostPort:
-    """How a host is attached: address, MAC and switch port (from the topology description)."""
+    """How a host is attached: address, MAC, switch (datapath id) and port on it, link rate
+    (from the topology description; ``switch`` ``None``: the only switch)."""
 
     name: str
     ip: str
     mac: str | None = None
     port: int | None = None
     bps: float | None = None
+    switch: int | None = None
 
 
 @dataclass

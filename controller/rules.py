@@ -165,6 +165,17 @@ class MeterIds:
 CACHE_ENTRIES = 8192
 
 
+SOURCE_FIELD = 1  # every marking rule's match starts (eth_type, ipv4_src, ipv4_dst, ...)
+
+
+def rule_source_ip(rule: FlowRule) -> str:
+    """The source host (IPv4 address) a marking rule matches."""
+    name, value = rule.match[SOURCE_FIELD]
+    if name != "ipv4_src":
+        raise ValueError(f"not a marking rule of a host pair: {rule.match}")
+    return value
+
+
 @functools.lru_cache(maxsize=CACHE_ENTRIES)
 def _matches(src: str, dst: str, tcp_ports: tuple[int, ...]) -> tuple[tuple[int, tuple], ...]:
     base = (("eth_type", ETH_TYPE_IP), ("ipv4_src", src), ("ipv4_dst", dst))

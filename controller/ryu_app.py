@@ -59,14 +59,20 @@ from controller.switching import (  # noqa: E402
     Forwarding,
     PacketIn,
     PacketOut,
+    PortRequest,
     ResetSwitch,
+    SendFrame,
     SwitchOp,
+    SwitchOps,
     TableMiss,
+    Unforward,
 )
 
 LOG = logging.getLogger("controller")
 APP_KEY = "hpo_app"
-FORWARD_PRIORITY = 10
+FORWARD_PRIORITY = 10  # frames to a host
+PAIR_FORWARD_PRIORITY = 20  # frames of one host pair, where a switch chooses among next hops
+DISCOVERY_PERIOD_S = 1.0  # link discovery probes every port this often
 FORWARD_COOKIE = ((COOKIE_TAG | 0x3) << 32) | 0  # static and learned forwarding rules
 
 
@@ -131,8 +137,10 @@ class HpoScheduler(app_manager.RyuApp):
             on_change=self.wake.set,
             token=settings.api_token,
             allowed_hosts=allowed_hosts(settings.rest_host),
+            fabric=lambda: self.forwarding.to_json(),
         )
         self.forwarding = Forwarding(settings.hosts)
+        self.engine.edge_switch = self.forwarding.switch_of_ip
         self.datapaths: dict[int, object] = {}
         kwargs["wsgi"].register(RestController, {APP_KEY: self})
         LOG.info(
@@ -143,6 +151,7 @@ class HpoScheduler(app_manager.RyuApp):
             settings.db_path,
         )
         self.threads.append(hub.spawn(self._reorder_loop))
+        self.threads.append(hub.spawn(self._discovery_loop))
 
     # ---- switch life cycle -------------------------------------------------------------------
 
@@ -151,8 +160,8 @@ class HpoScheduler(app_manager.RyuApp):
         """A switch connected: reset our rules, install forwarding, and wake the reorder loop to
         install the plan."""
         datapath = ev.msg.datapath
-        send(datapath, self.forwarding.switch_connected(datapath.id))
         self.datapaths[datapath.id] = datapath
+        self.send_ops(self.forwarding.switch_connected(datapath.id))
         self.engine.switch_connected(datapath.id)
         self.engine.note_event()
         self.wake.set()
@@ -162,9 +171,22 @@ class HpoScheduler(app_manager.RyuApp):
     def state_change_handler(self, ev) -> None:
         """A switch disconnected: forget it until it reconnects."""
         if ev.state == DEAD_DISPATCHER and self.datapaths.pop(ev.datapath.id, None):
-            self.forwarding.switch_gone(ev.datapath.id)
+            self.send_ops(self.forwarding.switch_gone(ev.datapath.id))
             self.engine.switch_gone(ev.datapath.id)
             LOG.info("switch %016x disconnected", ev.datapath.id)
+
+    @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
+    def port_desc_handler(self, ev) -> None:
+        """A switch's ports: probe them for links (:class:`Forwarding`)."""
+        live, down = port_states(ev.msg.datapath, ev.msg.body)
+        self.send_ops(self.forwarding.ports_described(ev.msg.datapath.id, live, down))
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def port_status_handler(self, ev) -> None:
+        """A port went down (reroute) or came up (probe it)."""
+        datapath, desc = ev.msg.datapath, ev.msg.desc
+        up = ev.msg.reason != datapath.ofproto.OFPPR_DELETE and port_is_up(datapath, desc)
+        self.send_ops(self.forwarding.port_changed(datapath.id, desc.port_no, up))
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def error_msg_handler(self, ev) -> None:
@@ -177,7 +199,13 @@ class HpoScheduler(app_manager.RyuApp):
     def packet_in_handler(self, ev) -> None:
         """A packet for the controller: learn and forward it (:class:`Forwarding`)."""
         if (packet_in := parse_packet_in(ev.msg)) is not None:
-            send(ev.msg.datapath, self.forwarding.packet_in(packet_in))
+            self.send_ops(self.forwarding.packet_in(packet_in))
+
+    def send_ops(self, ops: SwitchOps) -> None:
+        """Send forwarding operations to the switches they are for (if still connected)."""
+        for dpid, switch_ops in ops.items():
+            if (datapath := self.datapaths.get(dpid)) is not None:
+                send(datapath, switch_ops)
 
     # ---- reordering ----------------------------------------------------------------------------
 
@@ -193,6 +221,14 @@ class HpoScheduler(app_manager.RyuApp):
                 self.reorder_and_send()
             except Exception:  # keep the loop alive; the error is in the log
                 LOG.exception("reorder failed")
+
+    def _discovery_loop(self) -> None:
+        while True:
+            hub.sleep(DISCOVERY_PERIOD_S)
+            try:
+                self.send_ops(self.forwarding.tick())
+            except Exception:  # keep the loop alive; the error is in the log
+                LOG.exception("link discovery failed")
 
     def reorder_and_send(self) -> None:
         """Recompute the plan and send every switch what changed."""
@@ -363,8 +399,22 @@ def switch_messages(datapath, op: SwitchOp) -> list:
             return _reset_switch(datapath)
         case TableMiss():
             return _table_miss(datapath)
-        case Forward(mac=mac, port=port):
-            return [_forward_rule(datapath, mac, port)]
+        case PortRequest():
+            return [parser.OFPPortDescStatsRequest(datapath, 0)]
+        case Forward(mac=mac, port=port, eth_src=eth_src):
+            return [_forward_rule(datapath, mac, port, eth_src)]
+        case Unforward(mac=mac, eth_src=eth_src):
+            return [_unforward_rule(datapath, mac, eth_src)]
+        case SendFrame(port=port, data=data):
+            return [
+                parser.OFPPacketOut(
+                    datapath=datapath,
+                    buffer_id=ofp.OFP_NO_BUFFER,
+                    in_port=ofp.OFPP_CONTROLLER,
+                    actions=[parser.OFPActionOutput(port)],
+                    data=data,
+                )
+            ]
         case PacketOut(packet=packet_in, port=port):
             buffered = packet_in.buffer_id is not None
             return [
@@ -440,18 +490,56 @@ def _table_miss(datapath) -> list:
     ]
 
 
-def _forward_rule(datapath, mac: str, port: int):
+def _forward_match(parser, mac: str, eth_src: str | None):
+    if eth_src is None:
+        return FORWARD_PRIORITY, parser.OFPMatch(eth_dst=mac)
+    return PAIR_FORWARD_PRIORITY, parser.OFPMatch(eth_src=eth_src, eth_dst=mac)
+
+
+def _forward_rule(datapath, mac: str, port: int, eth_src: str | None = None):
     parser, ofp = datapath.ofproto_parser, datapath.ofproto
+    priority, match = _forward_match(parser, mac, eth_src)
     return parser.OFPFlowMod(
         datapath=datapath,
         cookie=FORWARD_COOKIE,
         table_id=FORWARD_TABLE,
-        priority=FORWARD_PRIORITY,
-        match=parser.OFPMatch(eth_dst=mac),
+        priority=priority,
+        match=match,
         instructions=[
             parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(port)])
         ],
     )
+
+
+def _unforward_rule(datapath, mac: str, eth_src: str | None):
+    parser, ofp = datapath.ofproto_parser, datapath.ofproto
+    priority, match = _forward_match(parser, mac, eth_src)
+    return parser.OFPFlowMod(
+        datapath=datapath,
+        cookie=FORWARD_COOKIE,
+        cookie_mask=COOKIE_OWNER_MASK,
+        table_id=FORWARD_TABLE,
+        command=ofp.OFPFC_DELETE_STRICT,
+        priority=priority,
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
+        match=match,
+    )
+
+
+def port_is_up(datapath, desc) -> bool:
+    """Whether an OpenFlow 1.3 port is administratively up and has a link."""
+    ofp = datapath.ofproto
+    return not (desc.state & ofp.OFPPS_LINK_DOWN or desc.config & ofp.OFPPC_PORT_DOWN)
+
+
+def port_states(datapath, ports) -> tuple[list[int], list[int]]:
+    """The physical ports of a port description, as (up, down) port numbers."""
+    live, down = [], []
+    for desc in ports:
+        if desc.port_no <= datapath.ofproto.OFPP_MAX:
+            (live if port_is_up(datapath, desc) else down).append(desc.port_no)
+    return live, down
 
 
 def run_manager(
