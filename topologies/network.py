@@ -2,8 +2,9 @@
 
 - switches: Open vSwitch on the userspace datapath, OpenFlow 1.3, secure fail mode (no kernel
   module here, see ../shared/DESIGN.md section 3);
-- links: ``TCLink`` with the topology's ``bw``; on the switch side the root qdisc is then replaced
-  by the 8 priority classes of :mod:`topologies.qos` at the same rate, and with
+- links: ``TCLink`` with the topology's ``bw``; on every switch port the root qdisc is then
+  replaced by the 8 priority classes of :mod:`topologies.qos` at the link's rate (a fabric's
+  uplinks included), and with
   ``host_priorities`` on the hosts' side too (their filters follow the controller's rules, see
   :mod:`topologies.host_qos`);
 - hosts: TCP checksum offload off (TCP through the userspace datapath needs it), and TCP's
@@ -159,10 +160,10 @@ def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_m
         net.start()
         for host in net.hosts:
             tune_host(host, tcp_rto_max_ms)
-        switch_ports = [
-            intf.name for sw in net.switches for intf in sw.intfList() if intf.name != "lo"
-        ]
-        apply_htb(switch_ports, bw_mbps * 1e6)
+        for sw in net.switches:
+            for intf in sw.intfList():
+                if intf.name != "lo":  # every port at its own link's rate (a fabric's uplinks)
+                    apply_htb([intf.name], float(intf.params.get("bw") or bw_mbps) * 1e6)
         if host_priorities:
             for host in net.hosts:
                 tc_runner(host)(host_batch(host.defaultIntf().name, bw_mbps * 1e6))

@@ -84,51 +84,66 @@ class OneSwitchTopo(Topo):
 class LeafSpineTopo(Topo):
     """A two-tier fabric: ``leaves`` leaf switches of ``hosts_per_leaf`` hosts, ``spines`` spines.
 
+    Leaf ``L`` is switch ``sL`` (datapath id L), spine ``S`` is ``s<100+S>`` (datapath id
+    100 + S). On a leaf, ports 1..hosts_per_leaf go to its hosts in order and the next ones to
+    the spines in order; on a spine, port L goes to leaf L. Hosts are numbered leaf by leaf
+    (``h1`` .. on leaf 1), as the simulator's :class:`simulator.engine.Fabric` groups them.
+
     Args:
         leaves: leaf switches.
         hosts_per_leaf: hosts under each leaf.
         spines: spine switches; every leaf links to every spine.
         bw: host link rate in Mbit/s.
-        uplink_bw: leaf-spine link rate in Mbit/s (oversubscription =
-            hosts_per_leaf * bw / (spines * uplink_bw)).
+        oversubscription: a leaf's hosts' rate over its uplinks' (each uplink runs at
+            ``hosts_per_leaf * bw / (spines * oversubscription)`` Mbit/s).
     """
 
     def build(
         self,
-        leaves: int = 4,
+        leaves: int = 2,
         hosts_per_leaf: int = 4,
         spines: int = 2,
         bw: float = DEFAULT_BW_MBPS,
-        uplink_bw: float = DEFAULT_BW_MBPS,
+        oversubscription: float = 1.0,
     ) -> None:
         """Leaves with their hosts, every leaf linked to every spine."""
         if leaves < 1 or hosts_per_leaf < 1 or spines < 1:
             raise ValueError("leaves, hosts_per_leaf and spines must be >= 1")
+        if not oversubscription > 0:
+            raise ValueError("oversubscription must be > 0")
+        uplink_bw = hosts_per_leaf * bw / (spines * oversubscription)
         spine_names = [
-            self.addSwitch(f"s{100 + k}", protocols="OpenFlow13") for k in range(1, spines + 1)
+            self.addSwitch(f"s{SPINE_BASE + k}", dpid=f"{SPINE_BASE + k:x}", protocols="OpenFlow13")
+            for k in range(1, spines + 1)
         ]
         index = 0
         for leaf in range(1, leaves + 1):
-            s = self.addSwitch(f"s{leaf}", protocols="OpenFlow13")
-            for _ in range(hosts_per_leaf):
+            s = self.addSwitch(f"s{leaf}", dpid=f"{leaf:x}", protocols="OpenFlow13")
+            for port in range(1, hosts_per_leaf + 1):
                 index += 1
                 h = self.addHost(f"h{index}", ip=f"{host_ip(index)}/16", mac=host_mac(index))
-                self.addLink(h, s, bw=bw, use_tbf=True)
-            for spine in spine_names:
-                self.addLink(s, spine, bw=uplink_bw, use_tbf=True)
+                self.addLink(h, s, port2=port, bw=bw, use_tbf=True)
+            for k, spine in enumerate(spine_names, start=1):
+                self.addLink(
+                    s, spine, port1=hosts_per_leaf + k, port2=leaf, bw=uplink_bw, use_tbf=True
+                )
+
+
+SPINE_BASE = 100  # spine S is switch s<100+S>
 
 
 def host_table(topo: Topo, bw: float | None = None) -> list[dict]:
-    """The controller's ``--hosts`` description of ``topo``: name, ip, mac, bps, and the switch
-    port when there is a single switch (with several, the controller learns where hosts are)."""
+    """The controller's ``--hosts`` description of ``topo``: name, ip, mac, bps, the port on
+    its switch and, when there are several switches, that switch's datapath id."""
     single = len(topo.switches()) == 1
     table = []
     for name in sorted(topo.hosts(), key=lambda h: int(h[1:])):
         info = topo.nodeInfo(name)
         (switch,) = topo.g[name]  # a host has one link, to its switch
         entry = {"name": name, "ip": info["ip"].split("/")[0], "mac": info["mac"]}
-        if single:
-            entry["port"] = topo.port(name, switch)[1]
+        if not single:
+            entry["switch"] = int(topo.nodeInfo(switch)["dpid"], 16)
+        entry["port"] = topo.port(name, switch)[1]
         link_bw = topo.linkInfo(name, switch).get("bw", bw)
         if link_bw:
             entry["bps"] = float(link_bw) * 1e6

@@ -148,3 +148,7 @@ class ControllerClient:
     def stats(self) -> dict:
         """The controller's statistics."""
         return self.request("GET", "/stats")
+
+    def fabric(self) -> dict:
+        """The fabric: switches, discovered links, host locations and reroutes."""
+        return self.request("GET", "/fabric")

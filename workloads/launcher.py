@@ -95,3 +95,20 @@ class ControllerProcess:
     def wait_switch(self, timeout_s: float = 20.0) -> None:
         """Wait until a switch is connected to the controller."""
         wait_for(lambda: self.client.stats()["switches"], timeout_s, what="the switch to connect")
+
+    def wait_fabric(self, switches: int, links: int, timeout_s: float = 30.0) -> dict:
+        """Wait until ``switches`` switches are connected and discovery has found ``links``
+        links between them (each direction counts once); returns ``/api/fabric``."""
+        fabric: dict = {}
+
+        def complete() -> bool:
+            nonlocal fabric
+            fabric = self.client.fabric()
+            return len(fabric["switches"]) >= switches and len(fabric["links"]) >= links
+
+        try:
+            wait_for(complete, timeout_s, what=f"{switches} switches and {links} links")
+        except AssertionError as exc:
+            have = f"{len(fabric.get('switches', []))} and {len(fabric.get('links', []))}"
+            raise AssertionError(f"{exc} (found {have})") from None
+        return fabric

@@ -39,10 +39,18 @@ def test_addresses_and_options():
 
 
 def test_leaf_spine():
-    topo = LeafSpineTopo(leaves=3, hosts_per_leaf=2, spines=2)
+    topo = LeafSpineTopo(leaves=3, hosts_per_leaf=2, spines=2, bw=20, oversubscription=2)
     assert len(topo.hosts()) == 6 and len(topo.switches()) == 5
     assert len(topo.links()) == 6 + 3 * 2
-    assert "port" not in host_table(topo)[0]  # several switches: the controller learns ports
+    table = host_table(topo)
+    # several switches: every host names its leaf's datapath id and its port there
+    assert [(row["switch"], row["port"]) for row in table] == [
+        (1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]  # fmt: skip
+    assert topo.port("s2", "s102") == (4, 2)  # leaf 2's second uplink, spine 102's port 2
+    assert topo.linkInfo("s2", "s102")["bw"] == 2 * 20 / (2 * 2)
+    assert topo.nodeInfo("s101")["dpid"] == "65"
+    with pytest.raises(ValueError):
+        LeafSpineTopo(oversubscription=0)
 
 
 def test_mn_custom_contract():
