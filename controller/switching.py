@@ -143,7 +143,7 @@ class Forwarding:
             self.unplaced = []
         self.fabric.switch_up(dpid)
         self.installed[dpid] = {}
-        ops = self._sync(f"switch {dpid:x} connected")
+        ops = self._sync(f"switch {dpid} connected")
         return _merge({dpid: [ResetSwitch(), TableMiss(), PortRequest()]}, ops)
 
     def ports_described(
@@ -153,7 +153,7 @@ class Forwarding:
         if dpid not in self.fabric.graph:
             return {}
         lost = self.fabric.set_ports(dpid, live, down)
-        ops = self._sync(f"switch {dpid:x} ports down") if lost else {}
+        ops = self._sync(f"switch {dpid} ports down") if lost else {}
         return _merge(ops, {dpid: [SendFrame(p, lldp_probe(dpid, p)) for p in sorted(live)]})
 
     def port_changed(self, dpid: int, port: int, up: bool) -> SwitchOps:
@@ -164,14 +164,14 @@ class Forwarding:
             self.fabric.port_up(dpid, port)
             return {dpid: [SendFrame(port, lldp_probe(dpid, port))]}
         if self.fabric.port_down(dpid, port):
-            return self._sync(f"port {dpid:x}/{port} down")
+            return self._sync(f"port {dpid}/{port} down")
         return {}
 
     def switch_gone(self, dpid: int) -> SwitchOps:
         """A switch disconnected: forget it and reroute around it."""
         self.installed.pop(dpid, None)
         if self.fabric.switch_down(dpid):
-            return self._sync(f"switch {dpid:x} gone")
+            return self._sync(f"switch {dpid} gone")
         return {}
 
     def tick(self) -> SwitchOps:
@@ -194,7 +194,7 @@ class Forwarding:
             link = Link(probe.dpid, probe.port, packet.dpid, packet.in_port)
             if self.fabric.link_seen(link, self.clock()):
                 return self._sync(
-                    f"link {link.src:x}/{link.src_port} -> {link.dst:x}/{link.dst_port}"
+                    f"link {link.src}/{link.src_port} -> {link.dst}/{link.dst_port}"
                 )
             return {}
         if self.fabric.is_fabric_port(packet.dpid, packet.in_port):
@@ -203,7 +203,7 @@ class Forwarding:
             return {}
         ops = {}
         if self.fabric.learn(packet.eth_src, Location(packet.dpid, packet.in_port)):
-            ops = self._sync(f"host {packet.eth_src} at {packet.dpid:x}/{packet.in_port}")
+            ops = self._sync(f"host {packet.eth_src} at {packet.dpid}/{packet.in_port}")
         arp = parse_arp(packet.data)
         if arp is not None:
             self.ip_to_mac.setdefault(arp.sender_ip, arp.sender_mac)

@@ -49,6 +49,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -75,7 +76,7 @@ from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
 from topologies import network  # noqa: E402
 from topologies.host_qos import HostPriorities  # noqa: E402
 from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
-from topologies.testbed import OneSwitchTopo, host_table  # noqa: E402
+from topologies.testbed import SPINE_BASE, LeafSpineTopo, OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import PATTERNS, SEARCHES, generate  # noqa: E402
@@ -105,6 +106,91 @@ def workload(args) -> list:
         surrogate=args.surrogate,
         search=args.search,
     )
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The testbed's network as the run needs it: the Mininet topology, its bridges, each
+    host's switch port (interface name, in host order), the fabric's inter-switch ports, and the
+    links discovery must find before traffic starts (each direction counts once)."""
+
+    topo: object
+    switches: list[str]
+    host_ports: list[str]
+    fabric_ports: list[str]
+    links: int
+    spines: list[str]
+    leaves: list[str]
+
+
+def layout(args) -> Layout:
+    """The one-switch testbed, or the leaf-spine fabric of ``--topology leaf-spine``."""
+    if args.topology == "one-switch":
+        topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
+        ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
+        return Layout(topo, ["s1"], ports, [], 0, [], [])
+    topo = LeafSpineTopo(
+        leaves=args.leaves,
+        hosts_per_leaf=args.hosts_per_leaf,
+        spines=args.spines,
+        bw=args.bw,
+        oversubscription=args.oversubscription,
+    )
+    leaves = [f"s{leaf}" for leaf in range(1, args.leaves + 1)]
+    spines = [f"s{SPINE_BASE + k}" for k in range(1, args.spines + 1)]
+    table = host_table(topo)
+    host_ports = [f"s{row['switch']}-eth{row['port']}" for row in table]
+    fabric_ports = [
+        f"{leaf}-eth{args.hosts_per_leaf + k}" for leaf in leaves for k in range(1, args.spines + 1)
+    ] + [f"{spine}-eth{leaf}" for spine in spines for leaf in range(1, args.leaves + 1)]
+    return Layout(
+        topo, leaves + spines, host_ports, fabric_ports, len(fabric_ports), spines, leaves
+    )
+
+
+def fabric_of(args, host_bps: float) -> Fabric:
+    """The simulator's model of the run's network: a big switch, or leaves of
+    ``--hosts-per-leaf`` whose uplinks (all spines together) carry ``hosts_per_leaf *
+    host_bps / oversubscription``: ECMP taken as perfectly balanced."""
+    if getattr(args, "topology", "one-switch") == "one-switch":
+        return Fabric(args.hosts, host_bps)
+    return Fabric(args.hosts, host_bps, args.hosts_per_leaf, args.oversubscription)
+
+
+def spine_failure(net, lay: Layout, ctl: ControllerProcess, at_s: float, record: dict):
+    """A ``sample`` wrapper's action: at ``at_s`` into the run, every link of the first spine
+    goes down (both ends of each, as a dead spine's neighbours see it); what happened goes into
+    ``record``: when, which spine, and how long the controller took to reroute."""
+
+    def fail(now_s: float) -> None:
+        if record or now_s < at_s:
+            return
+        spine = lay.spines[0]
+        failed_at = time.monotonic()
+        for leaf in lay.leaves:
+            net.configLinkStatus(leaf, spine, "down")
+        record.update(spine=spine, at_s=now_s, monotonic_s=failed_at)
+
+    return fail
+
+
+def reroute_summary(record: dict, fabric: dict) -> dict | None:
+    """What a spine failure cost the controller: the first reroute after it (seconds from the
+    failure to the rules being computed, rules changed) from ``/api/fabric``'s changes."""
+    if not record:
+        return None
+    after = [
+        c for c in fabric.get("changes", [])
+        if c["at_s"] >= record["monotonic_s"] and c["rules_changed"] > 0
+    ]  # fmt: skip
+    first = after[0] if after else None
+    return {
+        "spine": record["spine"],
+        "failed_at_s": record["at_s"],
+        "reroute_s": None if first is None else first["at_s"] - record["monotonic_s"],
+        "rules_changed": sum(c["rules_changed"] for c in after),
+        "changes": [c["what"] for c in after],
+    }
 
 
 def job_manager(args, gpu_policy: str) -> GpuManager | None:
@@ -174,7 +260,7 @@ def simulate(
     ``"<task>.<index>"`` (stage ids differ between testbed and simulator), for comparing stage by
     stage with the run's ``stages.csv``. Records the run's schedule into ``timeline`` if given."""
     overheads = overheads or Overheads()
-    fabric = Fabric(args.hosts, args.bw * 1e6 * overheads.goodput)
+    fabric = fabric_of(args, args.bw * 1e6 * overheads.goodput)
     sim = Simulator(fabric, make_policy(policy), timeline=timeline)
     driver = HpoDriver(
         sim, tasks, gpus=job_manager(args, gpu_policy), job_startup_s=overheads.job_startup_s
@@ -222,15 +308,15 @@ def run_with_retries(
 SAMPLE_PERIOD_S = 0.5  # the testbed's timeline: levels and port counters this often
 
 
-def testbed_recorder(ctl: ControllerProcess, timeline: Timeline, n_hosts: int, bridge: str):
+def testbed_recorder(ctl: ControllerProcess, timeline: Timeline, host_ports: list[str]):
     """A ``sample`` for :class:`TestbedDriver`: every :data:`SAMPLE_PERIOD_S`, the levels of
     the controller's plan (``GET /api/order``; a job's traffic is one coflow ``job<N>`` while
-    the job is registered, computing or sending) and the switch ports' byte counters (port I
-    receives what host I-1 sends) into ``timeline``."""
+    the job is registered, computing or sending) and the byte counters of the hosts' switch
+    ports (``host_ports[I]`` receives what host I sends) into ``timeline``."""
     counters = [
-        Path(f"/sys/class/net/{bridge}-eth{i + 1}/statistics/{side}_bytes")
+        Path(f"/sys/class/net/{port}/statistics/{side}_bytes")
         for side in ("rx", "tx")
-        for i in range(n_hosts)
+        for port in host_ports
     ]
     start = [int(path.read_text()) for path in counters]
     next_s = 0.0
@@ -270,10 +356,10 @@ def testbed_recorder(ctl: ControllerProcess, timeline: Timeline, n_hosts: int, b
 SWITCH_LOST_AFTER_S = 2.0
 
 
-def testbed_watch(ctl: ControllerProcess, bridge: str):
+def testbed_watch(ctl: ControllerProcess, bridges: list[str]):
     """A check for :class:`TestbedDriver`: the message naming what is gone (the controller
-    process, the bridge, the switch's OpenFlow connection for :data:`SWITCH_LOST_AFTER_S`),
-    or ``None`` while all is well."""
+    process, a bridge, a switch's OpenFlow connection for :data:`SWITCH_LOST_AFTER_S`), or
+    ``None`` while all is well."""
     disconnected_at = None
 
     def check() -> str | None:
@@ -281,20 +367,22 @@ def testbed_watch(ctl: ControllerProcess, bridge: str):
         code = ctl.proc.poll() if ctl.proc is not None else None
         if code is not None:
             return f"the controller (pid {ctl.proc.pid}) exited with status {code}; see {ctl.log}"
-        if subprocess.run(["ovs-vsctl", "br-exists", bridge], check=False).returncode != 0:
-            return f"the switch {bridge} was deleted (ovs-vsctl br-exists {bridge} fails)"
+        for bridge in bridges:
+            if subprocess.run(["ovs-vsctl", "br-exists", bridge], check=False).returncode != 0:
+                return f"the switch {bridge} was deleted (ovs-vsctl br-exists {bridge} fails)"
         try:
-            connected = ctl.client.stats()["switches"]
+            connected = len(ctl.client.stats()["switches"])
         except ControllerError as exc:
             return f"the controller stopped answering: {exc}"
         now = time.monotonic()
-        if connected:
+        if connected == len(bridges):
             disconnected_at = None
         elif disconnected_at is None:
             disconnected_at = now
         elif now - disconnected_at > SWITCH_LOST_AFTER_S:
-            return (f"the switch {bridge} has been disconnected from the controller for "
-                    f"{now - disconnected_at:.0f} s")  # fmt: skip
+            lost = len(bridges) - connected
+            return (f"{lost} of the switches {', '.join(bridges)} have been disconnected "
+                    f"from the controller for {now - disconnected_at:.0f} s")  # fmt: skip
         return None
 
     return check
@@ -307,7 +395,8 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
     before returning."""
     fresh = tasks if callable(tasks) else None
     out.mkdir(parents=True, exist_ok=True)
-    topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
+    lay = layout(args)
+    topo = lay.topo
     hosts_file = out / "hosts.json"
     hosts_file.write_text(json.dumps(host_table(topo)))
     db = out / "controller.sqlite"
@@ -326,9 +415,13 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
             host_priorities=args.host_priorities,
             tcp_rto_max_ms=args.tcp_rto_max_ms,
         )
-        ctl.wait_switch(timeout_s=30)
-        ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
+        if lay.links:
+            ctl.wait_fabric(len(lay.switches), lay.links, timeout_s=30)
+        else:
+            ctl.wait_switch(timeout_s=30)
+        ports = lay.host_ports
         before = {p: class_bytes(p) for p in ports}
+        fabric_before = {p: class_bytes(p) for p in lay.fabric_ports}
         if fresh is not None:
             tasks = fresh("testbed")
         elif tasks is None:
@@ -343,9 +436,18 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
                 lambda: ctl.client.rules()["desired"]["flows"],
             )
         gpus = job_manager(args, gpu_policy)
-        watch = testbed_watch(ctl, "s1")
+        watch = testbed_watch(ctl, lay.switches)
         timeline = Timeline(port_names(args.hosts), args.bw * 1e6, "testbed")
-        recorder = testbed_recorder(ctl, timeline, args.hosts, "s1")
+        recorder = testbed_recorder(ctl, timeline, ports)
+        failure: dict = {}
+        if args.fail_spine is not None:
+            fail = spine_failure(net, lay, ctl, args.fail_spine, failure)
+            record_levels = recorder
+
+            def recorder(now_s: float, force: bool = False) -> None:
+                fail(now_s)
+                record_levels(now_s, force)
+
         driver = TestbedDriver(
             hosts,
             ctl.client,
@@ -375,6 +477,8 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
         timeline.close(driver.now())
         timeline.stages = driver.core.stage_labels()
         after = {p: class_bytes(p) for p in ports}
+        fabric_after = {p: class_bytes(p) for p in lay.fabric_ports}
+        fabric_state = ctl.client.fabric()
         host_after = {h.name: host_class_bytes(h) for h in hosts}
         tcp_after = {h.name: tcp_counters(h) for h in hosts}
         stats = ctl.client.stats()
@@ -384,6 +488,8 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
         ctl.stop()
     per_class = class_deltas(before, after)
     total = per_class.pop(ROOT_CLASS, 0)  # the port's root class counts every byte once
+    fabric_per_class = class_deltas(fabric_before, fabric_after)
+    fabric_per_class.pop(ROOT_CLASS, None)
     host_per_class = class_deltas(host_before, host_after)
     host_per_class.pop(ROOT_CLASS, None)
     stages = driver.stage_rows()
@@ -447,6 +553,10 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
         "wire_busiest_port_busy": wire_busiest,
         "wire_busiest_quarter_busy": wire_quarter,
         "bytes_per_class": per_class,
+        "topology": topology_json(args),
+        "fabric_bytes_per_class": fabric_per_class,
+        "fabric_rules": fabric_state.get("forwarding_rules", {}),
+        "spine_failure": reroute_summary(failure, fabric_state),
         "host_priorities": args.host_priorities,
         "tcp_rto_max_ms": args.tcp_rto_max_ms,
         "host_bytes_per_class": host_per_class,
@@ -463,6 +573,20 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def topology_json(args) -> dict:
+    """The run's network, as result.json and summary.json state it."""
+    if getattr(args, "topology", "one-switch") == "one-switch":
+        return {"kind": "one-switch", "hosts": args.hosts}
+    return {
+        "kind": "leaf-spine",
+        "leaves": args.leaves,
+        "spines": args.spines,
+        "hosts_per_leaf": args.hosts_per_leaf,
+        "oversubscription": args.oversubscription,
+        "fail_spine_s": args.fail_spine,
+    }
 
 
 BASELINE = "fair"
@@ -552,6 +676,7 @@ def seed_summary(results: list[dict], args, argv) -> dict:
         "host_priorities": args.host_priorities,
         "tcp_rto_max_ms": args.tcp_rto_max_ms,
         "overheads": args.overheads.to_json() if args.overheads else None,
+        "topology": topology_json(args),
         "workload": {
             "hosts": args.hosts,
             "tasks": args.tasks,
@@ -627,7 +752,42 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--quantum", type=positive(float), default=5.0, help="time-sharing quantum s (default 5)"
     )
-    parser.add_argument("--hosts", type=positive(int), default=13)
+    parser.add_argument(
+        "--hosts",
+        type=positive(int),
+        default=13,
+        help="hosts on the one switch (default 13); with --topology leaf-spine it is "
+        "--leaves x --hosts-per-leaf",
+    )
+    parser.add_argument(
+        "--topology",
+        choices=["one-switch", "leaf-spine"],
+        default="one-switch",
+        help="one-switch: the 13-server testbed (default); leaf-spine: --leaves leaf switches "
+        "of --hosts-per-leaf hosts, each linked to every one of --spines spines, the controller "
+        "routing over them (shortest paths, ECMP per host pair) and marking at the ingress leaf; "
+        "the simulator beside it models the same leaves with their uplinks pooled",
+    )
+    parser.add_argument("--leaves", type=positive(int), default=3, help="leaf switches (3)")
+    parser.add_argument("--spines", type=positive(int), default=2, help="spine switches (2)")
+    parser.add_argument(
+        "--hosts-per-leaf", type=positive(int), default=4, help="hosts under each leaf (4)"
+    )
+    parser.add_argument(
+        "--oversubscription",
+        type=positive(float),
+        default=1.0,
+        help="a leaf's host rate over its uplinks' (default 1: each of the --spines uplinks "
+        "runs at hosts-per-leaf x bw / spines)",
+    )
+    parser.add_argument(
+        "--fail-spine",
+        type=non_negative(float),
+        default=None,
+        metavar="SECONDS",
+        help="leaf-spine only: this many seconds into every run, every link of the first spine "
+        "goes down; the controller reroutes and the run goes on (result.json: spine_failure)",
+    )
     parser.add_argument("--bw", type=positive(float), default=20, help="link Mbit/s (default 20)")
     parser.add_argument("--tasks", type=positive(int), default=2)
     parser.add_argument("--configs", type=positive(int), default=9)
@@ -758,6 +918,21 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     """Parse and check the command line, derive the link scale, load the surrogate and the
     calibration, and make sure this runs as root with OVS up."""
     args = parser.parse_args(argv)
+    if args.topology == "leaf-spine":
+        fabric_hosts = args.leaves * args.hosts_per_leaf
+        given = sys.argv[1:] if argv is None else argv
+        if any(a == "--hosts" or a.startswith("--hosts=") for a in given) and (
+            args.hosts != fabric_hosts
+        ):
+            parser.error(f"--hosts {args.hosts} but --leaves x --hosts-per-leaf is {fabric_hosts}"
+                         " (leave --hosts out with --topology leaf-spine)")  # fmt: skip
+        args.hosts = fabric_hosts
+        if args.leaves * (args.spines + args.hosts_per_leaf) > 60:
+            parser.error("--topology leaf-spine: at most 60 leaf ports in all (this machine's "
+                         "userspace switch forwards ~1.3 Gbit/s; README, 'Fabric')")  # fmt: skip
+    else:
+        if args.fail_spine is not None:
+            parser.error("--fail-spine needs --topology leaf-spine")
     if args.workers > args.hosts or args.eta < 2:
         parser.error("--workers must be <= --hosts and --eta >= 2")
     args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)

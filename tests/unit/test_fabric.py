@@ -205,7 +205,7 @@ def test_a_spine_port_going_down_reroutes_every_pair_within_one_event():
                 assert 101 not in {h.dpid for h in hops}
     # leaf 1 now has a single uplink: its pair rules gave way to destination rules
     assert all(key.eth_src is None for key in plane.rules[1])
-    assert plane.forwarding.changes[-1].what == "port 65/1 down"
+    assert plane.forwarding.changes[-1].what == "port 101/1 down"
 
 
 def test_a_spine_that_disconnects_is_routed_around_and_used_again_when_it_returns():
