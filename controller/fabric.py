@@ -29,6 +29,10 @@ import networkx as nx
 # A link not confirmed by discovery for this long is taken as gone (a switch whose data plane
 # died while its ports stayed up); discovery probes every link once per tick (1 s by default).
 LINK_TIMEOUT_S = 3.5
+# A port without a known host counts as an edge port only this long after it was first seen:
+# time for discovery (a probe round each tick) to find a switch behind it, so that a broadcast
+# arriving while the fabric is being discovered is not sent to another switch.
+EDGE_HOLD_S = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ class FabricGraph:
     def __init__(self, hosts: dict[str, Location] | None = None) -> None:
         self.graph = nx.MultiDiGraph()
         self.ports: dict[int, set[int]] = {}
+        self.port_since_s: dict[tuple[int, int], float] = {}
         self.down_ports: set[tuple[int, int]] = set()
         self.links: dict[tuple[int, int], Link] = {}  # by (src, src_port)
         self.link_seen_s: dict[tuple[int, int], float] = {}
@@ -85,15 +90,23 @@ class FabricGraph:
 
     # ---- what the switches report ---------------------------------------------------------
 
-    def switch_up(self, dpid: int, ports: Iterable[int] = ()) -> None:
+    def switch_up(self, dpid: int, ports: Iterable[int] = (), now_s: float = 0.0) -> None:
         """A switch connected (with its port numbers, when known)."""
         self.graph.add_node(dpid)
-        self.ports[dpid] = set(ports)
         self.down_ports = {p for p in self.down_ports if p[0] != dpid}
+        self.port_since_s = {p: t for p, t in self.port_since_s.items() if p[0] != dpid}
+        self.ports[dpid] = set()
+        for port in ports:
+            self.port_up(dpid, port, now_s)
 
-    def set_ports(self, dpid: int, live: Iterable[int], down: Iterable[int] = ()) -> bool:
-        """A switch's port description: its live ports and those whose link is down. Returns
-        whether a link was lost."""
+    def set_ports(
+        self, dpid: int, live: Iterable[int], down: Iterable[int] = (), now_s: float = 0.0
+    ) -> bool:
+        """A switch's port description at ``now_s``: its live ports and those whose link is
+        down. Returns whether a link was lost."""
+        for port in live:
+            if (dpid, port) not in self.port_since_s:
+                self.port_up(dpid, port, now_s)
         self.ports[dpid] = set(live) | set(down)
         changed = False
         for port in down:
@@ -107,6 +120,7 @@ class FabricGraph:
             return False
         self.graph.remove_node(dpid)
         self.ports.pop(dpid, None)
+        self.port_since_s = {p: t for p, t in self.port_since_s.items() if p[0] != dpid}
         for key in [k for k, link in self.links.items() if dpid in (link.src, link.dst)]:
             self._drop_link(key)
         for mac in [m for m, loc in self.learned_hosts.items() if loc.dpid == dpid]:
@@ -126,10 +140,11 @@ class FabricGraph:
             self._drop_link(key)
         return bool(lost)
 
-    def port_up(self, dpid: int, port: int) -> None:
-        """A port's link came back (discovery will find what is behind it)."""
+    def port_up(self, dpid: int, port: int, now_s: float = 0.0) -> None:
+        """A port's link came up at ``now_s`` (discovery will find what is behind it)."""
         self.down_ports.discard((dpid, port))
         self.ports.setdefault(dpid, set()).add(port)
+        self.port_since_s[(dpid, port)] = now_s
 
     def link_seen(self, link: Link, now_s: float) -> bool:
         """Discovery saw ``link`` (a probe sent out of ``src_port`` arrived at ``dst_port``).
@@ -192,14 +207,24 @@ class FabricGraph:
             (link.dst, link.dst_port) == (dpid, port) for link in self.links.values()
         )
 
-    def edge_ports(self) -> dict[int, list[int]]:
-        """Per connected switch, its live ports with no switch behind them (hosts' ports)."""
+    def edge_ports(self, now_s: float | None = None) -> dict[int, list[int]]:
+        """Per connected switch, its live ports with no switch behind them (hosts' ports). At
+        ``now_s``, a port where no host is known counts only :data:`EDGE_HOLD_S` after it came
+        up (``None``: every such port counts)."""
         fabric = set(self.links) | {(ln.dst, ln.dst_port) for ln in self.links.values()}
+        host_ports = {(loc.dpid, loc.port) for loc in self.hosts.values()}
         edge: dict[int, list[int]] = {}
         for dpid in sorted(self.graph.nodes):
-            ports = self.ports.get(dpid, set())
             edge[dpid] = sorted(
-                p for p in ports if (dpid, p) not in fabric and (dpid, p) not in self.down_ports
+                port
+                for port in self.ports.get(dpid, set())
+                if (dpid, port) not in fabric
+                and (dpid, port) not in self.down_ports
+                and (
+                    now_s is None
+                    or (dpid, port) in host_ports
+                    or now_s - self.port_since_s.get((dpid, port), now_s) >= EDGE_HOLD_S
+                )
             )
         return edge
 
@@ -217,7 +242,11 @@ class FabricGraph:
         src, dst = hosts.get(eth_src), hosts.get(eth_dst)
         if src is None or dst is None or {src.dpid, dst.dpid} - set(self.graph):
             return []
-        towards = self._distances_to(dst.dpid)
+        return self._walk(eth_src, eth_dst, src, dst, self._distances_to(dst.dpid))
+
+    def _walk(
+        self, eth_src: str, eth_dst: str, src: Location, dst: Location, towards: dict[int, int]
+    ) -> list[Location]:
         hops, here = [], src.dpid
         while here != dst.dpid:
             ports = self._ports_closer(here, towards) if here in towards else []
@@ -235,24 +264,31 @@ class FabricGraph:
         with several gets a rule per (source, destination) pair whose path passes it.
         """
         tables: dict[int, dict[ForwardKey, int]] = {dpid: {} for dpid in self.graph.nodes}
-        hosts = self.hosts
-        for dst_mac, dst in sorted(hosts.items()):
+        hosts = sorted(self.hosts.items())
+        distances: dict[int, dict[int, int]] = {}
+        for dst_mac, dst in hosts:
             if dst.dpid not in self.graph:
                 continue
+            if dst.dpid not in distances:
+                distances[dst.dpid] = self._distances_to(dst.dpid)
+            towards = distances[dst.dpid]
             tables[dst.dpid][ForwardKey(dst_mac)] = dst.port
-            towards = self._distances_to(dst.dpid)
+            choosing = set()
             for dpid in tables:
                 if dpid == dst.dpid or dpid not in towards:
                     continue
                 ports = self._ports_closer(dpid, towards)
                 if len(ports) == 1:
                     tables[dpid][ForwardKey(dst_mac)] = ports[0]
-        for src_mac in sorted(hosts):
-            for dst_mac in sorted(hosts):
-                if src_mac == dst_mac:
+                else:
+                    choosing.add(dpid)
+            if not choosing:
+                continue
+            for src_mac, src in hosts:
+                if src_mac == dst_mac or src.dpid not in self.graph:
                     continue
-                for hop in self.path(src_mac, dst_mac)[:-1]:
-                    if ForwardKey(dst_mac) not in tables[hop.dpid]:
+                for hop in self._walk(src_mac, dst_mac, src, dst, towards)[:-1]:
+                    if hop.dpid in choosing:
                         tables[hop.dpid][ForwardKey(dst_mac, src_mac)] = hop.port
         return tables
 

@@ -141,7 +141,7 @@ class Forwarding:
             for host in self.unplaced:
                 self.fabric.configured_hosts[host.mac] = Location(dpid, host.port)
             self.unplaced = []
-        self.fabric.switch_up(dpid)
+        self.fabric.switch_up(dpid, now_s=self.clock())
         self.installed[dpid] = {}
         ops = self._sync(f"switch {dpid} connected")
         return _merge({dpid: [ResetSwitch(), TableMiss(), PortRequest()]}, ops)
@@ -152,7 +152,7 @@ class Forwarding:
         """A switch's port description arrived: probe every live port for links."""
         if dpid not in self.fabric.graph:
             return {}
-        lost = self.fabric.set_ports(dpid, live, down)
+        lost = self.fabric.set_ports(dpid, live, down, self.clock())
         ops = self._sync(f"switch {dpid} ports down") if lost else {}
         return _merge(ops, {dpid: [SendFrame(p, lldp_probe(dpid, p)) for p in sorted(live)]})
 
@@ -161,7 +161,7 @@ class Forwarding:
         if dpid not in self.fabric.graph:
             return {}
         if up:
-            self.fabric.port_up(dpid, port)
+            self.fabric.port_up(dpid, port, self.clock())
             return {dpid: [SendFrame(port, lldp_probe(dpid, port))]}
         if self.fabric.port_down(dpid, port):
             return self._sync(f"port {dpid}/{port} down")
@@ -193,9 +193,7 @@ class Forwarding:
         if probe is not None:
             link = Link(probe.dpid, probe.port, packet.dpid, packet.in_port)
             if self.fabric.link_seen(link, self.clock()):
-                return self._sync(
-                    f"link {link.src}/{link.src_port} -> {link.dst}/{link.dst_port}"
-                )
+                return self._sync(f"link {link.src}/{link.src_port} -> {link.dst}/{link.dst_port}")
             return {}
         if self.fabric.is_fabric_port(packet.dpid, packet.in_port):
             # from another switch: a frame no rule there knew, which its ingress switch has
@@ -222,7 +220,7 @@ class Forwarding:
         if len(self.fabric.graph) <= 1:
             return {packet.dpid: [PacketOut(packet, None)]}
         out: SwitchOps = {}
-        for dpid, ports in self.fabric.edge_ports().items():
+        for dpid, ports in self.fabric.edge_ports(self.clock()).items():
             sends = [
                 SendFrame(p, packet.data)
                 for p in ports

@@ -7,6 +7,8 @@ From the command line (as root, from the repository's root)::
     sudo mn --custom topologies/testbed.py --topo testbed,13 --switch hpo --host hpo \\
         --link tc --controller remote,ip=127.0.0.1,port=6653
 
+The leaf-spine fabric the same way: ``--topo leafspine,3,4,2`` (3 leaves of 4 hosts, 2 spines);
+the controller then discovers the links and routes over them (:mod:`controller.fabric`).
 ``--switch hpo`` (:class:`HpoSwitch`) is userspace OVS speaking OpenFlow 1.3 with the 8 HTB
 priority classes on every port, and ``--host hpo`` (:class:`HpoHost`) turns TCP checksum
 offload off (the userspace datapath drops offloaded segments) and caps TCP's retransmission

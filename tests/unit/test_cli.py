@@ -50,6 +50,20 @@ def test_bad_hosts_file_names_the_entry(tmp_path):
     assert "host [1]: ip 'x' is not an IPv4 address" in result.stderr
 
 
+def test_a_hosts_switch_and_port_are_whole_numbers(tmp_path):
+    from controller.__main__ import load_hosts
+
+    hosts = tmp_path / "hosts.json"
+    good = {"name": "h1", "ip": "10.0.0.1", "mac": "00:00:00:00:00:01", "switch": 2, "port": 1}
+    hosts.write_text(json.dumps([good]))
+    assert load_hosts(str(hosts))[0].switch == 2
+    for key, value in (("switch", "leaf1"), ("port", -1), ("switch", True)):
+        hosts.write_text(json.dumps([{**good, key: value}]))
+        result = controller_cli("--hosts", str(hosts))
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert f"host [0]: {key} {value!r} is not a non-negative integer" in result.stderr
+
+
 def test_help_shows_loopback_defaults():
     result = controller_cli("--help")
     assert result.returncode == 0

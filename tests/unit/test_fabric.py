@@ -181,6 +181,20 @@ def test_broadcasts_never_go_onto_a_link_between_switches():
     assert sorted(h for h, _ in plane.delivered) == sorted(h.name for h in hosts[1:])
 
 
+def test_a_port_without_a_known_host_gets_broadcasts_once_discovery_had_its_time():
+    hosts, plane, clock = fabric()
+    plane.apply(plane.forwarding.port_changed(1, 9, up=True))  # a new port, nothing known
+    frame = mac_bytes(BROADCAST) + mac_bytes(hosts[0].mac) + b"\x88\xb5payload"
+    assert [op.port for op in _sends(plane, frame)] == [2, 3]  # h2 and h3 only
+    clock.now += 2.0
+    assert [op.port for op in _sends(plane, frame)] == [2, 3, 9]
+
+
+def _sends(plane, frame):
+    ops = plane.forwarding.packet_in(PacketIn(1, 1, "00:00:00:00:00:01", BROADCAST, None, frame))
+    return [op for op in ops.get(1, []) if isinstance(op, SendFrame)]
+
+
 def test_arp_for_a_known_host_is_answered_by_the_controller():
     hosts, plane, _ = fabric()
     asker, target = hosts[0], hosts[4]

@@ -1,0 +1,85 @@
+"""``run_testbed.py --topology leaf-spine`` without root: its flags, the network it lays out,
+the simulator's matching fabric, and what a spine failure's record says."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments import run_testbed
+from workloads.hpo import generate
+
+
+def parse(argv: list[str]):
+    return run_testbed.parse(run_testbed.build_parser(), argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--topology", "leaf-spine", "--hosts", "13"], "--hosts 13 but --leaves x"),
+        (["--fail-spine", "10"], "--fail-spine needs --topology leaf-spine"),
+        (["--topology", "leaf-spine", "--oversubscription", "nan"], "--oversubscription"),
+        (["--topology", "ring"], "invalid choice"),
+    ],
+)  # fmt: skip
+def test_bad_fabric_flags_are_one_line_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def leaf_spine_args(**overrides):
+    argv = ["--topology", "leaf-spine", "--leaves", "3", "--spines", "2", "--hosts-per-leaf", "2"]
+    args = run_testbed.build_parser().parse_args(argv)
+    args.hosts = 6
+    for key, value in overrides.items():
+        setattr(args, key, value)
+    return args
+
+
+def test_the_leaf_spine_layout_names_every_host_port_and_fabric_port():
+    lay = run_testbed.layout(leaf_spine_args())
+    assert lay.switches == ["s1", "s2", "s3", "s101", "s102"]
+    assert lay.host_ports == ["s1-eth1", "s1-eth2", "s2-eth1", "s2-eth2", "s3-eth1", "s3-eth2"]
+    # each leaf's two uplinks and each spine's three downlinks: every link's two directions
+    assert lay.fabric_ports == [
+        "s1-eth3", "s1-eth4", "s2-eth3", "s2-eth4", "s3-eth3", "s3-eth4",
+        "s101-eth1", "s101-eth2", "s101-eth3", "s102-eth1", "s102-eth2", "s102-eth3",
+    ]  # fmt: skip
+    assert lay.links == 12 and lay.spines == ["s101", "s102"]
+
+
+def test_the_prediction_models_the_fabric_s_oversubscribed_uplinks():
+    tasks = generate(6, 1, seed=4, configs_per_task=3, min_iterations=3, patterns=("ring",))
+    one_switch = run_testbed.build_parser().parse_args(["--hosts", "6"])
+    flat = run_testbed.simulate("fair", one_switch, tasks)["sct_s"]["mean"]
+    full = run_testbed.simulate("fair", leaf_spine_args(), tasks)["sct_s"]["mean"]
+    thin = run_testbed.simulate("fair", leaf_spine_args(oversubscription=4.0), tasks)
+    assert full == pytest.approx(flat)  # non-blocking uplinks: a big switch
+    assert thin["sct_s"]["mean"] > 1.2 * flat
+    assert run_testbed.fabric_of(leaf_spine_args(), 20e6).hosts_per_leaf == 2
+
+
+def test_a_spine_failure_is_reported_with_the_first_reroute_after_it():
+    record = {"spine": "s101", "at_s": 20.0, "monotonic_s": 100.0}
+    fabric = {
+        "changes": [
+            {"at_s": 50.0, "what": "link 1/3 -> 101/1", "rules_changed": 4},
+            {"at_s": 100.012, "what": "port 1/3 down", "rules_changed": 7},
+            {"at_s": 100.013, "what": "port 101/2 down", "rules_changed": 0},
+            {"at_s": 100.02, "what": "port 2/3 down", "rules_changed": 5},
+        ]
+    }
+    summary = run_testbed.reroute_summary(record, fabric)
+    assert summary["reroute_s"] == pytest.approx(0.012)
+    assert summary["rules_changed"] == 12
+    assert summary["changes"] == ["port 1/3 down", "port 2/3 down"]
+    assert run_testbed.reroute_summary({}, fabric) is None
+
+
+def test_a_fabric_too_big_for_this_machine_s_switch_is_warned_about():
+    assert run_testbed.forwarding_load_warning(leaf_spine_args()) is None  # 6 x 20 x 3
+    big = leaf_spine_args(hosts=24)
+    assert "need up to 1440 Mbit/s of forwarding" in run_testbed.forwarding_load_warning(big)
