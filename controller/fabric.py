@@ -228,13 +228,6 @@ class FabricGraph:
             )
         return edge
 
-    def next_ports(self, dpid: int, towards: int) -> list[int]:
-        """Ports of ``dpid`` on a shortest path to switch ``towards`` (sorted; empty if none)."""
-        if dpid == towards or dpid not in self.graph or towards not in self.graph:
-            return []
-        distance = self._distances_to(towards)
-        return self._ports_closer(dpid, distance) if dpid in distance else []
-
     def path(self, eth_src: str, eth_dst: str) -> list[Location]:
         """The hops (switch, output port) a frame from host ``eth_src`` to host ``eth_dst``
         takes, hop-by-hop ECMP; empty if either host is unknown or unreachable."""
