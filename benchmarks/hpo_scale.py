@@ -7,7 +7,9 @@ Each point (hosts x tasks, policy, mode) is ``python -m simulator hpo --hosts H 
 with its other defaults (9 configurations per task, eta 3, 3 workers per job, PS and ring,
 1 Gbit/s big switch), run in its own process so that its peak RSS is its own. The time is the
 run's own (``sim.run()``, kernels compiled beforehand), as the simulator prints it; a point
-that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``.
+that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``. The cost
+model's two terms are printed beside it: the wall time of a reorder (the policy's schedule and
+the engine's regrouping) and of a step of the compiled loop (one completion or rate change).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
         "coflows": len(sim.coflows),
         "reorders": sim.reorders,
         "steps": sim.steps,
+        "reorder_s": sim.reorder_s,
+        "step_s": sim.step_s,
     }
 
 
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
-        f"{'coflows':>8} {'reorders':>9}"
+        f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8}"
     )
     for hosts, tasks in args.sizes:
         for mode in args.mode:
@@ -89,9 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{label} {'>' + format(args.timeout, 'g'):>8}", flush=True)
                     continue
                 r = json.loads(out.strip().splitlines()[-1])
+                per_reorder = 1e6 * r["reorder_s"] / max(r["reorders"], 1)
+                per_step = 1e6 * r["step_s"] / max(r["steps"], 1)
                 print(
                     f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
-                    f"{r['coflows']:>8} {r['reorders']:>9}",
+                    f"{r['coflows']:>8} {r['reorders']:>9} {per_reorder:>11.0f} "
+                    f"{r['steps']:>9} {per_step:>8.1f}",
                     flush=True,
                 )
     return 0

@@ -400,15 +400,17 @@ class Beamer(Policy):
         active = state.active_coflows()
         in_flight: dict[tuple, list[Coflow]] = defaultdict(list)  # work unit -> its coflows
         stages: dict[tuple, list[Coflow]] = defaultdict(list)  # stage key -> its coflows
+        unit_of: dict[int, tuple] = {}  # coflow id -> its unit, made once per reorder
         for coflow in active:
-            in_flight[_unit(coflow)].append(coflow)
+            unit = unit_of[coflow.coflow_id] = _unit(coflow)
+            in_flight[unit].append(coflow)
             stage_id = state.stage_of(coflow)
             stages[(0, stage_id) if stage_id is not None else (1, coflow.coflow_id)].append(coflow)
 
         keys = sorted(stages, key=lambda k: (self._arrival(state, k, stages[k]), k))
         stage_units, weights = [], []
         for key in keys:
-            units = {_unit(c) for c in stages[key]}
+            units = {unit_of[c.coflow_id] for c in stages[key]}
             stage = state.stages.get(key[1]) if key[0] == 0 else None
             if stage is not None:  # jobs of the stage that are computing count too
                 units.update((0, job_id) for job_id in stage.job_ids)
@@ -425,8 +427,9 @@ class Beamer(Policy):
         for index in bssi_order(loads.demands, weights):
             members = stages[keys[index]]
             if len(members) > 1:
-                work = {u: loads.bottleneck_s(u) for u in {_unit(c) for c in members}}
-                members = sorted(members, key=lambda c: -work[_unit(c)])  # stable: ties by arrival
+                work = {u: loads.bottleneck_s(u) for u in {unit_of[c.coflow_id] for c in members}}
+                # stable: ties by arrival
+                members = sorted(members, key=lambda c: -work[unit_of[c.coflow_id]])
             ranks.append([c.coflow_id for c in members])
         rates, gammas = {}, {}
         if self.use_rates:

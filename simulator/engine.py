@@ -237,6 +237,9 @@ class Simulator:
         self.bytes_offered = 0.0
         self.reorders = 0
         self.steps = 0
+        # wall time in the policy's reorders and in the compiled step loop (the cost model)
+        self.reorder_s = 0.0
+        self.step_s = 0.0
         self.timeline = timeline
         if timeline is not None and len(timeline.ports) != 2 * n:
             raise ValueError(f"the timeline has {len(timeline.ports)} ports, the fabric {2 * n}")
@@ -314,7 +317,9 @@ class Simulator:
         while True:
             self._fire_due_events()
             if self._dirty:
+                reordering = time.perf_counter()
                 self._reorder()
+                self.reorder_s += time.perf_counter() - reordering
             next_event = self._heap[0][0] if self._heap else math.inf
             if not self._active_slots:
                 if next_event == math.inf or next_event > until_s:
@@ -332,6 +337,7 @@ class Simulator:
                 _SIMULTANEOUS,
                 self._fixed_rates,
             )
+            stepping = time.perf_counter()
             why, now_s, steps, n_finished = run_steps(
                 tables.flow_table(),
                 tables.group_table(),
@@ -342,6 +348,7 @@ class Simulator:
                 self.now_s,
                 limit,
             )
+            self.step_s += time.perf_counter() - stepping
             self._advance(now_s)
             self.steps += steps
             if self.timeline is not None:
