@@ -465,3 +465,19 @@ def test_keeping_every_bucket_is_what_assigning_them_anew_does(policy, mode, mon
     kept, reorders = finish_times(shortcut=True)
     assert reorders > 20
     assert kept == finish_times(shortcut=False)[0]
+
+
+def test_the_cost_model_s_two_terms_are_measured_within_the_run():
+    import time
+
+    rng = random.Random(5)
+    specs, times = [], []
+    for k in range(30):
+        pairs = [rng.sample(range(6), 2) for _ in range(3)]
+        specs.append(spec(k, [(s, d, rng.uniform(10, 100)) for s, d in pairs]))
+        times.append(0.5 * k)
+    started = time.perf_counter()
+    sim = run(specs, "sincronia", at=times)
+    wall = time.perf_counter() - started
+    assert sim.reorders > 0 and sim.steps >= sim.reorders / 2
+    assert 0 < sim.reorder_s and 0 < sim.step_s and sim.reorder_s + sim.step_s <= wall
