@@ -334,7 +334,8 @@ class Jpas(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """Jobs (and coflows without a job) by least attained progress first, ties by arrival."""
         entries = []  # (progress, arrival, kind, id, coflow ids)
-        for job_id, coflows in _jobs_coflows(state.active_coflows()).items():
+        active = state.active_coflows()
+        for job_id, coflows in _jobs_coflows(active).items():
             job = state.jobs.get(job_id)
             if job is not None:
                 key = (job.progress, job.arrival_s, 0, job_id)
@@ -342,7 +343,7 @@ class Jpas(Policy):
                 first = coflows[0]
                 key = (0.0, first.arrival_s, 0, job_id)
             entries.append((*key, [c.coflow_id for c in coflows]))
-        for coflow in state.active_coflows():
+        for coflow in active:
             if coflow.job_id is None:
                 sent = coflow.sent_bytes / coflow.size_bytes if coflow.size_bytes else 1.0
                 # equal progress must tie (and go by arrival) whatever the float noise in the

@@ -82,8 +82,17 @@ def level_of_rank(rank: int, n_levels: int = N_LEVELS) -> int:
 
 
 def coflow_levels(schedule: Schedule, n_levels: int = N_LEVELS) -> dict[CoflowId, int]:
-    """Priority level of every coflow of ``schedule``."""
-    return {c: level_of_rank(r, n_levels) for c, r in schedule.rank_of().items()}
+    """Priority level of every coflow of ``schedule`` (:func:`level_of_rank` of its rank)."""
+    if n_levels < 1:
+        raise ValueError("n_levels must be >= 1")
+    lowest = n_levels - 1
+    # one level per rank, not per coflow: a reorder of thousands of tied coflows makes this
+    # call often (JPAS ties all of a job's coflows)
+    return {
+        c: rank if rank < lowest else lowest
+        for rank, group in enumerate(schedule.ranks)
+        for c in group
+    }
 
 
 def dscp_of_level(level: int) -> int:
