@@ -201,6 +201,12 @@ class FabricGraph:
         """Every host location, configured ones winning over learned ones."""
         return {**self.learned_hosts, **self.configured_hosts}
 
+    def location(self, mac: str) -> Location | None:
+        """Where host ``mac`` is (configured before learned), without building :attr:`hosts`:
+        the controller asks this for every marking rule at every reorder."""
+        found = self.configured_hosts.get(mac)
+        return found if found is not None else self.learned_hosts.get(mac)
+
     def is_fabric_port(self, dpid: int, port: int) -> bool:
         """Whether a discovered link leaves from (or arrives at) this port."""
         return (dpid, port) in self.links or any(
@@ -231,8 +237,7 @@ class FabricGraph:
     def path(self, eth_src: str, eth_dst: str) -> list[Location]:
         """The hops (switch, output port) a frame from host ``eth_src`` to host ``eth_dst``
         takes, hop-by-hop ECMP; empty if either host is unknown or unreachable."""
-        hosts = self.hosts
-        src, dst = hosts.get(eth_src), hosts.get(eth_dst)
+        src, dst = self.location(eth_src), self.location(eth_dst)
         if src is None or dst is None or {src.dpid, dst.dpid} - set(self.graph):
             return []
         return self._walk(eth_src, eth_dst, src, dst, self._distances_to(dst.dpid))

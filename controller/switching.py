@@ -206,13 +206,13 @@ class Forwarding:
         if arp is not None:
             self.ip_to_mac.setdefault(arp.sender_ip, arp.sender_mac)
             known = self.ip_to_mac.get(arp.target_ip)
-            if arp.op == ARP_REQUEST and known and known in self.fabric.hosts:
+            if arp.op == ARP_REQUEST and known and self.fabric.location(known):
                 reply = SendFrame(packet.in_port, arp_reply(arp, known))
                 return _merge(ops, {packet.dpid: [reply]})
         return _merge(ops, self._deliver(packet))
 
     def _deliver(self, packet: PacketIn) -> SwitchOps:
-        dst = self.fabric.hosts.get(packet.eth_dst)
+        dst = self.fabric.location(packet.eth_dst)
         if dst is not None and self.fabric.path(packet.eth_src, packet.eth_dst):
             if dst.dpid == packet.dpid:
                 return {packet.dpid: [PacketOut(packet, dst.port)]}
@@ -234,7 +234,7 @@ class Forwarding:
 
     def switch_of_ip(self, ip: str) -> int | None:
         """The switch a host (by IPv4 address) is attached to, if known: its ingress edge."""
-        location = self.fabric.hosts.get(self.ip_to_mac.get(ip, ""))
+        location = self.fabric.location(self.ip_to_mac.get(ip, ""))
         return None if location is None else location.dpid
 
     def to_json(self) -> dict:
