@@ -37,7 +37,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from simulator.allocation import _REL, PairLevel, _fill, _filled, greedy_groups, pair_shares
+from simulator.allocation import _REL, PairLevel, _fill, _filled, pair_shares
+from simulator.greedy import GreedyPass, greedy_pass, greedy_start, greedy_update
 
 DONE = -1  # group of a finished flow
 PENDING = -2  # released, not placed yet (its threshold is then its size in bits)
@@ -638,6 +639,35 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
 
 
 @njit(cache=True)
+def order_by_head(order, g_level, g_head):  # pragma: no cover - compiled
+    """The groups of ``order`` (sorted by level, as :func:`set_group_levels` gives them) by
+    level, then by head flow: release order inside a coflow, for the ideal mode's one-flow
+    groups (a stable sort of each level's run).
+
+    Args:
+        order: int: group ids, by level.
+        g_level: :class:`GroupTable`'s ``level``.
+        g_head: :class:`GroupTable`'s ``head``.
+    """
+    out = order.copy()
+    n = order.shape[0]
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and g_level[order[j]] == g_level[order[i]]:
+            j += 1
+        if j - i > 1:
+            heads = np.empty(j - i, dtype=np.int64)
+            for t in range(i, j):
+                heads[t - i] = g_head[order[t]]
+            by_head = np.argsort(heads, kind="mergesort")
+            for t in range(j - i):
+                out[i + t] = order[i + by_head[t]]
+        i = j
+    return out
+
+
+@njit(cache=True)
 def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
     # pragma: no cover - compiled
     """Bits left of the given coflow slots (flow id ranges): in total and, if ``with_ports``,
@@ -1189,6 +1219,7 @@ class StepState(NamedTuple):
     fixed: FixedRates
     saved_residual: np.ndarray  # (levels, links): what each level found left
     saved_positive: np.ndarray  # per level: the groups with a rate listed before it
+    greedy: GreedyPass  # the ideal mode's last greedy pass (empty in levels mode)
 
 
 @njit(cache=True)
@@ -1213,7 +1244,7 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
             out: the groups of general levels with a rate (fixed groups are not listed).
         now: the simulated clock in seconds (when groups are fixed or unfixed).
         first: the highest level whose rates may have changed (0: every level); the ideal
-            mode allocates every level whatever ``first``.
+            mode ignores it (:mod:`simulator.greedy` finds what the emptied groups change).
 
     Returns:
         The number of groups listed in ``positive``.
@@ -1228,12 +1259,14 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
     row_share, col_share = pairs.row_share, pairs.col_share
     n_positive = 0
     if settings.ideal:
-        greedy_groups(g_links, g_n_flows, g_cap, order, capacity, g_rate)
-        for e in range(order.shape[0]):
-            if g_rate[order[e]] > 0.0:
-                positive[n_positive] = order[e]
-                n_positive += 1
-        return n_positive
+        record = state.greedy
+        if record.state[2] == 0:
+            greedy_start(record, g_links, g_n_flows, g_cap, order, capacity, g_rate)
+        else:
+            greedy_update(record, g_links, g_n_flows, g_cap, order, capacity, g_rate)
+        for i in range(record.n_positive[0]):
+            positive[i] = order[record.positive[i]]
+        return record.n_positive[0]
     residual = saved_residual[first].copy() if first > 0 else capacity.copy()
     n_positive = saved_positive[first] if first > 0 else 0
     usage = np.zeros(capacity.shape[0])
@@ -1393,6 +1426,7 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         fixed,
         np.empty((max(n_levels, 1), capacity.shape[0])),
         np.zeros(max(n_levels, 1), dtype=np.int64),
+        greedy_pass(order.shape[0] if ideal else 0, capacity.shape[0], g_links.shape[1]),
     )
     active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share
     scratch = np.empty(max(n * MAX_LEVEL_ROWS, 1), dtype=np.int64)

@@ -51,6 +51,7 @@ from simulator.core import (
     StepSettings,
     Tables,
     flow_remaining,
+    order_by_head,
     place_flows,
     run_steps,
     set_group_levels,
@@ -212,6 +213,7 @@ class Simulator:
         self._layout = None  # what the sorted groups were built from (see _reorder)
         # the (slot -> level, capped slots) of the last bucket assignment (see _keeps_buckets)
         self._assigned: tuple[dict[int, int], set[int]] | None = None
+        self._capped: set[int] = set()  # the coflows (slots) capped at the last reorder
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
@@ -507,7 +509,10 @@ class Simulator:
         for c, gamma in schedule.coflow_gamma_s.items():
             flows, left = self._remaining_bits(slot_of[c])
             tables.g_cap[tables.f_group[flows]] = left / gamma
-        for s in self._active_slots - capped:
+        # a group starts without a cap: only the coflows capped last time and not now keep
+        # groups whose caps must go
+        uncapped, self._capped = self._capped - capped, capped
+        for s in uncapped & self._active_slots:
             if self._b_single[self._slot_bucket[s]]:
                 first, last = self._slot_flows[s]
                 groups = tables.f_group[first:last]
@@ -531,8 +536,7 @@ class Simulator:
         )
         if self.mode == "ideal":
             # one flow per group: by level, then release order inside a coflow
-            first_flow = tables.g_head[order]
-            order = order[np.lexsort((first_flow, tables.g_level[order]))]
+            order = order_by_head(order, tables.g_level, tables.g_head)
             start = np.asarray([0, len(order)], dtype=np.int64)
         self._plan = LevelPlan(order, start, general)
         self._positive = np.empty(len(order), dtype=np.int64)

@@ -1,0 +1,94 @@
+"""The ideal mode's greedy redone incrementally equals the whole greedy, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.allocation import greedy_groups
+from simulator.greedy import greedy_pass, greedy_start, greedy_update
+
+
+def random_instance(rng, n_groups, n_links, k, pad):
+    """Groups crossing ``k`` distinct links (the last one a padding link of infinite capacity
+    if ``pad``), float capacities and caps (some infinite), in a random order."""
+    finite = n_links - 1 if pad else n_links
+    links = np.empty((n_groups, k), dtype=np.int64)
+    for g in range(n_groups):
+        chosen = rng.choice(finite, size=k - 1 if pad else k, replace=False)
+        links[g] = np.append(chosen, n_links - 1) if pad else chosen
+    capacity = rng.uniform(1.0, 10.0, n_links).round(rng.integers(0, 3))
+    if pad:
+        capacity[-1] = np.inf
+    caps = np.where(rng.random(n_groups) < 0.5, np.inf, rng.uniform(0.1, 5.0, n_groups))
+    order = rng.permutation(n_groups)
+    return links, capacity, caps, order
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_update_equals_the_whole_greedy_after_every_completion(seed):
+    rng = np.random.default_rng(seed)
+    n_links = int(rng.integers(2, 9))
+    pad = bool(rng.integers(0, 2)) and n_links > 2
+    k = int(rng.integers(2, min(4, n_links) + 1))
+    n_groups = int(rng.integers(1, 80))
+    links, capacity, caps, order = random_instance(rng, n_groups, n_links, k, pad)
+    count = np.ones(n_groups)
+    count[rng.random(n_groups) < 0.1] = 0.0  # some groups are empty from the start
+    rates = np.full(n_groups, -1.0)
+    record = greedy_pass(len(order), n_links, k)
+    greedy_start(record, links, count, caps, order, capacity, rates)
+    expected = np.full(n_groups, -1.0)
+    greedy_groups(links, count, caps, order, capacity, expected)
+    assert np.array_equal(rates, expected)
+    while True:
+        with_rate = np.flatnonzero(rates > 0)
+        if len(with_rate) == 0:
+            break
+        # a step ends one or several flows: their groups empty and are freed (rate 0)
+        ending = rng.choice(with_rate, size=int(rng.integers(1, min(3, len(with_rate)) + 1)))
+        count[ending] = 0.0
+        rates[ending] = 0.0
+        visited = greedy_update(record, links, count, caps, order, capacity, rates)
+        expected = np.full(n_groups, -1.0)
+        greedy_groups(links, count, caps, order, capacity, expected)
+        assert np.array_equal(rates, expected)
+        assert 0 < visited <= n_groups
+        listed = order[record.positive[: record.n_positive[0]]]
+        assert listed.tolist() == [g for g in order if expected[g] > 0]
+
+
+def test_a_completion_far_from_the_others_visits_few_entries():
+    # 100 one-link-pair groups on disjoint host pairs, then 100 on one busy pair: ending a
+    # group of the first block leaves the busy pair's entries unvisited
+    n_pairs = 100
+    links = np.array([[2 * i, 2 * i + 1] for i in range(n_pairs)] + [[0, 1]] * 100)
+    capacity = np.full(2 * n_pairs, 1.0)
+    caps = np.full(len(links), np.inf)
+    order = np.arange(len(links))
+    count = np.ones(len(links))
+    rates = np.zeros(len(links))
+    record = greedy_pass(len(order), len(capacity), 2)
+    greedy_start(record, links, count, caps, order, capacity, rates)
+    count[5] = 0.0
+    rates[5] = 0.0
+    assert greedy_update(record, links, count, caps, order, capacity, rates) == 1
+    count[0] = 0.0
+    rates[0] = 0.0
+    # the pair (0, 1) frees up: its first waiting group takes it, after which the link is full
+    # again in both passes and the walk stops
+    assert greedy_update(record, links, count, caps, order, capacity, rates) == 2
+    assert rates[n_pairs] == 1.0
+
+
+def test_the_ideal_order_sorts_each_level_by_head_flow_as_lexsort_does():
+    from simulator.core import order_by_head
+
+    rng = np.random.default_rng(7)
+    n_groups = 500
+    level = rng.integers(0, 40, n_groups)
+    head = rng.permutation(n_groups * 2)[:n_groups]
+    head[:5] = -1  # (ties keep their order, as a stable sort does)
+    by_level = np.argsort(level, kind="stable")
+    expected = by_level[np.lexsort((head[by_level], level[by_level]))]
+    assert order_by_head(by_level, level, head).tolist() == expected.tolist()
