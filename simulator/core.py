@@ -656,7 +656,12 @@ def order_by_head(order, g_level, g_head):  # pragma: no cover - compiled
         j = i + 1
         while j < n and g_level[order[j]] == g_level[order[i]]:
             j += 1
-        if j - i > 1:
+        in_order = True  # (groups made in release order usually are)
+        for t in range(i + 1, j):
+            if g_head[order[t]] < g_head[order[t - 1]]:
+                in_order = False
+                break
+        if not in_order:
             heads = np.empty(j - i, dtype=np.int64)
             for t in range(i, j):
                 heads[t - i] = g_head[order[t]]
@@ -1426,8 +1431,14 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         fixed,
         np.empty((max(n_levels, 1), capacity.shape[0])),
         np.zeros(max(n_levels, 1), dtype=np.int64),
-        greedy_pass(order.shape[0] if ideal else 0, capacity.shape[0], g_links.shape[1]),
+        greedy_pass(
+            order.shape[0] if ideal else 0,
+            capacity.shape[0],
+            g_links.shape[1],
+            g_n_flows.shape[0] if ideal else 0,  # (the order may still list freed ids)
+        ),
     )
+    greedy_ended, n_greedy_ended = state.greedy.ended, state.greedy.n_ended
     active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share
     scratch = np.empty(max(n * MAX_LEVEL_ROWS, 1), dtype=np.int64)
     ending = np.empty(n_classes, dtype=np.int64)
@@ -1521,6 +1532,9 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
             )
             if g_n_flows[g] < 0.5:
                 _free_group(groups, g)
+                if ideal:  # its greedy redoes what this reaches
+                    greedy_ended[n_greedy_ended[0]] = g
+                    n_greedy_ended[0] += 1
         while fix_rates and _next_fixed(fixed) - then <= cutoff:
             g = heap_groups[0]
             _end_pop(heap_times, heap_groups, heap_size)

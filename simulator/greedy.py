@@ -31,55 +31,65 @@ from numba import njit
 
 class GreedyPass(NamedTuple):
     """The last greedy pass over one order (entries are positions in the order), and the room
-    :func:`greedy_update` works in."""
+    :func:`greedy_update` works in. Per-link lists share one layout: link ``L``'s start at
+    ``link_start[L]``, with room for every entry crossing it."""
 
     entry_rate: np.ndarray  # float per entry: its group's rate in the pass
     after: np.ndarray  # (entries, k): for an entry with a rate, each link's residual after it
     positive: np.ndarray  # int: the entries with a rate, increasing (first n_positive[0])
     n_positive: np.ndarray  # int [entries with a rate]
-    hist_start: np.ndarray  # (links + 1) int: each link's first index in hist_entry
-    hist_entry: np.ndarray  # int: per link, the entries with a rate crossing it, increasing
-    hist_after: np.ndarray  # float: the link's residual after each of them
-    link_start: np.ndarray  # (links + 1) int: each link's first index in link_entry
+    entry_of: np.ndarray  # int per group id: its entry
+    ended: np.ndarray  # int: the groups with a rate that emptied since the pass ...
+    n_ended: np.ndarray  # ... [how many] (filled by the step loop)
+    link_start: np.ndarray  # (links + 1) int: each link's first index in the per-link lists
     link_entry: np.ndarray  # int: per link, every entry crossing it, increasing
     link_partner: np.ndarray  # (entries * k, k - 1) int: the other links of each of those
+    hist_count: np.ndarray  # int per link: its entries with a rate in the pass ...
+    hist_entry: np.ndarray  # int: ... per link, increasing ...
+    hist_after: np.ndarray  # float: ... and its residual after each
     closed_at: np.ndarray  # int per link: the entry after which it is full in the pass
-    state: np.ndarray  # int [link lists built (0 / 1), passes made, started (0 / 1)]
+    state: np.ndarray  # int [per-link lists built (0 / 1), passes made, started (0 / 1)]
     # scratch of greedy_update
     in_diff: np.ndarray  # bool per link: its residual differs from the recorded pass
     diff_residual: np.ndarray  # float per link: its residual in the new pass, while in the diff
     queued: np.ndarray  # bool per link: it has an entry in the heap
-    next_index: np.ndarray  # int per link: its next entry to visit (index in link_entry)
-    cursor: np.ndarray  # int per link: its first entry of hist_entry not before the visit
+    cursor: np.ndarray  # int per link: its first history entry not before the visit
     heap_entry: np.ndarray  # int: the min-heap of links' next entries ...
     heap_link: np.ndarray  # ... and their links
     emptied: np.ndarray  # int: the entries with a rate whose group emptied
     visited: np.ndarray  # int: the entries the new pass visited, increasing
     stamp: np.ndarray  # int per entry: the pass that last visited it
     merged: np.ndarray  # int: the new list of entries with a rate
+    touched: np.ndarray  # int per link: the visits crossing it (then their first index) ...
+    touched_visit: np.ndarray  # int: ... per link, the visits crossing it ...
+    touched_column: np.ndarray  # int: ... and the link's column in the entry's links
+    merged_entry: np.ndarray  # int: room to merge a link's history ...
+    merged_after: np.ndarray  # float: ... and residuals
 
 
 @njit(cache=True)
-def greedy_pass(n_entries, n_links, k):  # pragma: no cover - compiled
-    """An empty :class:`GreedyPass` for an order of ``n_entries`` groups crossing ``k`` of
-    ``n_links`` links each."""
+def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
+    """An empty :class:`GreedyPass` for an order of ``n_entries`` groups (ids below
+    ``n_groups``) crossing ``k`` of ``n_links`` links each."""
     return GreedyPass(
         np.zeros(n_entries),
         np.empty((n_entries, k)),
         np.empty(n_entries, dtype=np.int64),
         np.zeros(1, dtype=np.int64),
-        np.zeros(n_links + 1, dtype=np.int64),
-        np.empty(n_entries * k, dtype=np.int64),
-        np.empty(n_entries * k),
+        np.empty(n_groups, dtype=np.int64),
+        np.empty(n_entries, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
         np.zeros(n_links + 1, dtype=np.int64),
         np.empty(n_entries * k, dtype=np.int64),
         np.empty((n_entries * k, max(k - 1, 1)), dtype=np.int64),
+        np.zeros(n_links, dtype=np.int64),
+        np.empty(n_entries * k, dtype=np.int64),
+        np.empty(n_entries * k),
         np.zeros(n_links, dtype=np.int64),
         np.zeros(3, dtype=np.int64),
         np.zeros(n_links, dtype=np.bool_),
         np.zeros(n_links),
         np.zeros(n_links, dtype=np.bool_),
-        np.zeros(n_links, dtype=np.int64),
         np.zeros(n_links, dtype=np.int64),
         np.empty(n_links + 1, dtype=np.int64),
         np.empty(n_links + 1, dtype=np.int64),
@@ -87,6 +97,11 @@ def greedy_pass(n_entries, n_links, k):  # pragma: no cover - compiled
         np.empty(n_entries, dtype=np.int64),
         np.zeros(n_entries, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
+        np.zeros(n_links + 1, dtype=np.int64),
+        np.empty(n_entries * k, dtype=np.int64),
+        np.empty(n_entries * k, dtype=np.int64),
+        np.empty(n_entries * k, dtype=np.int64),
+        np.empty(n_entries * k),
     )
 
 
@@ -96,10 +111,12 @@ def greedy_start(record, links, count, caps, order, capacity, rates):  # pragma:
     arguments), recorded in ``record`` (a :func:`greedy_pass` of the order's length)."""
     k = links.shape[1]
     entry_rate, after, positive = record.entry_rate, record.after, record.positive
+    entry_of = record.entry_of
     residual = capacity.copy()
     n_positive = 0
     for e in range(order.shape[0]):
         g = order[e]
+        entry_of[g] = e
         rates[g] = 0.0
         entry_rate[e] = 0.0
         if count[g] < 0.5:
@@ -117,52 +134,32 @@ def greedy_start(record, links, count, caps, order, capacity, rates):  # pragma:
             positive[n_positive] = e
             n_positive += 1
     record.n_positive[0] = n_positive
+    record.n_ended[0] = 0
     record.state[0] = 0
     record.state[2] = 1
-    _record_history(record, links, order, capacity)
 
 
 @njit(cache=True)
-def _record_history(record, links, order, capacity):  # pragma: no cover - compiled
-    """Per finite link, the entries with a rate crossing it and its residual after each
-    (``hist_*`` of ``record``, from its ``positive`` and ``after``)."""
+def _closed_at(record, link, capacity, n_entries):  # pragma: no cover - compiled
+    """Set ``closed_at`` of ``link`` from its history: a full link stays full to the end of
+    the pass (nothing after it crossing it has a rate)."""
+    last = record.link_start[link] + record.hist_count[link] - 1
+    if capacity[link] <= 0.0:
+        record.closed_at[link] = -1
+    elif record.hist_count[link] > 0 and record.hist_after[last] == 0.0:
+        record.closed_at[link] = record.hist_entry[last]
+    else:
+        record.closed_at[link] = n_entries
+
+
+@njit(cache=True)
+def _build_link_lists(record, links, order, capacity):  # pragma: no cover - compiled
+    """Per finite link, every entry of the order crossing it, increasing (``link_*``), and the
+    history of the pass (``hist_*``, ``closed_at``)."""
     k = links.shape[1]
-    start, entry, residual_after = record.hist_start, record.hist_entry, record.hist_after
+    start, entry, partner = record.link_start, record.link_entry, record.link_partner
+    hist_count, hist_entry, hist_after = record.hist_count, record.hist_entry, record.hist_after
     positive, after = record.positive, record.after
-    n_positive = record.n_positive[0]
-    start[:] = 0
-    for i in range(n_positive):
-        g = order[positive[i]]
-        for c in range(k):
-            if capacity[links[g, c]] < np.inf:
-                start[links[g, c] + 1] += 1
-    for link in range(capacity.shape[0]):
-        start[link + 1] += start[link]
-    fill = start[:-1].copy()
-    for i in range(n_positive):
-        e = positive[i]
-        g = order[e]
-        for c in range(k):
-            link = links[g, c]
-            if capacity[link] < np.inf:
-                entry[fill[link]] = e
-                residual_after[fill[link]] = after[e, c]
-                fill[link] += 1
-    # a full link stays full to the end of the pass: nothing after it crossing it has a rate
-    closed_at = record.closed_at
-    for link in range(capacity.shape[0]):
-        closed_at[link] = order.shape[0]
-        if capacity[link] <= 0.0:
-            closed_at[link] = -1
-        elif start[link + 1] > start[link] and residual_after[start[link + 1] - 1] == 0.0:
-            closed_at[link] = entry[start[link + 1] - 1]
-
-
-@njit(cache=True)
-def _record_link_entries(record, links, order, capacity):  # pragma: no cover - compiled
-    """Per finite link, every entry of the order crossing it, increasing (``link_*``)."""
-    k = links.shape[1]
-    start, entry = record.link_start, record.link_entry
     start[:] = 0
     for e in range(order.shape[0]):
         for c in range(k):
@@ -171,7 +168,6 @@ def _record_link_entries(record, links, order, capacity):  # pragma: no cover - 
     for link in range(capacity.shape[0]):
         start[link + 1] += start[link]
     fill = start[:-1].copy()
-    partner = record.link_partner
     for e in range(order.shape[0]):
         g = order[e]
         for c in range(k):
@@ -184,6 +180,19 @@ def _record_link_entries(record, links, order, capacity):  # pragma: no cover - 
                         partner[fill[link], j] = links[g, other]
                         j += 1
                 fill[link] += 1
+    hist_count[:] = 0
+    for i in range(record.n_positive[0]):
+        e = positive[i]
+        g = order[e]
+        for c in range(k):
+            link = links[g, c]
+            if capacity[link] < np.inf:
+                at = start[link] + hist_count[link]
+                hist_entry[at] = e
+                hist_after[at] = after[e, c]
+                hist_count[link] += 1
+    for link in range(capacity.shape[0]):
+        _closed_at(record, link, capacity, order.shape[0])
     record.state[0] = 1
 
 
@@ -248,6 +257,28 @@ def _heap_pop(entries, heap_links, size):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
+    """The next entry after ``e`` crossing ``link`` (in the diff) that may change, or
+    ``n_entries``. While the link was not full in the recorded pass, an entry crossing it
+    without a rate there had another link full (or no flow, or a zero cap): that link, if in
+    the diff, walks the entry itself, else the entry keeps rate 0. So the walk visits the
+    link's history there, and from where the link was full every entry :func:`_next_open`
+    does not rule out."""
+    start = record.link_start[link]
+    count = record.hist_count[link]
+    h = _first_after(record.hist_entry, start, start + count, e)
+    if h < start + count:
+        return record.hist_entry[h]  # (at or before closed_at: nothing has a rate after)
+    closed = record.closed_at[link]
+    if closed >= n_entries:
+        return n_entries
+    end = record.link_start[link + 1]
+    i = _first_after(record.link_entry, start, end, max(e, closed))
+    i = _next_open(record, i, end)
+    return record.link_entry[i] if i < end else n_entries
+
+
+@njit(cache=True)
 def _first_after(entries, lo, hi, e):  # pragma: no cover - compiled
     """The first index in ``entries[lo:hi]`` (increasing) whose entry is above ``e``."""
     while lo < hi:
@@ -262,37 +293,40 @@ def _first_after(entries, lo, hi, e):  # pragma: no cover - compiled
 @njit(cache=True)
 def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma: no cover
     """Redo the greedy of ``record`` (started by :func:`greedy_start` on the same order, links
-    and caps) after groups of it emptied: ``rates`` and ``record`` become what
-    :func:`greedy_start` would give now, visiting only the entries the change reaches.
+    and caps) after the groups listed in its ``ended`` emptied (each had a rate): ``rates`` and
+    ``record`` become what :func:`greedy_start` would give now, visiting only the entries the
+    change reaches. ``ended`` is emptied.
 
     Returns:
-        The number of entries visited (0 if no group with a rate emptied).
+        The number of entries visited (0 if no group emptied).
     """
     k = links.shape[1]
-    positive, entry_rate, after = record.positive, record.entry_rate, record.after
-    hist_start, hist_entry, hist_after = record.hist_start, record.hist_entry, record.hist_after
-    link_start, link_entry = record.link_start, record.link_entry
+    entry_rate, after = record.entry_rate, record.after
+    hist_count, hist_entry, hist_after = record.hist_count, record.hist_entry, record.hist_after
+    link_start = record.link_start
     in_diff, diff_residual, queued = record.in_diff, record.diff_residual, record.queued
-    next_index, cursor = record.next_index, record.cursor
+    cursor = record.cursor
     heap_entry, heap_link = record.heap_entry, record.heap_link
-    emptied, visited, stamp, merged = record.emptied, record.visited, record.stamp, record.merged
-    n_positive = record.n_positive[0]
-    # only entries with a rate make progress, so only they can have emptied
-    n_emptied = 0
-    for i in range(n_positive):
-        if count[order[positive[i]]] < 0.5:
-            emptied[n_emptied] = positive[i]
-            n_emptied += 1
+    emptied, visited, stamp = record.emptied, record.visited, record.stamp
+    n_emptied = record.n_ended[0]
     if n_emptied == 0:
         return 0
+    record.n_ended[0] = 0
+    for i in range(n_emptied):  # their entries, increasing (insertion sort: a few)
+        e = record.entry_of[record.ended[i]]
+        j = i
+        while j > 0 and emptied[j - 1] > e:
+            emptied[j] = emptied[j - 1]
+            j -= 1
+        emptied[j] = e
     if record.state[0] == 0:
-        _record_link_entries(record, links, order, capacity)
+        _build_link_lists(record, links, order, capacity)
     record.state[1] += 1
     this_pass = record.state[1]
     for link in range(capacity.shape[0]):
         in_diff[link] = False
         queued[link] = False
-        cursor[link] = hist_start[link]
+        cursor[link] = link_start[link]
     before = np.empty(k)
     size = 0
     next_emptied = 0
@@ -320,11 +354,12 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                 if capacity[at] == np.inf:
                     before[c] = np.inf
                     continue
-                while cursor[at] < hist_start[at + 1] and hist_entry[cursor[at]] < e:
+                end = link_start[at] + hist_count[at]
+                while cursor[at] < end and hist_entry[cursor[at]] < e:
                     cursor[at] += 1
                 if in_diff[at]:
                     before[c] = diff_residual[at]
-                elif cursor[at] > hist_start[at]:
+                elif cursor[at] > link_start[at]:
                     before[c] = hist_after[cursor[at] - 1]
                 else:
                     before[c] = capacity[at]
@@ -347,7 +382,7 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                     continue
                 if old_rate > 0:  # the recorded residual after it is its history entry
                     recorded = hist_after[cursor[at]]
-                elif cursor[at] > hist_start[at]:
+                elif cursor[at] > link_start[at]:
                     recorded = hist_after[cursor[at] - 1]
                 else:
                     recorded = capacity[at]
@@ -361,22 +396,30 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                 if not in_diff[at]:
                     in_diff[at] = True
                     if not queued[at]:
-                        i = _first_after(link_entry, link_start[at], link_start[at + 1], e)
-                        i = _next_open(record, i, link_start[at + 1])
-                        if i < link_start[at + 1]:
-                            next_index[at] = i
+                        following = _next_to_visit(record, at, e, n_entries)
+                        if following < n_entries:
                             queued[at] = True
-                            size = _heap_push(heap_entry, heap_link, size, link_entry[i], at)
+                            size = _heap_push(heap_entry, heap_link, size, following, at)
         if link >= 0:  # the link's walk moves on while it is in the diff
-            i = next_index[link] + 1
+            following = n_entries
             if in_diff[link]:
-                i = _next_open(record, i, link_start[link + 1])
-            if in_diff[link] and i < link_start[link + 1]:
-                next_index[link] = i
-                size = _heap_push(heap_entry, heap_link, size, link_entry[i], link)
+                following = _next_to_visit(record, link, e, n_entries)
+            if following < n_entries:
+                size = _heap_push(heap_entry, heap_link, size, following, link)
             else:
                 queued[link] = False
-    # the new entries with a rate: the recorded ones not visited, and the visited with a rate
+    _merge_positive(record, n_visited, this_pass)
+    _merge_history(record, links, order, capacity, n_visited, this_pass)
+    return n_visited
+
+
+@njit(cache=True)
+def _merge_positive(record, n_visited, this_pass):  # pragma: no cover - compiled
+    """The entries with a rate after a pass: the recorded ones it did not visit, and those it
+    visited that have a rate (both lists are increasing)."""
+    positive, visited, stamp = record.positive, record.visited, record.stamp
+    entry_rate, merged = record.entry_rate, record.merged
+    n_positive = record.n_positive[0]
     m = 0
     i = 0
     j = 0
@@ -393,5 +436,66 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
             j += 1
     positive[:m] = merged[:m]
     record.n_positive[0] = m
-    _record_history(record, links, order, capacity)
-    return n_visited
+
+
+@njit(cache=True)
+def _merge_history(record, links, order, capacity, n_visited, this_pass):
+    # pragma: no cover - compiled
+    """The history of every link a visited entry crosses, merged as :func:`_merge_positive`
+    merges the entries (the others' did not change: their entries kept their rates and
+    residuals)."""
+    k = links.shape[1]
+    link_start, hist_count = record.link_start, record.hist_count
+    hist_entry, hist_after, after = record.hist_entry, record.hist_after, record.after
+    visited, stamp, entry_rate = record.visited, record.stamp, record.entry_rate
+    touched, touched_visit, touched_column = (
+        record.touched,
+        record.touched_visit,
+        record.touched_column,
+    )
+    n_links = capacity.shape[0]
+    touched[:] = 0
+    for j in range(n_visited):
+        g = order[visited[j]]
+        for c in range(k):
+            if capacity[links[g, c]] < np.inf:
+                touched[links[g, c] + 1] += 1
+    for link in range(n_links):
+        touched[link + 1] += touched[link]
+    fill = touched[:-1].copy()
+    for j in range(n_visited):
+        g = order[visited[j]]
+        for c in range(k):
+            link = links[g, c]
+            if capacity[link] < np.inf:
+                touched_visit[fill[link]] = visited[j]
+                touched_column[fill[link]] = c
+                fill[link] += 1
+    for link in range(n_links):
+        lo, hi = touched[link], touched[link + 1]
+        if lo == hi:
+            continue
+        base = link_start[link]
+        count = hist_count[link]
+        entries, residuals = record.merged_entry, record.merged_after
+        m = 0
+        i = 0
+        j = lo
+        while i < count or j < hi:
+            if j == hi or (i < count and hist_entry[base + i] < touched_visit[j]):
+                if stamp[hist_entry[base + i]] != this_pass:
+                    entries[m] = hist_entry[base + i]
+                    residuals[m] = hist_after[base + i]
+                    m += 1
+                i += 1
+            else:
+                e = touched_visit[j]
+                if entry_rate[e] > 0:
+                    entries[m] = e
+                    residuals[m] = after[e, touched_column[j]]
+                    m += 1
+                j += 1
+        hist_entry[base : base + m] = entries[:m]
+        hist_after[base : base + m] = residuals[:m]
+        hist_count[link] = m
+        _closed_at(record, link, capacity, order.shape[0])

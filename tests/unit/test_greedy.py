@@ -25,6 +25,15 @@ def random_instance(rng, n_groups, n_links, k, pad):
     return links, capacity, caps, order
 
 
+def end(record, groups, count, rates):
+    """What the step loop does as groups with a rate empty: free them, list them."""
+    for g in groups:
+        count[g] = 0.0
+        rates[g] = 0.0
+        record.ended[record.n_ended[0]] = g
+        record.n_ended[0] += 1
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_update_equals_the_whole_greedy_after_every_completion(seed):
     rng = np.random.default_rng(seed)
@@ -36,7 +45,7 @@ def test_update_equals_the_whole_greedy_after_every_completion(seed):
     count = np.ones(n_groups)
     count[rng.random(n_groups) < 0.1] = 0.0  # some groups are empty from the start
     rates = np.full(n_groups, -1.0)
-    record = greedy_pass(len(order), n_links, k)
+    record = greedy_pass(len(order), n_links, k, n_groups)
     greedy_start(record, links, count, caps, order, capacity, rates)
     expected = np.full(n_groups, -1.0)
     greedy_groups(links, count, caps, order, capacity, expected)
@@ -46,9 +55,9 @@ def test_update_equals_the_whole_greedy_after_every_completion(seed):
         if len(with_rate) == 0:
             break
         # a step ends one or several flows: their groups empty and are freed (rate 0)
-        ending = rng.choice(with_rate, size=int(rng.integers(1, min(3, len(with_rate)) + 1)))
-        count[ending] = 0.0
-        rates[ending] = 0.0
+        n_ending = int(rng.integers(1, min(3, len(with_rate)) + 1))
+        ending = rng.choice(with_rate, size=n_ending, replace=False)
+        end(record, ending, count, rates)
         visited = greedy_update(record, links, count, caps, order, capacity, rates)
         expected = np.full(n_groups, -1.0)
         greedy_groups(links, count, caps, order, capacity, expected)
@@ -68,13 +77,11 @@ def test_a_completion_far_from_the_others_visits_few_entries():
     order = np.arange(len(links))
     count = np.ones(len(links))
     rates = np.zeros(len(links))
-    record = greedy_pass(len(order), len(capacity), 2)
+    record = greedy_pass(len(order), len(capacity), 2, len(links))
     greedy_start(record, links, count, caps, order, capacity, rates)
-    count[5] = 0.0
-    rates[5] = 0.0
+    end(record, [5], count, rates)
     assert greedy_update(record, links, count, caps, order, capacity, rates) == 1
-    count[0] = 0.0
-    rates[0] = 0.0
+    end(record, [0], count, rates)
     # the pair (0, 1) frees up: its first waiting group takes it, after which the link is full
     # again in both passes and the walk stops
     assert greedy_update(record, links, count, caps, order, capacity, rates) == 2
