@@ -53,12 +53,14 @@ class GreedyPass(NamedTuple):
     in_diff: np.ndarray  # bool per link: its residual differs from the recorded pass
     diff_residual: np.ndarray  # float per link: its residual in the new pass, while in the diff
     queued: np.ndarray  # bool per link: it has an entry in the heap
-    cursor: np.ndarray  # int per link: its first history entry not before the visit
+    cursor: np.ndarray  # int per link: its first history entry not before the visit ...
+    cursor_pass: np.ndarray  # int per link: ... valid in this pass
     heap_entry: np.ndarray  # int: the min-heap of links' next entries ...
     heap_link: np.ndarray  # ... and their links
     emptied: np.ndarray  # int: the entries with a rate whose group emptied
-    visited: np.ndarray  # int: the entries the new pass visited, increasing
-    stamp: np.ndarray  # int per entry: the pass that last visited it
+    visited: np.ndarray  # int: the entries the new pass visited, increasing ...
+    visit_links: np.ndarray  # int: ... a bit per column whose history entry changed
+    flipped: np.ndarray  # int: the visited entries that gained or lost their rate
     merged: np.ndarray  # int: the new list of entries with a rate
     touched: np.ndarray  # int per link: the visits crossing it (then their first index) ...
     touched_visit: np.ndarray  # int: ... per link, the visits crossing it ...
@@ -91,11 +93,13 @@ def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
         np.zeros(n_links),
         np.zeros(n_links, dtype=np.bool_),
         np.zeros(n_links, dtype=np.int64),
+        np.zeros(n_links, dtype=np.int64),
         np.empty(n_links + 1, dtype=np.int64),
         np.empty(n_links + 1, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
-        np.zeros(n_entries, dtype=np.int64),
+        np.empty(n_entries, dtype=np.int64),
+        np.empty(n_entries, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
         np.zeros(n_links + 1, dtype=np.int64),
         np.empty(n_entries * k, dtype=np.int64),
@@ -279,6 +283,55 @@ def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
+def _capped_run(record, links, caps, order, link, e, limit, n_visited):
+    # pragma: no cover - compiled
+    """Visit, in one sweep, the entries of ``link``'s history after ``e`` and before ``limit``
+    that took their cap in the recorded pass and still can: every other link of theirs is out
+    of the diff (so it still allows the cap) and ``link`` still has the cap left. Each keeps
+    its rate and only ``link``'s residual after it moves (no heap, no look-ups: Varys' capped
+    flows make most visits). Stops at the first other entry, or where ``link`` leaves the diff.
+
+    Returns:
+        ``(the last entry visited (e if none), the visits listed)``.
+    """
+    start = record.link_start[link]
+    end = start + record.hist_count[link]
+    hist_entry, hist_after = record.hist_entry, record.hist_after
+    entry_rate, after, in_diff = record.entry_rate, record.after, record.in_diff
+    diff_residual, visited = record.diff_residual, record.visited
+    k = links.shape[1]
+    h = _first_after(hist_entry, start, end, e)
+    while h < end and hist_entry[h] < limit:
+        at = hist_entry[h]
+        g = order[at]
+        cap = caps[g]
+        if entry_rate[at] != cap or diff_residual[link] < cap:
+            break
+        column = -1
+        for c in range(k):
+            if links[g, c] == link:
+                column = c
+            elif in_diff[links[g, c]]:
+                column = -2
+                break
+        if column < 0:
+            break
+        # (it had a rate, so it is not emptied: emptied entries are visited on their own)
+        now = diff_residual[link] - cap
+        after[at, column] = now
+        visited[n_visited] = at
+        record.visit_links[n_visited] = 1 << column if now != hist_after[h] else 0
+        n_visited += 1
+        e = at
+        if now == hist_after[h]:
+            in_diff[link] = False
+            break
+        diff_residual[link] = now
+        h += 1
+    return e, n_visited
+
+
+@njit(cache=True)
 def _first_after(entries, lo, hi, e):  # pragma: no cover - compiled
     """The first index in ``entries[lo:hi]`` (increasing) whose entry is above ``e``."""
     while lo < hi:
@@ -305,9 +358,10 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
     hist_count, hist_entry, hist_after = record.hist_count, record.hist_entry, record.hist_after
     link_start = record.link_start
     in_diff, diff_residual, queued = record.in_diff, record.diff_residual, record.queued
-    cursor = record.cursor
+    cursor, cursor_pass = record.cursor, record.cursor_pass
     heap_entry, heap_link = record.heap_entry, record.heap_link
-    emptied, visited, stamp = record.emptied, record.visited, record.stamp
+    emptied, visited = record.emptied, record.visited
+    visit_links, flipped = record.visit_links, record.flipped
     n_emptied = record.n_ended[0]
     if n_emptied == 0:
         return 0
@@ -326,12 +380,12 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
     for link in range(capacity.shape[0]):
         in_diff[link] = False
         queued[link] = False
-        cursor[link] = link_start[link]
     before = np.empty(k)
     size = 0
     next_emptied = 0
     last = -1
     n_visited = 0
+    n_flipped = 0
     n_entries = order.shape[0]
     while True:
         e = n_entries
@@ -355,6 +409,9 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                     before[c] = np.inf
                     continue
                 end = link_start[at] + hist_count[at]
+                if cursor_pass[at] != this_pass:  # a busy link's history is long: search it
+                    cursor_pass[at] = this_pass
+                    cursor[at] = _first_after(hist_entry, link_start[at], end, e - 1)
                 while cursor[at] < end and hist_entry[cursor[at]] < e:
                     cursor[at] += 1
                 if in_diff[at]:
@@ -373,8 +430,11 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                     new_rate = rate
             rates[g] = new_rate
             entry_rate[e] = new_rate
-            stamp[e] = this_pass
             visited[n_visited] = e
+            visit_links[n_visited] = 0
+            if (old_rate > 0) != (new_rate > 0):
+                flipped[n_flipped] = e
+                n_flipped += 1
             n_visited += 1
             for c in range(k):
                 at = links[g, c]
@@ -389,6 +449,8 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                 now = before[c] - new_rate if new_rate > 0 else before[c]
                 if new_rate > 0:
                     after[e, c] = now
+                if (old_rate > 0) != (new_rate > 0) or (new_rate > 0 and now != recorded):
+                    visit_links[n_visited - 1] |= 1 << c  # its history entry changes
                 if now == recorded:
                     in_diff[at] = False
                     continue
@@ -403,62 +465,75 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
         if link >= 0:  # the link's walk moves on while it is in the diff
             following = n_entries
             if in_diff[link]:
+                # nothing else can change before the next walk's entry or emptied entry
+                limit = heap_entry[0] if size > 0 else n_entries
+                if next_emptied < n_emptied:
+                    limit = min(limit, emptied[next_emptied])
+                e, n_visited = _capped_run(record, links, caps, order, link, e, limit, n_visited)
+                last = max(last, e)
+            if in_diff[link]:
                 following = _next_to_visit(record, link, e, n_entries)
             if following < n_entries:
                 size = _heap_push(heap_entry, heap_link, size, following, link)
             else:
                 queued[link] = False
-    _merge_positive(record, n_visited, this_pass)
-    _merge_history(record, links, order, capacity, n_visited, this_pass)
+    _merge_positive(record, n_flipped)
+    _merge_history(record, links, order, capacity, n_visited)
     return n_visited
 
 
 @njit(cache=True)
-def _merge_positive(record, n_visited, this_pass):  # pragma: no cover - compiled
-    """The entries with a rate after a pass: the recorded ones it did not visit, and those it
-    visited that have a rate (both lists are increasing)."""
-    positive, visited, stamp = record.positive, record.visited, record.stamp
-    entry_rate, merged = record.entry_rate, record.merged
+def _merge_positive(record, n_flipped):  # pragma: no cover - compiled
+    """The entries with a rate after a pass: the recorded ones, without those that lost their
+    rate and with those that gained one (the first ``n_flipped`` of ``flipped``; both lists
+    are increasing)."""
     n_positive = record.n_positive[0]
+    positive, flipped, entry_rate, merged = (
+        record.positive,
+        record.flipped,
+        record.entry_rate,
+        record.merged,
+    )
     m = 0
     i = 0
-    j = 0
-    while i < n_positive or j < n_visited:
-        if j == n_visited or (i < n_positive and positive[i] < visited[j]):
-            if stamp[positive[i]] != this_pass:
-                merged[m] = positive[i]
-                m += 1
+    for j in range(n_flipped):
+        e = flipped[j]
+        first = i
+        i = _first_after(positive, i, n_positive, e - 1)  # the first entry not before e
+        merged[m : m + i - first] = positive[first:i]  # (runs between visits: copied whole)
+        m += i - first
+        if i < n_positive and positive[i] == e:
             i += 1
-        else:
-            if entry_rate[visited[j]] > 0:
-                merged[m] = visited[j]
-                m += 1
-            j += 1
+        if entry_rate[e] > 0:
+            merged[m] = e
+            m += 1
+    merged[m : m + n_positive - i] = positive[i:n_positive]
+    m += n_positive - i
     positive[:m] = merged[:m]
     record.n_positive[0] = m
 
 
 @njit(cache=True)
-def _merge_history(record, links, order, capacity, n_visited, this_pass):
+def _merge_history(record, links, order, capacity, n_visited):
     # pragma: no cover - compiled
-    """The history of every link a visited entry crosses, merged as :func:`_merge_positive`
-    merges the entries (the others' did not change: their entries kept their rates and
-    residuals)."""
+    """The history of every link whose entry a visit changed (``visit_links``), merged as
+    :func:`_merge_positive` merges the entries (the others' did not change)."""
     k = links.shape[1]
     link_start, hist_count = record.link_start, record.hist_count
     hist_entry, hist_after, after = record.hist_entry, record.hist_after, record.after
-    visited, stamp, entry_rate = record.visited, record.stamp, record.entry_rate
+    visited, entry_rate = record.visited, record.entry_rate
     touched, touched_visit, touched_column = (
         record.touched,
         record.touched_visit,
         record.touched_column,
     )
     n_links = capacity.shape[0]
+    visit_links = record.visit_links
     touched[:] = 0
     for j in range(n_visited):
         g = order[visited[j]]
         for c in range(k):
-            if capacity[links[g, c]] < np.inf:
+            if visit_links[j] & (1 << c):
                 touched[links[g, c] + 1] += 1
     for link in range(n_links):
         touched[link + 1] += touched[link]
@@ -467,7 +542,7 @@ def _merge_history(record, links, order, capacity, n_visited, this_pass):
         g = order[visited[j]]
         for c in range(k):
             link = links[g, c]
-            if capacity[link] < np.inf:
+            if visit_links[j] & (1 << c):
                 touched_visit[fill[link]] = visited[j]
                 touched_column[fill[link]] = c
                 fill[link] += 1
@@ -476,25 +551,26 @@ def _merge_history(record, links, order, capacity, n_visited, this_pass):
         if lo == hi:
             continue
         base = link_start[link]
-        count = hist_count[link]
+        end = base + hist_count[link]
         entries, residuals = record.merged_entry, record.merged_after
         m = 0
-        i = 0
-        j = lo
-        while i < count or j < hi:
-            if j == hi or (i < count and hist_entry[base + i] < touched_visit[j]):
-                if stamp[hist_entry[base + i]] != this_pass:
-                    entries[m] = hist_entry[base + i]
-                    residuals[m] = hist_after[base + i]
-                    m += 1
+        i = base
+        for j in range(lo, hi):
+            e = touched_visit[j]
+            first = i
+            i = _first_after(hist_entry, i, end, e - 1)
+            entries[m : m + i - first] = hist_entry[first:i]
+            residuals[m : m + i - first] = hist_after[first:i]
+            m += i - first
+            if i < end and hist_entry[i] == e:
                 i += 1
-            else:
-                e = touched_visit[j]
-                if entry_rate[e] > 0:
-                    entries[m] = e
-                    residuals[m] = after[e, touched_column[j]]
-                    m += 1
-                j += 1
+            if entry_rate[e] > 0:
+                entries[m] = e
+                residuals[m] = after[e, touched_column[j]]
+                m += 1
+        entries[m : m + end - i] = hist_entry[i:end]
+        residuals[m : m + end - i] = hist_after[i:end]
+        m += end - i
         hist_entry[base : base + m] = entries[:m]
         hist_after[base : base + m] = residuals[:m]
         hist_count[link] = m
