@@ -48,6 +48,7 @@ class GreedyPass(NamedTuple):
     hist_entry: np.ndarray  # int: ... per link, increasing ...
     hist_after: np.ndarray  # float: ... and its residual after each
     closed_at: np.ndarray  # int per link: the entry after which it is full in the pass
+    capped: np.ndarray  # bool per link: an entry crossing it has a cap
     state: np.ndarray  # int [per-link lists built (0 / 1), passes made, started (0 / 1)]
     # scratch of greedy_update
     in_diff: np.ndarray  # bool per link: its residual differs from the recorded pass
@@ -88,6 +89,7 @@ def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
         np.empty(n_entries * k, dtype=np.int64),
         np.empty(n_entries * k),
         np.zeros(n_links, dtype=np.int64),
+        np.zeros(n_links, dtype=np.bool_),
         np.zeros(3, dtype=np.int64),
         np.zeros(n_links, dtype=np.bool_),
         np.zeros(n_links),
@@ -157,9 +159,9 @@ def _closed_at(record, link, capacity, n_entries):  # pragma: no cover - compile
 
 
 @njit(cache=True)
-def _build_link_lists(record, links, order, capacity):  # pragma: no cover - compiled
-    """Per finite link, every entry of the order crossing it, increasing (``link_*``), and the
-    history of the pass (``hist_*``, ``closed_at``)."""
+def _build_link_lists(record, links, caps, order, capacity):  # pragma: no cover - compiled
+    """Per finite link, every entry of the order crossing it, increasing (``link_*``), whether
+    one has a cap (``capped``), and the history of the pass (``hist_*``, ``closed_at``)."""
     k = links.shape[1]
     start, entry, partner = record.link_start, record.link_entry, record.link_partner
     hist_count, hist_entry, hist_after = record.hist_count, record.hist_entry, record.hist_after
@@ -172,11 +174,14 @@ def _build_link_lists(record, links, order, capacity):  # pragma: no cover - com
     for link in range(capacity.shape[0]):
         start[link + 1] += start[link]
     fill = start[:-1].copy()
+    capped = record.capped
+    capped[:] = False
     for e in range(order.shape[0]):
         g = order[e]
         for c in range(k):
             link = links[g, c]
             if capacity[link] < np.inf:
+                capped[link] = capped[link] or caps[g] < np.inf
                 entry[fill[link]] = e
                 j = 0
                 for other in range(k):
@@ -200,7 +205,7 @@ def _build_link_lists(record, links, order, capacity):  # pragma: no cover - com
     record.state[0] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # (a record passed to a call is copied)
 def _next_open(record, i, end):  # pragma: no cover - compiled
     """The first index from ``i`` (below ``end``) of a link's entries (``link_entry``) that
     may change: one whose other links are not all full in both passes. A link full in the
@@ -224,7 +229,7 @@ def _next_open(record, i, end):  # pragma: no cover - compiled
     return end
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # (a record passed to a call is copied)
 def _heap_push(entries, heap_links, size, e, link):  # pragma: no cover - compiled
     """Push (entry ``e``, ``link``) on the min-heap of entries; ``size`` is its length, the new
     one is returned."""
@@ -240,7 +245,7 @@ def _heap_push(entries, heap_links, size, e, link):  # pragma: no cover - compil
     return size + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # (a record passed to a call is copied)
 def _heap_pop(entries, heap_links, size):  # pragma: no cover - compiled
     """Drop the smallest entry of the min-heap of ``size`` entries; returns the new size."""
     size -= 1
@@ -260,7 +265,7 @@ def _heap_pop(entries, heap_links, size):  # pragma: no cover - compiled
     return size
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # (a record passed to a call is copied)
 def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
     """The next entry after ``e`` crossing ``link`` (in the diff) that may change, or
     ``n_entries``. While the link was not full in the recorded pass, an entry crossing it
@@ -282,7 +287,7 @@ def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
     return record.link_entry[i] if i < end else n_entries
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # (a record passed to a call is copied)
 def _capped_run(record, links, caps, order, link, e, limit, n_visited):
     # pragma: no cover - compiled
     """Visit, in one sweep, the entries of ``link``'s history after ``e`` and before ``limit``
@@ -331,7 +336,7 @@ def _capped_run(record, links, caps, order, link, e, limit, n_visited):
     return e, n_visited
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # (a record passed to a call is copied)
 def _first_after(entries, lo, hi, e):  # pragma: no cover - compiled
     """The first index in ``entries[lo:hi]`` (increasing) whose entry is above ``e``."""
     while lo < hi:
@@ -374,7 +379,7 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
             j -= 1
         emptied[j] = e
     if record.state[0] == 0:
-        _build_link_lists(record, links, order, capacity)
+        _build_link_lists(record, links, caps, order, capacity)
     record.state[1] += 1
     this_pass = record.state[1]
     for link in range(capacity.shape[0]):
@@ -464,7 +469,7 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                             size = _heap_push(heap_entry, heap_link, size, following, at)
         if link >= 0:  # the link's walk moves on while it is in the diff
             following = n_entries
-            if in_diff[link]:
+            if in_diff[link] and record.capped[link]:
                 # nothing else can change before the next walk's entry or emptied entry
                 limit = heap_entry[0] if size > 0 else n_entries
                 if next_emptied < n_emptied:
