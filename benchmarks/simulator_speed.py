@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/simulator_speed.py [--trace ../shared/traces/FB2010-1Hr-150-0.txt]
                                                    [--policy fair sincronia ...]
                                                    [--mode levels ideal] [--arrivals online offline]
+                                                   [--timeout 600]
 
 Each run (policy x mode x arrivals) is its own process (so its peak RSS is its own) on a 1 Gbit/s
 big switch, coflows released at their arrival times (``online``, default) or all at 0
@@ -63,6 +64,12 @@ def main(argv=None) -> int:
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
     parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
     parser.add_argument("--arrivals", nargs="+", default=["online"], choices=["online", "offline"])
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds a run may take before it is stopped and shown as '>T' (default 600)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one policy in this process
     args = parser.parse_args(argv)
     if args.one:
@@ -79,11 +86,16 @@ def main(argv=None) -> int:
     for mode in args.mode:
         for arrivals in args.arrivals:
             for policy in args.policy:
-                out = subprocess.run(
-                    [sys.executable, __file__, "--trace", args.trace, "--one",
-                     f"{policy},{mode},{arrivals}"],
-                    capture_output=True, text=True, check=True,
-                ).stdout  # fmt: skip
+                try:
+                    out = subprocess.run(
+                        [sys.executable, __file__, "--trace", args.trace, "--one",
+                         f"{policy},{mode},{arrivals}"],
+                        capture_output=True, text=True, check=True, timeout=args.timeout,
+                    ).stdout  # fmt: skip
+                except subprocess.TimeoutExpired:
+                    print(f"{policy:<10} {mode:<7} {arrivals:<8} {'>' + str(args.timeout):>8}",
+                          flush=True)  # fmt: skip
+                    continue
                 r = json.loads(out.strip().splitlines()[-1])
                 print(
                     f"{policy:<10} {mode:<7} {arrivals:<8} {r['wall_s']:>8.1f} "
