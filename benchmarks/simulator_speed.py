@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         return 1
     print(
         f"{'policy':<10} {'mode':<7} {'arrivals':<8} {'wall s':>8} {'peak RSS MB':>12} "
-        f"{'avg CCT s':>10} {'steps':>8}"
+        f"{'avg CCT s':>10} {'steps':>8} {'reorders':>8}"
     )
     for mode in args.mode:
         for arrivals in args.arrivals:
@@ -99,7 +99,8 @@ def main(argv=None) -> int:
                 r = json.loads(out.strip().splitlines()[-1])
                 print(
                     f"{policy:<10} {mode:<7} {arrivals:<8} {r['wall_s']:>8.1f} "
-                    f"{r['peak_rss_mb']:>12.0f} {r['avg_cct_s']:>10.3f} {r['steps']:>8}",
+                    f"{r['peak_rss_mb']:>12.0f} {r['avg_cct_s']:>10.3f} {r['steps']:>8} "
+                    f"{r['reorders']:>8}",
                     flush=True,
                 )
     return 0

@@ -39,6 +39,7 @@ from numba import njit
 
 from simulator.allocation import _REL, PairLevel, _fill, _filled, pair_shares
 from simulator.greedy import GreedyPass, greedy_pass, greedy_start, greedy_update
+from simulator.heap import heap_pop, heap_push
 
 DONE = -1  # group of a finished flow
 PENDING = -2  # released, not placed yet (its threshold is then its size in bits)
@@ -1109,55 +1110,6 @@ def _fixed_state(n_levels, n_links, n_groups):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _end_push(times, ids, size, t, g):  # pragma: no cover - compiled
-    """Push (end time ``t``, group ``g``) on the min-heap of fixed groups' end times.
-
-    Args:
-        times: :class:`FixedRates`' ``heap_times`` (seconds), with room for one more entry.
-        ids: :class:`FixedRates`' ``heap_groups``.
-        size: :class:`FixedRates`' ``heap_size``; goes up by one.
-        t: the group's projected end time in seconds (simulated clock).
-        g: the group id.
-    """
-    i = size[0]
-    size[0] += 1
-    times[i], ids[i] = t, g
-    while i > 0:
-        parent = (i - 1) // 2
-        if times[parent] <= times[i]:
-            break
-        times[parent], times[i] = times[i], times[parent]
-        ids[parent], ids[i] = ids[i], ids[parent]
-        i = parent
-
-
-@njit(cache=True)
-def _end_pop(times, ids, size):  # pragma: no cover - compiled
-    """Drop the earliest entry of the min-heap of end times (there is one).
-
-    Args:
-        times: :class:`FixedRates`' ``heap_times``.
-        ids: :class:`FixedRates`' ``heap_groups``.
-        size: :class:`FixedRates`' ``heap_size``; goes down by one.
-    """
-    size[0] -= 1
-    n = size[0]
-    times[0], ids[0] = times[n], ids[n]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and times[child + 1] < times[child]:
-            child += 1
-        if times[i] <= times[child]:
-            break
-        times[child], times[i] = times[i], times[child]
-        ids[child], ids[i] = ids[i], ids[child]
-        i = child
-
-
-@njit(cache=True)
 def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
     """Fix ``g`` at its cap from ``now`` (its ``served`` exact).
 
@@ -1182,8 +1134,8 @@ def _fix(fixed, groups, g, now):  # pragma: no cover - compiled
                 kept += 1
         size[0] = 0
         for i in range(kept):
-            _end_push(times, ids, size, times[i], ids[i])
-    _end_push(times, ids, size, end[g], g)
+            heap_push(times, ids, size, times[i], ids[i])
+    heap_push(times, ids, size, end[g], g)
 
 
 @njit(cache=True)
@@ -1213,7 +1165,7 @@ def _next_fixed(fixed):  # pragma: no cover - compiled
         g = ids[0]
         if group_fixed[g] and end[g] == times[0]:
             return times[0]
-        _end_pop(times, ids, size)
+        heap_pop(times, ids, size)
     return np.inf
 
 
@@ -1537,7 +1489,7 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
                     n_greedy_ended[0] += 1
         while fix_rates and _next_fixed(fixed) - then <= cutoff:
             g = heap_groups[0]
-            _end_pop(heap_times, heap_groups, heap_size)
+            heap_pop(heap_times, heap_groups, heap_size)
             _unfix(fixed, groups, g, now)
             ended = True
             changed = min(changed, g_level[g])

@@ -213,7 +213,6 @@ class Simulator:
         self._layout = None  # what the sorted groups were built from (see _reorder)
         # the (slot -> level, capped slots) of the last bucket assignment (see _keeps_buckets)
         self._assigned: tuple[dict[int, int], set[int]] | None = None
-        self._capped: set[int] = set()  # the coflows (slots) capped at the last reorder
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         self._b_level: list[int] = []
@@ -504,6 +503,7 @@ class Simulator:
                     self._place(s, bucket)
                     moved = True
             self._park_empty_buckets(set(target.values()))
+        last_capped = self._assigned[1] if self._assigned is not None else set()
         self._assigned = (level, capped)
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
         for c, gamma in schedule.coflow_gamma_s.items():
@@ -511,8 +511,7 @@ class Simulator:
             tables.g_cap[tables.f_group[flows]] = left / gamma
         # a group starts without a cap: only the coflows capped last time and not now keep
         # groups whose caps must go
-        uncapped, self._capped = self._capped - capped, capped
-        for s in uncapped & self._active_slots:
+        for s in (last_capped - capped) & self._active_slots:
             if self._b_single[self._slot_bucket[s]]:
                 first, last = self._slot_flows[s]
                 groups = tables.f_group[first:last]

@@ -18,7 +18,9 @@ recorded one again (typically 0 in both passes: the link is full either way). Th
 :func:`greedy_groups`' on the same input, exactly (``tests/unit/test_greedy.py`` checks it on
 random orders).
 
-Links of infinite capacity (a fabric's padding link) never change and are left out.
+Links of infinite capacity (a fabric's padding link) never change and are left out. The
+helpers the walk calls at every visit are inlined: a record passed to a numba call is copied
+(~35 arrays).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+
+from simulator.heap import heap_pop, heap_push
 
 
 class GreedyPass(NamedTuple):
@@ -57,7 +61,8 @@ class GreedyPass(NamedTuple):
     cursor: np.ndarray  # int per link: its first history entry not before the visit ...
     cursor_pass: np.ndarray  # int per link: ... valid in this pass
     heap_entry: np.ndarray  # int: the min-heap of links' next entries ...
-    heap_link: np.ndarray  # ... and their links
+    heap_link: np.ndarray  # ... their links ...
+    heap_size: np.ndarray  # ... [its entries]
     emptied: np.ndarray  # int: the entries with a rate whose group emptied
     visited: np.ndarray  # int: the entries the new pass visited, increasing ...
     visit_links: np.ndarray  # int: ... a bit per column whose history entry changed
@@ -98,6 +103,7 @@ def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
         np.zeros(n_links, dtype=np.int64),
         np.empty(n_links + 1, dtype=np.int64),
         np.empty(n_links + 1, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
         np.empty(n_entries, dtype=np.int64),
@@ -205,7 +211,7 @@ def _build_link_lists(record, links, caps, order, capacity):  # pragma: no cover
     record.state[0] = 1
 
 
-@njit(cache=True, inline="always")  # (a record passed to a call is copied)
+@njit(cache=True, inline="always")
 def _next_open(record, i, end):  # pragma: no cover - compiled
     """The first index from ``i`` (below ``end``) of a link's entries (``link_entry``) that
     may change: one whose other links are not all full in both passes. A link full in the
@@ -229,43 +235,7 @@ def _next_open(record, i, end):  # pragma: no cover - compiled
     return end
 
 
-@njit(cache=True, inline="always")  # (a record passed to a call is copied)
-def _heap_push(entries, heap_links, size, e, link):  # pragma: no cover - compiled
-    """Push (entry ``e``, ``link``) on the min-heap of entries; ``size`` is its length, the new
-    one is returned."""
-    i = size
-    entries[i], heap_links[i] = e, link
-    while i > 0:
-        parent = (i - 1) // 2
-        if entries[parent] <= entries[i]:
-            break
-        entries[parent], entries[i] = entries[i], entries[parent]
-        heap_links[parent], heap_links[i] = heap_links[i], heap_links[parent]
-        i = parent
-    return size + 1
-
-
-@njit(cache=True, inline="always")  # (a record passed to a call is copied)
-def _heap_pop(entries, heap_links, size):  # pragma: no cover - compiled
-    """Drop the smallest entry of the min-heap of ``size`` entries; returns the new size."""
-    size -= 1
-    entries[0], heap_links[0] = entries[size], heap_links[size]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and entries[child + 1] < entries[child]:
-            child += 1
-        if entries[i] <= entries[child]:
-            break
-        entries[child], entries[i] = entries[i], entries[child]
-        heap_links[child], heap_links[i] = heap_links[i], heap_links[child]
-        i = child
-    return size
-
-
-@njit(cache=True, inline="always")  # (a record passed to a call is copied)
+@njit(cache=True, inline="always")
 def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
     """The next entry after ``e`` crossing ``link`` (in the diff) that may change, or
     ``n_entries``. While the link was not full in the recorded pass, an entry crossing it
@@ -287,7 +257,7 @@ def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
     return record.link_entry[i] if i < end else n_entries
 
 
-@njit(cache=True, inline="always")  # (a record passed to a call is copied)
+@njit(cache=True, inline="always")
 def _capped_run(record, links, caps, order, link, e, limit, n_visited):
     # pragma: no cover - compiled
     """Visit, in one sweep, the entries of ``link``'s history after ``e`` and before ``limit``
@@ -336,7 +306,7 @@ def _capped_run(record, links, caps, order, link, e, limit, n_visited):
     return e, n_visited
 
 
-@njit(cache=True, inline="always")  # (a record passed to a call is copied)
+@njit(cache=True, inline="always")
 def _first_after(entries, lo, hi, e):  # pragma: no cover - compiled
     """The first index in ``entries[lo:hi]`` (increasing) whose entry is above ``e``."""
     while lo < hi:
@@ -364,7 +334,7 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
     link_start = record.link_start
     in_diff, diff_residual, queued = record.in_diff, record.diff_residual, record.queued
     cursor, cursor_pass = record.cursor, record.cursor_pass
-    heap_entry, heap_link = record.heap_entry, record.heap_link
+    heap_entry, heap_link, size = record.heap_entry, record.heap_link, record.heap_size
     emptied, visited = record.emptied, record.visited
     visit_links, flipped = record.visit_links, record.flipped
     n_emptied = record.n_ended[0]
@@ -386,7 +356,7 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
         in_diff[link] = False
         queued[link] = False
     before = np.empty(k)
-    size = 0
+    size[0] = 0
     next_emptied = 0
     last = -1
     n_visited = 0
@@ -395,13 +365,13 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
     while True:
         e = n_entries
         link = -1
-        if size > 0:
+        if size[0] > 0:
             e, link = heap_entry[0], heap_link[0]
         if next_emptied < n_emptied and emptied[next_emptied] <= e:
             e, link = emptied[next_emptied], -1
             next_emptied += 1
-        elif size > 0:
-            size = _heap_pop(heap_entry, heap_link, size)
+        elif size[0] > 0:
+            heap_pop(heap_entry, heap_link, size)
         if e == n_entries:
             break
         if e > last:
@@ -466,12 +436,12 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                         following = _next_to_visit(record, at, e, n_entries)
                         if following < n_entries:
                             queued[at] = True
-                            size = _heap_push(heap_entry, heap_link, size, following, at)
+                            heap_push(heap_entry, heap_link, size, following, at)
         if link >= 0:  # the link's walk moves on while it is in the diff
             following = n_entries
             if in_diff[link] and record.capped[link]:
                 # nothing else can change before the next walk's entry or emptied entry
-                limit = heap_entry[0] if size > 0 else n_entries
+                limit = heap_entry[0] if size[0] > 0 else n_entries
                 if next_emptied < n_emptied:
                     limit = min(limit, emptied[next_emptied])
                 e, n_visited = _capped_run(record, links, caps, order, link, e, limit, n_visited)
@@ -479,7 +449,7 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
             if in_diff[link]:
                 following = _next_to_visit(record, link, e, n_entries)
             if following < n_entries:
-                size = _heap_push(heap_entry, heap_link, size, following, link)
+                heap_push(heap_entry, heap_link, size, following, link)
             else:
                 queued[link] = False
     _merge_positive(record, n_flipped)

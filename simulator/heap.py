@@ -1,0 +1,56 @@
+"""A binary min-heap of (key, item) pairs kept in numpy arrays, for the compiled kernels: the
+fixed-rate groups' projected end times (:mod:`simulator.core`) and the greedy's walk over
+links by order entry (:mod:`simulator.greedy`)."""
+
+from __future__ import annotations
+
+from numba import njit
+
+
+@njit(cache=True)
+def heap_push(keys, items, size, key, item):  # pragma: no cover - compiled
+    """Push (``key``, ``item``) on the min-heap.
+
+    Args:
+        keys: the heap's keys, with room for one more entry.
+        items: its items, alongside.
+        size: ``[entries in the heap]``; goes up by one.
+        key: the new entry's key.
+        item: its item.
+    """
+    i = size[0]
+    size[0] += 1
+    keys[i], items[i] = key, item
+    while i > 0:
+        parent = (i - 1) // 2
+        if keys[parent] <= keys[i]:
+            break
+        keys[parent], keys[i] = keys[i], keys[parent]
+        items[parent], items[i] = items[i], items[parent]
+        i = parent
+
+
+@njit(cache=True)
+def heap_pop(keys, items, size):  # pragma: no cover - compiled
+    """Drop the smallest entry of the min-heap (there is one).
+
+    Args:
+        keys: the heap's keys.
+        items: its items, alongside.
+        size: ``[entries in the heap]``; goes down by one.
+    """
+    size[0] -= 1
+    n = size[0]
+    keys[0], items[0] = keys[n], items[n]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and keys[child + 1] < keys[child]:
+            child += 1
+        if keys[i] <= keys[child]:
+            break
+        keys[child], keys[i] = keys[i], keys[child]
+        items[child], items[i] = items[i], items[child]
+        i = child
