@@ -712,6 +712,73 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 
 
 @njit(cache=True)
+def slot_demands(flows, groups, slot_first, slot_last, n_hosts, column_bps):
+    # pragma: no cover - compiled
+    """BSSI's demand matrix of the given coflow slots, in compressed sparse rows, without the
+    dense slots x ports array: the same numbers as :func:`slot_loads`' per-port bits (summed
+    in the same flow order) turned into seconds as ``8.0 * (bits / 8.0) / bps`` and given to
+    :meth:`controller.bssi.DemandMatrix.from_dense` (entries <= 0 dropped, columns ascending
+    in a row, ports numbered by first use).
+
+    Args:
+        flows: the :class:`FlowTable` (read only).
+        groups: the :class:`GroupTable` (read only: ``served``).
+        slot_first: int per slot (row): its first flow id.
+        slot_last: int per slot: one past its last flow id.
+        n_hosts: the fabric's hosts ``n``.
+        column_bps: the capacity of each host port (``2n``, columns as :func:`slot_loads`).
+
+    Returns:
+        ``(row_ptr, port, seconds, n_ports)`` of the :class:`~controller.bssi.DemandMatrix`.
+    """
+    f_pair, f_threshold, f_group = flows.pair, flows.threshold, flows.group
+    g_served = groups.served
+    n_slots = slot_first.shape[0]
+    n_columns = 2 * n_hosts
+    bits = np.zeros(n_columns)
+    touched = np.zeros(n_columns, dtype=np.bool_)
+    columns = np.empty(n_columns, dtype=np.int64)
+    number = np.full(n_columns, -1, dtype=np.int64)
+    n_entries = 0
+    for i in range(n_slots):
+        n_entries += 2 * (slot_last[i] - slot_first[i])
+    row_ptr = np.zeros(n_slots + 1, dtype=np.int64)
+    port = np.empty(n_entries, dtype=np.int64)
+    seconds = np.empty(n_entries)
+    n_ports = 0
+    k = 0
+    for i in range(n_slots):
+        n_touched = 0
+        for f in range(slot_first[i], slot_last[i]):
+            g = f_group[f]
+            if g == DONE:
+                continue
+            left = f_threshold[f] - g_served[g] if g >= 0 else f_threshold[f]
+            if left <= 0.0:
+                continue
+            for column in (f_pair[f] // n_hosts, n_hosts + f_pair[f] % n_hosts):
+                if not touched[column]:
+                    touched[column] = True
+                    columns[n_touched] = column
+                    n_touched += 1
+                bits[column] += left
+        row_columns = np.sort(columns[:n_touched])
+        for column in row_columns:
+            value = 8.0 * (bits[column] / 8.0) / column_bps[column]
+            if value > 0:
+                if number[column] < 0:
+                    number[column] = n_ports
+                    n_ports += 1
+                port[k] = number[column]
+                seconds[k] = value
+                k += 1
+            bits[column] = 0.0
+            touched[column] = False
+        row_ptr[i + 1] = k
+    return row_ptr, port[:k].copy(), seconds[:k].copy(), n_ports
+
+
+@njit(cache=True)
 def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
     """Bits left of the flows ``ids`` (0 for finished ones).
 

@@ -55,6 +55,7 @@ from simulator.core import (
     place_flows,
     run_steps,
     set_group_levels,
+    slot_demands,
     slot_loads,
 )
 
@@ -215,9 +216,13 @@ class Simulator:
         self._assigned: tuple[dict[int, int], set[int]] | None = None
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
-        self._b_level: list[int] = []
+        # (level and row are arrays with spare room at the end, so that a reorder hands them to
+        # the compiled code without converting a list that grows with every bucket ever made)
+        self._n_buckets = 0
+        self._b_level = np.zeros(16, dtype=np.int64)
         self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
-        self._b_row: list[int] = []  # pair -> group row of a shared bucket, -1 if single
+        self._b_row = np.full(16, -1, dtype=np.int64)  # pair -> group row if shared, else -1
+        self._b_live = np.zeros(16, dtype=np.bool_)  # the buckets of _live_buckets
         self._b_members: list[set] = []
         self._live_buckets: set[int] = set()
         self._free_rows: list[int] = []
@@ -467,12 +472,19 @@ class Simulator:
         )
 
     def _new_bucket(self, level: int, single: bool) -> int:
-        self._b_level.append(level)
+        bucket = self._n_buckets
+        if bucket == len(self._b_level):
+            self._b_level = np.concatenate([self._b_level, np.zeros_like(self._b_level)])
+            self._b_row = np.concatenate([self._b_row, np.full_like(self._b_row, -1)])
+            self._b_live = np.concatenate([self._b_live, np.zeros_like(self._b_live)])
+        self._n_buckets += 1
+        self._b_level[bucket] = level
         self._b_single.append(single)
-        self._b_row.append(-1 if single else self._tables.new_pair_row(self._free_rows))
+        self._b_row[bucket] = -1 if single else self._tables.new_pair_row(self._free_rows)
         self._b_members.append(set())
-        self._live_buckets.add(len(self._b_level) - 1)
-        return len(self._b_level) - 1
+        self._live_buckets.add(bucket)
+        self._b_live[bucket] = True
+        return bucket
 
     def _reorder(self) -> None:
         """Ask the policy for a schedule and put every coflow in the bucket of its level."""
@@ -516,14 +528,13 @@ class Simulator:
                 first, last = self._slot_flows[s]
                 groups = tables.f_group[first:last]
                 tables.g_cap[groups[groups >= 0]] = np.inf
-        bucket_level = np.asarray(self._b_level, dtype=np.int64)
+        bucket_level = self._b_level[: self._n_buckets].copy()
         layout = (bucket_level, n_levels, frozenset(capped))
         if not moved and self._layout is not None and _same_layout(layout, self._layout):
             return  # same groups at the same levels: the sorted groups still hold
         self._layout = layout
-        bucket_row = np.asarray(self._b_row, dtype=np.int64)
-        bucket_live = np.zeros(len(self._b_level), dtype=np.bool_)
-        bucket_live[list(self._live_buckets)] = True
+        bucket_row = self._b_row[: self._n_buckets]
+        bucket_live = self._b_live[: self._n_buckets]
         order, start, general = set_group_levels(
             tables.group_table(),
             tables.pair_table(),
@@ -620,8 +631,9 @@ class Simulator:
             if not self._b_members[bucket]:
                 self._b_level[bucket] = 1 << 30
                 self._live_buckets.discard(bucket)
+                self._b_live[bucket] = False
                 if self._b_row[bucket] >= 0:
-                    self._free_rows.append(self._b_row[bucket])
+                    self._free_rows.append(int(self._b_row[bucket]))
                     self._b_row[bucket] = -1
 
     # ---- results -----------------------------------------------------------------------------
@@ -713,6 +725,28 @@ class _PortBits:
             self._check_current()
             _, _, self._bits = self._sim._slot_bits(with_ports=True, slots=self._slots)
         return self._bits
+
+    @property
+    def n_hosts(self) -> int:
+        """Hosts of the fabric (half the columns of :meth:`matrix`)."""
+        return self._sim.fabric.n_hosts
+
+    def demands(self, rows: np.ndarray, column_bps: np.ndarray) -> tuple:
+        """BSSI's demand matrix of the coflows in ``rows`` (in that order) at the ports'
+        capacities ``column_bps``, as the arrays of a :class:`DemandMatrix`: the numbers
+        :meth:`ClusterState.demand_matrix` gives, without the dense array."""
+        self._check_current()
+        slots = np.asarray(self._slots, dtype=np.int64)[rows]
+        ranges = self._sim._slot_ranges[slots]
+        tables = self._sim._tables
+        return slot_demands(
+            tables.flow_table(),
+            tables.group_table(),
+            ranges[:, 0].copy(),
+            ranges[:, 1].copy(),
+            self.n_hosts,
+            column_bps,
+        )
 
     def row_bytes(self, coflow_id: int) -> dict:
         """Bytes still to send of an active coflow per port ``(host, EGRESS | INGRESS)``, ports
@@ -867,13 +901,12 @@ class _SimulatorState(ClusterState):
         """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
         with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
         rows = np.fromiter((self.row_of[c.coflow_id] for c in coflows), np.int64, len(coflows))
-        bits = self.port_bits.matrix()[rows]
+        n_hosts = self.port_bits.n_hosts
         if self.hosts:
-            n_hosts = bits.shape[1] // 2
             bps = np.array([self.port_bps((k % n_hosts, k // n_hosts)) for k in range(2 * n_hosts)])
         else:
-            bps = self.default_port_bps
-        return DemandMatrix.from_dense(8.0 * (bits / 8.0) / bps)
+            bps = np.full(2 * n_hosts, float(self.default_port_bps))
+        return DemandMatrix(*self.port_bits.demands(rows, bps))
 
     def port_bits_matrix(self) -> PortBitsMatrix:
         """The active coflows' bits left per port (rows as ``row_of``), the array every coflow's
