@@ -180,34 +180,46 @@ class Coflow:
 
 
 @dataclass(frozen=True)
-class PortBitsMatrix:
-    """Every active coflow's bits left per port in one array, for policies that compute in
+class SparsePortBytes:
+    """Every active coflow's bytes left per port as sparse rows, for policies that compute in
     arrays (a state that keeps its loads as arrays offers it, see
-    :meth:`ClusterState.port_bits_matrix`).
+    :meth:`ClusterState.sparse_port_bytes`).
 
     Hosts are ``0 .. n_hosts - 1``; column ``h`` is ``egress(h)`` and column ``n_hosts + h`` is
-    ``ingress(h)``. A coflow's :meth:`Coflow.port_bytes` lists exactly the nonzero entries of its
-    row, in column order, each as ``bits / 8.0``, so a policy computes the same numbers, in the
-    same order, from either.
+    ``ingress(h)``. Row ``i``'s entries are ``row_ptr[i]:row_ptr[i + 1]``, columns ascending:
+    exactly the items of the coflow's :meth:`Coflow.port_bytes`, in the same order and with the
+    same values.
 
     Args:
-        bits_left: one row per active coflow, ``2 * n_hosts`` columns.
+        row_ptr: ``rows + 1`` offsets into ``column`` and ``size_bytes``.
+        column: each entry's column.
+        size_bytes: each entry's bytes left (> 0).
         row_of: each active coflow's row.
+        n_hosts: hosts, half the columns.
     """
 
-    bits_left: np.ndarray
+    row_ptr: np.ndarray
+    column: np.ndarray
+    size_bytes: np.ndarray
     row_of: Mapping[CoflowId, int]
+    n_hosts: int
 
-    @property
-    def n_hosts(self) -> int:
-        """Hosts, half the columns."""
-        return self.bits_left.shape[1] // 2
+    @classmethod
+    def from_dense(cls, bits_left: np.ndarray, row_of: Mapping[CoflowId, int]) -> SparsePortBytes:
+        """The rows of a dense array of bits left (one row per coflow, ``2 * n_hosts``
+        columns): its nonzero entries, each as ``bits / 8.0``."""
+        bits_left = np.asarray(bits_left, dtype=float)
+        rows, columns = np.nonzero(bits_left)  # row-major: by row, then by column
+        row_ptr = np.zeros(bits_left.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=bits_left.shape[0]), out=row_ptr[1:])
+        return cls(row_ptr, columns.astype(np.int64), bits_left[rows, columns] / 8.0, row_of,
+                   bits_left.shape[1] // 2)  # fmt: skip
 
     def columns(self, ports: Iterable[Port], count: int = -1) -> np.ndarray:
         """The column of each of ``ports`` (``count`` of them, if known).
 
         Raises:
-            ValueError: a port's host is not one of the matrix's hosts.
+            ValueError: a port's host is not one of the hosts ``0 .. n_hosts - 1``.
         """
         column = _host_port_columns(self.n_hosts)
         try:
@@ -218,7 +230,7 @@ class PortBitsMatrix:
 
 @functools.cache
 def _host_port_columns(n_hosts: int) -> dict[Port, int]:
-    """:class:`PortBitsMatrix`'s column of every port of hosts ``0 .. n_hosts - 1``."""
+    """:class:`SparsePortBytes`' column of every port of hosts ``0 .. n_hosts - 1``."""
     return {(host, direction): direction * n_hosts + host
             for direction in (EGRESS, INGRESS) for host in range(n_hosts)}  # fmt: skip
 
@@ -338,14 +350,14 @@ class ClusterState:
         build of the same matrix."""
         return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
 
-    def port_bits_matrix(self) -> PortBitsMatrix | None:
-        """The active coflows' bits left per port as one array, if this state keeps them so;
-        ``None`` here (policies then read each coflow's :meth:`Coflow.port_bytes`)."""
+    def sparse_port_bytes(self) -> SparsePortBytes | None:
+        """The active coflows' bytes left per port as sparse rows, if this state keeps its
+        loads in arrays; ``None`` here (policies then read each :meth:`Coflow.port_bytes`)."""
         return None
 
     def host_ports_bps(self, n_hosts: int) -> np.ndarray:
         """Capacity in bit/s of the ports of hosts ``0 .. n_hosts - 1``, in the column order of
-        :class:`PortBitsMatrix`."""
+        :class:`SparsePortBytes`."""
         if not self.hosts:
             return np.full(2 * n_hosts, float(self.default_port_bps))
         ports = ((k % n_hosts, k // n_hosts) for k in range(2 * n_hosts))

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from controller.bssi import DemandMatrix, bssi_order
+from controller.madd import sparse_bottlenecks_s, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
     ClusterState,
@@ -35,7 +36,7 @@ from controller.model import (
     FlowKey,
     Job,
     Port,
-    PortBitsMatrix,
+    SparsePortBytes,
     bottleneck_s,
     port_seconds,
 )
@@ -290,10 +291,38 @@ class Varys(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """Smallest bottleneck first (SEBF), with MADD rates when ``use_rates`` is set."""
         active = state.active_coflows()
+        sparse = state.sparse_port_bytes()
+        if sparse is not None:
+            return self._schedule_arrays(state, active, sparse)
         loads = {c.coflow_id: c.port_bytes() for c in active}
         gamma = {c.coflow_id: bottleneck_s(state, loads[c.coflow_id]) for c in active}
         order = sorted(active, key=lambda c: gamma[c.coflow_id])  # stable: ties by arrival
         rates, gammas = madd(state, order, loads) if self.use_rates else ({}, {})
+        return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
+
+    def _schedule_arrays(
+        self, state: ClusterState, active: list[Coflow], sparse: SparsePortBytes
+    ) -> Schedule:
+        """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
+        the same bottlenecks, order and MADD times, bit for bit."""
+        rows = np.fromiter((sparse.row_of[c.coflow_id] for c in active), np.int64, len(active))
+        bps = state.host_ports_bps(sparse.n_hosts)
+        gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
+        by_gamma = np.argsort(gamma, kind="stable")  # ties by arrival
+        order = [active[k] for k in by_gamma.tolist()]
+        if not self.use_rates:
+            return Schedule.from_order(c.coflow_id for c in order)
+        madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes,
+                               rows[by_gamma], bps)  # fmt: skip
+        gammas, rates = {}, {}
+        for coflow, gamma_s in zip(order, madd_s.tolist(), strict=True):
+            if gamma_s > 0:
+                gammas[coflow.coflow_id] = gamma_s
+                for flow in coflow.flows:
+                    if flow.remaining_bytes > 0:
+                        rates[(coflow.coflow_id, flow.flow_id)] = (
+                            8.0 * flow.remaining_bytes / gamma_s
+                        )
         return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
 
 
@@ -384,7 +413,7 @@ class Beamer(Policy):
     MADD rate caps.
 
     The loads are summed from each coflow's port mapping, or, when the state offers its loads as
-    one array (:meth:`ClusterState.port_bits_matrix`, the simulator's), by one compiled pass
+    sparse arrays (:meth:`ClusterState.sparse_port_bytes`, the simulator's), by one compiled pass
     over it (:mod:`controller.stage_loads`) that gives the same demands bit for bit.
     """
 
@@ -418,11 +447,11 @@ class Beamer(Policy):
             stage_units.append(sorted(units))  # the order the stage's sums add its units in
             weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
 
-        matrix = state.port_bits_matrix()
-        if matrix is None:
+        sparse = state.sparse_port_bytes()
+        if sparse is None:
             loads = _mapping_loads(state, in_flight, stage_units)
         else:
-            loads = _array_loads(state, matrix, in_flight, stage_units)
+            loads = _array_loads(state, sparse, in_flight, stage_units)
 
         ranks = []
         for index in bssi_order(loads.demands, weights):
@@ -492,16 +521,16 @@ def _mapping_loads(
 
 def _array_loads(
     state: ClusterState,
-    matrix: PortBitsMatrix,
+    sparse: SparsePortBytes,
     in_flight: Mapping[tuple, list[Coflow]],
     stage_units: list[list[tuple]],
 ) -> _StageLoads:
-    """The same loads as :func:`_mapping_loads`, from the state's port-bits array: Python only
+    """The same loads as :func:`_mapping_loads`, from the state's sparse loads: Python only
     lists each unit's coflow rows and future traffic; the sums run compiled."""
     units = list(dict.fromkeys(chain.from_iterable(stage_units)))
     index = {unit: i for i, unit in enumerate(units)}
     coflows = [in_flight.get(unit, ()) for unit in units]
-    row_of = matrix.row_of
+    row_of = sparse.row_of
     rows = [row_of[c.coflow_id] for unit_coflows in coflows for c in unit_coflows]
     row_counts = [len(unit_coflows) for unit_coflows in coflows]
     jobs = [state.jobs.get(unit[1]) if unit[0] == 0 else None for unit in units]
@@ -520,12 +549,12 @@ def _array_loads(
         rows,
         future,
         extra_counts,
-        matrix.columns(chain.from_iterable(per_iteration), n_extra),
+        sparse.columns(chain.from_iterable(per_iteration), n_extra),
         np.fromiter(chain.from_iterable(e.values() for e in per_iteration), float, n_extra),
     )
     loads = stage_loads(
-        matrix.bits_left,
-        state.host_ports_bps(matrix.n_hosts),
+        sparse,
+        state.host_ports_bps(sparse.n_hosts),
         work,
         [[index[unit] for unit in units] for units in stage_units],
     )

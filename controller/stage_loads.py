@@ -1,10 +1,10 @@
-"""Beamer's stage demands from a port-bits array, in one compiled pass.
+"""Beamer's stage demands from the coflows' loads as sparse arrays, in one compiled pass.
 
 Beamer (:class:`controller.policies.Beamer`) sums, for every stage, the bytes its units of work
 (jobs, or jobless coflows) still have to move per port: a unit's in-flight coflows, then its
 job's future iterations; the stage's units in sorted order. Read from mappings, that is a dict
 operation per port and unit at every reorder. This module does the same sums from a
-:class:`~controller.model.PortBitsMatrix` and gives BSSI's demand matrix directly.
+:class:`~controller.model.SparsePortBytes` and gives BSSI's demand matrix directly.
 
 The result is the one the mappings give, bit for bit: every sum adds the same terms in the same
 order (a coflow's bytes are its bits / 8.0, a port enters a sum when it is first listed, at
@@ -24,13 +24,14 @@ import numpy as np
 from numba import njit
 
 from controller.bssi import DemandMatrix
+from controller.model import SparsePortBytes
 
 
 @dataclass(frozen=True)
 class UnitsOfWork:
     """What each unit of work still has to move, as offsets into flat arrays.
 
-    Unit ``u``'s in-flight coflows are the matrix rows ``rows[row_ptr[u]:row_ptr[u + 1]]``, in
+    Unit ``u``'s in-flight coflows are the loads' rows ``rows[row_ptr[u]:row_ptr[u + 1]]``, in
     arrival order; its future traffic is ``future[u]`` times ``extra_bytes`` on the columns
     ``extra_column``, both ``[extra_ptr[u]:extra_ptr[u + 1]]``, in the job's port order (no
     entries when ``future[u]`` is 0).
@@ -80,7 +81,7 @@ class StageLoads:
 
 
 def stage_loads(
-    bits_left: np.ndarray,
+    loads: SparsePortBytes,
     column_bps: np.ndarray,
     units: UnitsOfWork,
     stage_units: Sequence[Sequence[int]],
@@ -88,14 +89,16 @@ def stage_loads(
     """Every stage's demand and every unit's bottleneck.
 
     Args:
-        bits_left: the active coflows' bits left, one row per coflow, one column per port.
+        loads: the active coflows' bytes left per port, one row per coflow.
         column_bps: each column's capacity in bit/s.
-        units: the units of work, rows of ``bits_left`` and future traffic.
+        units: the units of work, rows of ``loads`` and future traffic.
         stage_units: for each stage, the indices of its units in the order their loads are
             summed.
     """
     row_ptr, port, seconds, n_ports, bottleneck_s = _stage_loads(
-        np.ascontiguousarray(bits_left, dtype=float),
+        loads.row_ptr,
+        loads.column,
+        loads.size_bytes,
         np.asarray(column_bps, dtype=float),
         units.row_ptr,
         units.rows,
@@ -117,8 +120,8 @@ def _offsets(counts: Sequence[int]) -> np.ndarray:
 
 @njit(cache=True)
 def _stage_loads(
-    bits_left, column_bps, row_ptr, rows, future, extra_ptr, extra_column, extra_bytes,
-    stage_ptr, stage_units,
+    load_ptr, load_column, load_bytes, column_bps, row_ptr, rows, future, extra_ptr,
+    extra_column, extra_bytes, stage_ptr, stage_units,
 ):  # pragma: no cover - compiled  # fmt: skip
     """The loop of :func:`stage_loads`, as the mappings would do it.
 
@@ -130,7 +133,7 @@ def _stage_loads(
         The demand matrix's ``row_ptr``, ``port``, ``seconds`` and ``n_ports``, and each unit's
         bottleneck in seconds.
     """
-    n_columns = bits_left.shape[1]
+    n_columns = column_bps.shape[0]
     n_stages = len(stage_ptr) - 1
     unit_bottleneck = np.zeros(len(row_ptr) - 1)
     unit_load = np.zeros(n_columns)
@@ -153,15 +156,14 @@ def _stage_loads(
             n_unit_columns = 0
             for i in range(row_ptr[u], row_ptr[u + 1]):
                 r = rows[i]
-                for c in range(n_columns):
-                    bits = bits_left[r, c]
-                    if bits != 0.0:
-                        if unit_mark[c] != visit:
-                            unit_mark[c] = visit
-                            unit_load[c] = 0.0
-                            unit_columns[n_unit_columns] = c
-                            n_unit_columns += 1
-                        unit_load[c] += bits / 8.0
+                for j in range(load_ptr[r], load_ptr[r + 1]):
+                    c = load_column[j]
+                    if unit_mark[c] != visit:
+                        unit_mark[c] = visit
+                        unit_load[c] = 0.0
+                        unit_columns[n_unit_columns] = c
+                        n_unit_columns += 1
+                    unit_load[c] += load_bytes[j]
             for i in range(extra_ptr[u], extra_ptr[u + 1]):
                 c = extra_column[i]
                 if unit_mark[c] != visit:

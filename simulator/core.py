@@ -712,24 +712,21 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 
 
 @njit(cache=True)
-def slot_demands(flows, groups, slot_first, slot_last, n_hosts, column_bps):
+def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
     # pragma: no cover - compiled
-    """BSSI's demand matrix of the given coflow slots, in compressed sparse rows, without the
-    dense slots x ports array: the same numbers as :func:`slot_loads`' per-port bits (summed
-    in the same flow order) turned into seconds as ``8.0 * (bits / 8.0) / bps`` and given to
-    :meth:`controller.bssi.DemandMatrix.from_dense` (entries <= 0 dropped, columns ascending
-    in a row, ports numbered by first use).
+    """Bytes left of the given coflow slots per host port, in compressed sparse rows, without
+    the dense slots x ports array: the nonzero entries of :func:`slot_loads`' per-port bits
+    (summed in the same flow order), each as ``bits / 8.0``, columns ascending in a row.
 
     Args:
         flows: the :class:`FlowTable` (read only).
         groups: the :class:`GroupTable` (read only: ``served``).
         slot_first: int per slot (row): its first flow id.
         slot_last: int per slot: one past its last flow id.
-        n_hosts: the fabric's hosts ``n``.
-        column_bps: the capacity of each host port (``2n``, columns as :func:`slot_loads`).
+        n_hosts: the fabric's hosts ``n`` (columns as :func:`slot_loads`).
 
     Returns:
-        ``(row_ptr, port, seconds, n_ports)`` of the :class:`~controller.bssi.DemandMatrix`.
+        ``(row_ptr, column, size_bytes)``: row i's entries are ``row_ptr[i]:row_ptr[i + 1]``.
     """
     f_pair, f_threshold, f_group = flows.pair, flows.threshold, flows.group
     g_served = groups.served
@@ -738,14 +735,12 @@ def slot_demands(flows, groups, slot_first, slot_last, n_hosts, column_bps):
     bits = np.zeros(n_columns)
     touched = np.zeros(n_columns, dtype=np.bool_)
     columns = np.empty(n_columns, dtype=np.int64)
-    number = np.full(n_columns, -1, dtype=np.int64)
     n_entries = 0
     for i in range(n_slots):
         n_entries += 2 * (slot_last[i] - slot_first[i])
     row_ptr = np.zeros(n_slots + 1, dtype=np.int64)
-    port = np.empty(n_entries, dtype=np.int64)
-    seconds = np.empty(n_entries)
-    n_ports = 0
+    column_out = np.empty(n_entries, dtype=np.int64)
+    size_bytes = np.empty(n_entries)
     k = 0
     for i in range(n_slots):
         n_touched = 0
@@ -762,44 +757,72 @@ def slot_demands(flows, groups, slot_first, slot_last, n_hosts, column_bps):
                     columns[n_touched] = column
                     n_touched += 1
                 bits[column] += left
-        row_columns = np.sort(columns[:n_touched])
-        for column in row_columns:
-            value = 8.0 * (bits[column] / 8.0) / column_bps[column]
-            if value > 0:
-                if number[column] < 0:
-                    number[column] = n_ports
-                    n_ports += 1
-                port[k] = number[column]
-                seconds[k] = value
+        for column in np.sort(columns[:n_touched]):
+            if bits[column] != 0.0:
+                column_out[k] = column
+                size_bytes[k] = bits[column] / 8.0
                 k += 1
             bits[column] = 0.0
             touched[column] = False
         row_ptr[i + 1] = k
-    return row_ptr, port[:k].copy(), seconds[:k].copy(), n_ports
+    return row_ptr, column_out[:k].copy(), size_bytes[:k].copy()
 
 
 @njit(cache=True)
-def flow_remaining(flows, groups, ids):  # pragma: no cover - compiled
-    """Bits left of the flows ``ids`` (0 for finished ones).
+def port_seconds_matrix(row_ptr, column, size_bytes, column_bps):  # pragma: no cover - compiled
+    """BSSI's demand matrix from per-port bytes in sparse rows (as :func:`slot_port_bytes`):
+    each entry as ``8.0 * bytes / bps`` of its column, entries <= 0 dropped, ports numbered by
+    first use, as :meth:`controller.bssi.DemandMatrix.from_dense` gives them.
+
+    Args:
+        row_ptr: the rows' offsets into ``column`` and ``size_bytes``.
+        column: each entry's host port column.
+        size_bytes: each entry's bytes left.
+        column_bps: each column's capacity in bit/s.
+
+    Returns:
+        ``(row_ptr, port, seconds, n_ports)`` of the :class:`~controller.bssi.DemandMatrix`.
+    """
+    number = np.full(column_bps.shape[0], -1, dtype=np.int64)
+    out_ptr = np.zeros(row_ptr.shape[0], dtype=np.int64)
+    port = np.empty(column.shape[0], dtype=np.int64)
+    seconds = np.empty(column.shape[0])
+    n_ports = 0
+    k = 0
+    for i in range(row_ptr.shape[0] - 1):
+        for j in range(row_ptr[i], row_ptr[i + 1]):
+            value = 8.0 * size_bytes[j] / column_bps[column[j]]
+            if value > 0:
+                if number[column[j]] < 0:
+                    number[column[j]] = n_ports
+                    n_ports += 1
+                port[k] = number[column[j]]
+                seconds[k] = value
+                k += 1
+        out_ptr[i + 1] = k
+    return out_ptr, port[:k].copy(), seconds[:k].copy(), n_ports
+
+
+@njit(cache=True)
+def set_coflow_caps(flows, groups, slot_first, slot_last, gamma_s):
+    # pragma: no cover - compiled
+    """Cap every placed, unfinished flow of the given slots at its bits left / the slot's
+    ``gamma_s`` (MADD: each flow then ends at gamma), on the flow's own group.
 
     Args:
         flows: the :class:`FlowTable` (read only).
-        groups: the :class:`GroupTable` (read only: ``served``).
-        ids: int: the flow ids.
-
-    Returns:
-        The bits left of each flow of ``ids`` (a pending flow's size).
+        groups: the :class:`GroupTable`: ``cap`` is set, ``served`` read.
+        slot_first: int per capped slot: its first flow id.
+        slot_last: int per capped slot: one past its last flow id.
+        gamma_s: float per capped slot: its MADD time.
     """
-    f_group, f_threshold, g_served = flows.group, flows.threshold, groups.served
-    out = np.zeros(ids.shape[0])
-    for i in range(ids.shape[0]):
-        g = f_group[ids[i]]
-        if g == DONE:
-            continue
-        threshold = f_threshold[ids[i]]
-        left = threshold - g_served[g] if g >= 0 else threshold
-        out[i] = max(left, 0.0)
-    return out
+    f_group, f_threshold = flows.group, flows.threshold
+    g_served, g_cap = groups.served, groups.cap
+    for i in range(slot_first.shape[0]):
+        for f in range(slot_first[i], slot_last[i]):
+            g = f_group[f]
+            if g >= 0:
+                g_cap[g] = max(f_threshold[f] - g_served[g], 0.0) / gamma_s[i]
 
 
 # ---- the step loop ------------------------------------------------------------------------------

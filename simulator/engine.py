@@ -39,7 +39,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.bssi import DemandMatrix
-from controller.model import ClusterState, Coflow, Job, PortBitsMatrix, Stage
+from controller.model import (
+    ClusterState,
+    Coflow,
+    Job,
+    SparsePortBytes,
+    Stage,
+)
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
 from controller.timeline import CoflowLevel, Timeline
@@ -50,13 +56,14 @@ from simulator.core import (
     StepBuffers,
     StepSettings,
     Tables,
-    flow_remaining,
     order_by_head,
     place_flows,
+    port_seconds_matrix,
     run_steps,
+    set_coflow_caps,
     set_group_levels,
-    slot_demands,
     slot_loads,
+    slot_port_bytes,
 )
 
 # Flows whose completion time is within this fraction of the step finish with it.
@@ -420,13 +427,6 @@ class Simulator:
             self._b_row[bucket],
         )
 
-    def _remaining_bits(self, slot: int) -> tuple[np.ndarray, np.ndarray]:
-        """The placed, unfinished flows of a slot and the bits each has left."""
-        first, last = self._slot_flows[slot]
-        tables = self._tables
-        flows = np.arange(first, last)[tables.f_group[first:last] >= 0]
-        return flows, flow_remaining(tables.flow_table(), tables.group_table(), flows)
-
     # ---- policy and allocation -----------------------------------------------------------------
 
     def _slot_bits(
@@ -518,9 +518,17 @@ class Simulator:
         last_capped = self._assigned[1] if self._assigned is not None else set()
         self._assigned = (level, capped)
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
-        for c, gamma in schedule.coflow_gamma_s.items():
-            flows, left = self._remaining_bits(slot_of[c])
-            tables.g_cap[tables.f_group[flows]] = left / gamma
+        if schedule.coflow_gamma_s:
+            gammas = schedule.coflow_gamma_s
+            ranges = self._slot_ranges[np.fromiter(map(slot_of.__getitem__, gammas), np.int64,
+                                                   len(gammas))]  # fmt: skip
+            set_coflow_caps(
+                tables.flow_table(),
+                tables.group_table(),
+                ranges[:, 0].copy(),
+                ranges[:, 1].copy(),
+                np.fromiter(gammas.values(), float, len(gammas)),
+            )
         # a group starts without a cap: only the coflows capped last time and not now keep
         # groups whose caps must go
         for s in (last_capped - capped) & self._active_slots:
@@ -700,7 +708,7 @@ class _PortBits:
         self._slots = slots
         self._remaining = remaining_bytes
         self.row_of = row_of
-        self._bits: np.ndarray | None = None
+        self._all_rows: tuple | None = None
         self._bytes: list[dict] | None = None
 
     def _check_current(self) -> None:
@@ -718,50 +726,54 @@ class _PortBits:
         """Bytes still to send of an active coflow."""
         return self._remaining[self._row(coflow_id)]
 
-    def matrix(self) -> np.ndarray:
-        """Bits still to send of every active coflow (rows) on each host port (columns: the
-        egress ports by host, then the ingress ports)."""
-        if self._bits is None:
-            self._check_current()
-            _, _, self._bits = self._sim._slot_bits(with_ports=True, slots=self._slots)
-        return self._bits
-
     @property
     def n_hosts(self) -> int:
-        """Hosts of the fabric (half the columns of :meth:`matrix`)."""
+        """Hosts of the fabric (columns: their egress ports, then their ingress ports)."""
         return self._sim.fabric.n_hosts
 
     def demands(self, rows: np.ndarray, column_bps: np.ndarray) -> tuple:
         """BSSI's demand matrix of the coflows in ``rows`` (in that order) at the ports'
         capacities ``column_bps``, as the arrays of a :class:`DemandMatrix`: the numbers
-        :meth:`ClusterState.demand_matrix` gives, without the dense array."""
+        :meth:`ClusterState.demand_matrix` gives, without a dense array."""
+        return port_seconds_matrix(*self.sparse_rows(rows), column_bps)
+
+    def sparse_rows(self, rows: np.ndarray | None = None) -> tuple:
+        """Bytes left per host port of the coflows in ``rows`` (in that order; every row, once
+        computed and then kept, when ``None``) as ``(row_ptr, column, size_bytes)`` sparse
+        rows, each entry ``bits / 8.0`` of the bits the flows have left on that port."""
+        if rows is None and self._all_rows is not None:
+            return self._all_rows
         self._check_current()
-        slots = np.asarray(self._slots, dtype=np.int64)[rows]
-        ranges = self._sim._slot_ranges[slots]
+        slots = np.asarray(self._slots, dtype=np.int64)
+        ranges = self._sim._slot_ranges[slots if rows is None else slots[rows]]
         tables = self._sim._tables
-        return slot_demands(
+        sparse = slot_port_bytes(
             tables.flow_table(),
             tables.group_table(),
             ranges[:, 0].copy(),
             ranges[:, 1].copy(),
             self.n_hosts,
-            column_bps,
         )
+        if rows is None:
+            self._all_rows = sparse
+        return sparse
 
     def row_bytes(self, coflow_id: int) -> dict:
         """Bytes still to send of an active coflow per port ``(host, EGRESS | INGRESS)``, ports
         in column order. The first call builds every row's mapping in one pass over the
-        matrix's nonzero entries (a policy that looks at one coflow's ports looks at all)."""
+        sparse rows (a policy that looks at one coflow's ports looks at all)."""
         row = self._row(coflow_id)
         if self._bytes is None:
-            bits = self.matrix()
-            n_hosts = bits.shape[1] // 2
-            rows, columns = np.nonzero(bits)  # row-major: by coflow, then by column
-            ports = zip((columns % n_hosts).tolist(), (columns // n_hosts).tolist(), strict=True)
-            self._bytes = [{} for _ in range(len(bits))]
-            for i, port, size in zip(rows.tolist(), ports, (bits[rows, columns] / 8.0).tolist(),
-                                     strict=True):  # fmt: skip
-                self._bytes[i][port] = size
+            row_ptr, column, size_bytes = self.sparse_rows()
+            n_hosts = self.n_hosts
+            ports = list(zip((column % n_hosts).tolist(), (column // n_hosts).tolist(),
+                             strict=True))  # fmt: skip
+            sizes = size_bytes.tolist()
+            bounds = row_ptr.tolist()
+            self._bytes = [
+                dict(zip(ports[lo:hi], sizes[lo:hi], strict=True))
+                for lo, hi in zip(bounds, bounds[1:], strict=False)
+            ]
         return self._bytes[row]
 
 
@@ -908,10 +920,10 @@ class _SimulatorState(ClusterState):
             bps = np.full(2 * n_hosts, float(self.default_port_bps))
         return DemandMatrix(*self.port_bits.demands(rows, bps))
 
-    def port_bits_matrix(self) -> PortBitsMatrix:
-        """The active coflows' bits left per port (rows as ``row_of``), the array every coflow's
-        mapping is read from."""
-        return PortBitsMatrix(self.port_bits.matrix(), self.row_of)
+    def sparse_port_bytes(self) -> SparsePortBytes:
+        """The active coflows' bytes left per port as sparse rows (rows as ``row_of``), the
+        arrays every coflow's mapping is read from."""
+        return SparsePortBytes(*self.port_bits.sparse_rows(), self.row_of, self.port_bits.n_hosts)
 
 
 _warm = False

@@ -1,6 +1,7 @@
-"""Beamer's array path (controller.stage_loads) against its mapping path: the same demand
-matrix entry for entry (values, port numbers of first use) and the same schedule, on instances
-full of ties like ring all-reduce's equal per-port loads."""
+"""The policies' array paths against their mapping paths: Beamer's (controller.stage_loads)
+gives the same demand matrix entry for entry (values, port numbers of first use) and the same
+schedule, Varys' (controller.madd) the same order and MADD times, on instances full of ties like
+ring all-reduce's equal per-port loads."""
 
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from controller.model import (
     CoflowSummary,
     Host,
     Job,
-    PortBitsMatrix,
+    SparsePortBytes,
     Stage,
     egress,
     ingress,
 )
-from controller.policies import Beamer, _array_loads, _mapping_loads, _unit, make_policy
+from controller.policies import Beamer, Varys, _array_loads, _mapping_loads, _unit, make_policy
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
@@ -31,12 +32,12 @@ from workloads.hpo import generate
 
 @dataclass
 class ArrayState(ClusterState):
-    """A plain state that also offers its coflows' loads as one array."""
+    """A plain state that also offers its coflows' loads as sparse arrays."""
 
-    matrix: PortBitsMatrix | None = None
+    sparse: SparsePortBytes | None = None
 
-    def port_bits_matrix(self) -> PortBitsMatrix | None:
-        return self.matrix
+    def sparse_port_bytes(self) -> SparsePortBytes | None:
+        return self.sparse
 
 
 def summary(coflow: Coflow) -> CoflowSummary:
@@ -111,7 +112,7 @@ def tied_instance(seed: int) -> ArrayState:
         hosts = {h: Host(h, rng.choice((1e9, 2e9)), rng.choice((1e9, 4e9))) for h in range(2)}
     return ArrayState(
         hosts, coflows, {j.job_id: j for j in jobs}, {s.stage_id: s for s in stages},
-        matrix=PortBitsMatrix(bits, row_of),
+        sparse=SparsePortBytes.from_dense(bits, row_of),
     )  # fmt: skip
 
 
@@ -128,7 +129,7 @@ def both_loads(state: ClusterState):
             units.update((0, job_id) for job_id in state.stages[stage_id].job_ids)
     stage_units = [sorted(units) for units in by_stage.values()]
     plain = _mapping_loads(mapping_state(state), in_flight, stage_units)
-    fast = _array_loads(state, state.port_bits_matrix(), in_flight, stage_units)
+    fast = _array_loads(state, state.sparse_port_bytes(), in_flight, stage_units)
     return plain, fast, sorted(set().union(*by_stage.values()))
 
 
@@ -150,7 +151,7 @@ def test_array_loads_equal_mapping_loads_bit_for_bit(seed):
 @pytest.mark.parametrize("seed", range(60))
 def test_beamer_gives_the_same_schedule_from_the_array(seed):
     state = tied_instance(seed)
-    assert state.port_bits_matrix() is not None
+    assert state.sparse_port_bytes() is not None
     fast = Beamer(use_rates=seed % 2 == 1).schedule(state)
     plain = Beamer(use_rates=seed % 2 == 1).schedule(mapping_state(state))
     assert fast.ranks == plain.ranks
@@ -174,7 +175,7 @@ def test_the_instances_tie_so_port_numbers_matter():
 
 
 def test_a_port_outside_the_matrix_is_refused():
-    matrix = PortBitsMatrix(np.zeros((0, 6)), {})
+    matrix = SparsePortBytes.from_dense(np.zeros((0, 6)), {})
     assert matrix.columns([egress(2), ingress(0)]).tolist() == [2, 3]
     with pytest.raises(ValueError, match="not one of hosts 0..2"):
         matrix.columns([egress(3)])
@@ -189,7 +190,7 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
     class Both(type(make_policy("beamer"))):
         def schedule(self, state):
             schedule = super().schedule(state)
-            assert state.port_bits_matrix() is not None
+            assert state.sparse_port_bytes() is not None
             assert super().schedule(mapping_state(state)).ranks == schedule.ranks
             checked.append(len(schedule.order))
             return schedule
@@ -203,8 +204,8 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
 
 
 def test_the_simulators_matrix_rows_are_its_coflows_mappings():
-    # PortBitsMatrix's promise: a coflow's port_bytes() is its row's nonzero entries, in
-    # column order, each as bits / 8
+    # SparsePortBytes' promise: a coflow's port_bytes() is its row's entries, in column order,
+    # and the simulator's rows are the nonzero per-port bits of its flows, each as bits / 8
     sim = Simulator(Fabric(7, 1e9), make_policy("beamer"))
     HpoDriver(sim, generate(7, 2, seed=2, configs_per_task=3, min_iterations=2, scale=50))
     state = sim.cluster_state()
@@ -212,9 +213,57 @@ def test_the_simulators_matrix_rows_are_its_coflows_mappings():
         sim.run(until_s=sim.now_s + 0.05)
         state = sim.cluster_state()
     assert len(state.coflows) >= 3
-    matrix = state.port_bits_matrix()
+    sparse = state.sparse_port_bytes()
+    bits = sim._slot_bits(with_ports=True)[2]  # the dense per-port bits, summed apart
     for cid, coflow in state.coflows.items():
-        row = matrix.bits_left[matrix.row_of[cid]]
-        columns = np.flatnonzero(row)
-        expected = [((c % 7, c // 7), row[c] / 8.0) for c in columns.tolist()]
+        row = sparse.row_of[cid]
+        lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
+        expected = [((c % 7, c // 7), bits[row, c] / 8.0) for c in np.flatnonzero(bits[row])]
+        entries = zip(sparse.column[lo:hi].tolist(), sparse.size_bytes[lo:hi].tolist(),
+                      strict=True)  # fmt: skip
+        assert [((c % 7, c // 7), size) for c, size in entries] == expected
         assert list(coflow.port_bytes().items()) == expected
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_varys_gives_the_same_schedule_from_the_sparse_loads(seed):
+    # controller.madd's kernels against policies.madd on the mappings: the same SEBF order
+    # (ties by arrival), the same MADD times, bit for bit, with ports of unequal capacity too
+    state = tied_instance(seed)
+    for use_rates in (True, False):
+        fast = Varys(use_rates=use_rates).schedule(state)
+        plain = Varys(use_rates=use_rates).schedule(mapping_state(state))
+        assert fast.ranks == plain.ranks
+        assert fast.coflow_gamma_s == plain.coflow_gamma_s
+        assert fast.flow_rates_bps == plain.flow_rates_bps == {}
+
+
+def test_varys_skips_a_coflow_whose_port_is_full():
+    # two coflows on the same egress port: MADD's first takes all of it, the second gets no
+    # cap (it is served by work conservation); the sparse path agrees
+    bits = np.array([[8e6, 0.0, 0.0, 8e6], [8e6, 0.0, 0.0, 0.0]])
+    coflows = {
+        cid: Coflow(cid, [], float(cid), summary=CoflowSummary(1e6, 1e6, {})) for cid in (1, 2)
+    }
+    state = ArrayState({}, coflows, sparse=SparsePortBytes.from_dense(bits, {1: 0, 2: 1}))
+    schedule = Varys().schedule(state)
+    assert schedule.order == [1, 2]  # equal bottlenecks: by arrival
+    assert schedule.coflow_gamma_s == {1: pytest.approx(8e6 / 1e9)}
+
+
+def test_the_simulators_varys_schedules_equal_the_mapping_path():
+    checked = []
+
+    class Both(Varys):
+        def schedule(self, state):
+            schedule = super().schedule(state)
+            assert state.sparse_port_bytes() is not None
+            plain = super().schedule(mapping_state(state))
+            assert (plain.ranks, plain.coflow_gamma_s) == (schedule.ranks, schedule.coflow_gamma_s)
+            checked.append(len(schedule.coflow_gamma_s))
+            return schedule
+
+    sim = Simulator(Fabric(9, 1e9), Both())
+    HpoDriver(sim, generate(9, 3, seed=5, configs_per_task=4, eta=2, min_iterations=2, scale=50))
+    sim.run()
+    assert len(checked) > 20 and max(checked) > 3
