@@ -242,7 +242,8 @@ class Job:
     Args:
         job_id: integer identifier.
         bytes_per_iteration: bytes the job's synchronisation puts on each port per iteration
-            (``{egress("h1"): 1e6, ingress("h2"): 1e6, ...}``).
+            (``{egress("h1"): 1e6, ingress("h2"): 1e6, ...}``). To change it, give the job a
+            new dict: a policy may keep what it derived from this one (Beamer does).
         iteration_budget: iterations the job trains in its current stage.
         iterations_done: iterations completed (compute and synchronisation) so far.
         stage_id: the stage the job belongs to.

@@ -260,9 +260,10 @@ class FifoLM(Policy):
                 self._seen.add(coflow.coflow_id)
                 bisect.insort(self._sizes, coflow.size_bytes)
         threshold = self.threshold_bytes()
-        light = [[c.coflow_id] for c in active if c.sent_bytes <= threshold]
-        heavy = [c.coflow_id for c in active if c.sent_bytes > threshold]
-        return Schedule.from_groups([*light, heavy])
+        heavy = [c.sent_bytes > threshold for c in active]
+        light = [(c.coflow_id,) for c, is_heavy in zip(active, heavy, strict=True) if not is_heavy]
+        shared = tuple(c.coflow_id for c, is_heavy in zip(active, heavy, strict=True) if is_heavy)
+        return Schedule((*light, shared) if shared else tuple(light))
 
 
 class Sincronia(Policy):
@@ -424,6 +425,7 @@ class Beamer(Policy):
 
     def __init__(self, use_rates: bool = False) -> None:
         self.use_rates = use_rates
+        self._job_ports: dict[int, _JobPorts] = {}  # see _array_loads
 
     def schedule(self, state: ClusterState) -> Schedule:
         """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
@@ -451,7 +453,7 @@ class Beamer(Policy):
         if sparse is None:
             loads = _mapping_loads(state, in_flight, stage_units)
         else:
-            loads = _array_loads(state, sparse, in_flight, stage_units)
+            loads = _array_loads(state, sparse, in_flight, stage_units, self._job_ports)
 
         ranks = []
         for index in bssi_order(loads.demands, weights):
@@ -519,42 +521,75 @@ def _mapping_loads(
     return _StageLoads(demands, lambda unit: bottleneck_s(state, load_of(unit)))
 
 
+@dataclass(frozen=True)
+class _JobPorts:
+    """A job's ``bytes_per_iteration`` as the columns and bytes of the sparse loads, made once
+    per dict object (``source``, kept so that its identity stays its own)."""
+
+    source: Mapping[Port, float]
+    n_hosts: int
+    column: np.ndarray
+    size_bytes: np.ndarray
+
+
 def _array_loads(
     state: ClusterState,
     sparse: SparsePortBytes,
     in_flight: Mapping[tuple, list[Coflow]],
     stage_units: list[list[tuple]],
+    job_ports: dict[int, _JobPorts] | None = None,
 ) -> _StageLoads:
     """The same loads as :func:`_mapping_loads`, from the state's sparse loads: Python only
-    lists each unit's coflow rows and future traffic; the sums run compiled."""
+    lists each unit's coflow rows and future traffic; the sums run compiled.
+
+    ``job_ports`` keeps each job's per-iteration columns from one call to the next (it is left
+    holding the jobs this call used); a job whose ``bytes_per_iteration`` is another dict
+    object than last time gets its columns anew."""
     units = list(dict.fromkeys(chain.from_iterable(stage_units)))
     index = {unit: i for i, unit in enumerate(units)}
-    coflows = [in_flight.get(unit, ()) for unit in units]
-    row_of = sparse.row_of
-    rows = [row_of[c.coflow_id] for unit_coflows in coflows for c in unit_coflows]
-    row_counts = [len(unit_coflows) for unit_coflows in coflows]
-    jobs = [state.jobs.get(unit[1]) if unit[0] == 0 else None for unit in units]
-    future = [
-        0 if job is None else _future_iterations(job, n_rows)
-        for job, n_rows in zip(jobs, row_counts, strict=True)
-    ]
-    per_iteration = [
-        job.bytes_per_iteration if n_future else {}
-        for job, n_future in zip(jobs, future, strict=True)
-    ]
-    extra_counts = [len(extra) for extra in per_iteration]
-    n_extra = sum(extra_counts)
+    row_of, jobs, n_hosts = sparse.row_of, state.jobs, sparse.n_hosts
+    known = job_ports if job_ports is not None else {}
+    used: dict[int, _JobPorts] = {}
+    rows: list[int] = []
+    row_counts, future, extra_counts = [], [], []
+    extra_columns, extra_bytes = [], []
+    for unit in units:
+        unit_coflows = in_flight.get(unit, ())
+        rows.extend([row_of[c.coflow_id] for c in unit_coflows])
+        row_counts.append(len(unit_coflows))
+        job = jobs.get(unit[1]) if unit[0] == 0 else None
+        n_future = 0 if job is None else _future_iterations(job, len(unit_coflows))
+        future.append(n_future)
+        if not n_future:
+            extra_counts.append(0)
+            continue
+        ports = known.get(job.job_id)
+        if ports is None or ports.source is not job.bytes_per_iteration or ports.n_hosts != n_hosts:
+            per_iteration = job.bytes_per_iteration
+            ports = _JobPorts(
+                per_iteration,
+                n_hosts,
+                sparse.columns(per_iteration, len(per_iteration)),
+                np.fromiter(per_iteration.values(), float, len(per_iteration)),
+            )
+        used[job.job_id] = ports
+        extra_counts.append(len(ports.column))
+        extra_columns.append(ports.column)
+        extra_bytes.append(ports.size_bytes)
+    if job_ports is not None:
+        job_ports.clear()
+        job_ports.update(used)
     work = UnitsOfWork.from_counts(
         row_counts,
         rows,
         future,
         extra_counts,
-        sparse.columns(chain.from_iterable(per_iteration), n_extra),
-        np.fromiter(chain.from_iterable(e.values() for e in per_iteration), float, n_extra),
+        np.concatenate(extra_columns) if extra_columns else np.zeros(0, dtype=np.int64),
+        np.concatenate(extra_bytes) if extra_bytes else np.zeros(0),
     )
     loads = stage_loads(
         sparse,
-        state.host_ports_bps(sparse.n_hosts),
+        state.host_ports_bps(n_hosts),
         work,
         [[index[unit] for unit in units] for units in stage_units],
     )

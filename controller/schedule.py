@@ -48,7 +48,9 @@ class Schedule:
         coflow_gamma_s: Mapping[CoflowId, float] | None = None,
     ) -> Schedule:
         """A schedule in which every coflow has a rank of its own."""
-        return cls.from_groups(([c] for c in order), flow_rates_bps, coflow_gamma_s)
+        return cls(
+            tuple((c,) for c in order), dict(flow_rates_bps or {}), dict(coflow_gamma_s or {})
+        )
 
     @classmethod
     def from_groups(

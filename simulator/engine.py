@@ -594,24 +594,32 @@ class Simulator:
     def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
         """The bucket of every active coflow, reusing buckets so that few flows move."""
         target: dict[int, int] = {}
+        # (not the bucket levels: a new bucket may move them to a larger array)
+        slot_bucket, b_single = self._slot_bucket, self._b_single
         # one group per flow: capped coflows, and every coflow in ideal mode
-        for s, lvl in level.items():
-            if s in capped or self.mode == "ideal":
-                bucket = self._slot_bucket[s]
-                if bucket < 0 or not self._b_single[bucket]:
-                    bucket = self._new_bucket(lvl, True)
-                self._b_level[bucket] = lvl
-                target[s] = bucket
+        ideal = self.mode == "ideal"
+        if capped or ideal:
+            for s, lvl in level.items():
+                if ideal or s in capped:
+                    bucket = slot_bucket[s]
+                    if bucket < 0 or not b_single[bucket]:
+                        bucket = self._new_bucket(lvl, True)
+                    self._b_level[bucket] = lvl
+                    target[s] = bucket
+            if ideal:
+                return target  # (every coflow has its own groups: no shared bucket)
         # shared buckets: each level keeps up to MAX_LEVEL_ROWS existing buckets, those that
         # hold most of its flows (a coflow alone in its bucket changes level without moving);
         # the other coflows of the level join the first of them
         weight: dict[tuple[int, int], int] = {}
+        slot_flows = self._slot_flows
         for s, lvl in level.items():
-            bucket = self._slot_bucket[s]
-            if s in target or bucket < 0 or self._b_single[bucket]:
+            bucket = slot_bucket[s]
+            if bucket < 0 or b_single[bucket] or s in target:
                 continue
-            first, last = self._slot_flows[s]
-            weight[(bucket, lvl)] = weight.get((bucket, lvl), 0) + (last - first)
+            first, last = slot_flows[s]
+            key = (bucket, lvl)
+            weight[key] = weight.get(key, 0) + (last - first)
         buckets_of_level: dict[int, list[int]] = {}
         used = set()
         for (bucket, lvl), _ in sorted(weight.items(), key=lambda kv: -kv[1]):
@@ -624,12 +632,10 @@ class Simulator:
             if s in target:
                 continue
             kept = buckets_of_level.setdefault(lvl, [])
-            if self._slot_bucket[s] in kept:
-                target[s] = self._slot_bucket[s]
-                continue
             if not kept:
                 kept.append(self._new_bucket(lvl, False))
-            target[s] = kept[0]
+            bucket = slot_bucket[s]
+            target[s] = bucket if bucket in kept else kept[0]
         return target
 
     def _park_empty_buckets(self, kept: set[int]) -> None:
