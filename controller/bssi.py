@@ -11,8 +11,9 @@ unplaced positions and scale the others' weights ``w[k] -= w[s] * v[k][b] / v[s]
 no demand left on any loaded port go first.
 
 The demands travel as a sparse item x port matrix (:class:`DemandMatrix`, rows in item order)
-and the loop is one compiled kernel with incremental port loads, so one step costs the size of
-one port's column plus one item's row, not items x ports, and no Python runs per item. Callers
+and the loop is one compiled kernel with incremental port loads and a tournament tree that
+holds the most loaded port, so one step costs the size of one port's column plus one item's
+row times the tree's depth, not items x ports, and no Python runs per item. Callers
 that hold their loads in arrays (the simulator) build the matrix without a dict per item.
 """
 
@@ -161,11 +162,19 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
     alive = np.ones(n, dtype=np.bool_)
     placed_last = np.empty(n, dtype=np.int64)
     n_placed = 0
+    # The most loaded port, the first of equals, from a tournament tree over the ports (a
+    # node holds the winner of its two children, the left one on a tie), so a step updates
+    # the few ports of one item instead of scanning them all.
+    leaves = 1
+    while leaves < max(n_ports, 1):
+        leaves *= 2
+    tree = np.full(2 * leaves, -1, dtype=np.int64)
+    for p in range(n_ports):
+        tree[leaves + p] = p
+    for node in range(leaves - 1, 0, -1):
+        tree[node] = _winner(tree[2 * node], tree[2 * node + 1], load)
     while n_ports > 0:
-        b = 0  # the most loaded port, the first of equals
-        for p in range(1, n_ports):
-            if load[p] > load[b]:
-                b = p
+        b = tree[1]
         if load[b] <= _EPS_S:
             break
         lo, hi = col_ptr[b], col_ptr[b + 1]
@@ -176,6 +185,7 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
                 best = min(best, w[k] / col_seconds[j])
         if best == np.inf:
             load[b] = 0.0  # only rounding residue was left on this port
+            _replay(tree, leaves + b, load)
             continue
         # Among ties, the latest item goes last (earlier arrivals are served first).
         tie = best + abs(best) * _TIE_REL
@@ -196,6 +206,7 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         n_placed += 1
         for j in range(row_ptr[sigma], row_ptr[sigma + 1]):
             load[port[j]] -= seconds[j]
+            _replay(tree, leaves + port[j], load)
     order = np.empty(n, dtype=np.int64)
     i = 0
     for k in range(n):
@@ -206,3 +217,22 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         order[i] = placed_last[m]
         i += 1
     return order
+
+
+@njit(cache=True, inline="always")
+def _winner(left, right, load):  # pragma: no cover - compiled
+    """The more loaded of two ports (-1: none), the left one on a tie."""
+    if right < 0:
+        return left
+    if left < 0 or load[right] > load[left]:
+        return right
+    return left
+
+
+@njit(cache=True, inline="always")
+def _replay(tree, leaf, load):  # pragma: no cover - compiled
+    """Replay the matches from a port's ``leaf`` up to the root after its load changed."""
+    node = leaf // 2
+    while node >= 1:
+        tree[node] = _winner(tree[2 * node], tree[2 * node + 1], load)
+        node //= 2

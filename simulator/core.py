@@ -757,7 +757,19 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
                     columns[n_touched] = column
                     n_touched += 1
                 bits[column] += left
-        for column in np.sort(columns[:n_touched]):
+        # most coflows touch a few ports: sort those in place (insertion sort, no allocation)
+        if n_touched <= 32:
+            for m in range(1, n_touched):
+                column = columns[m]
+                t = m - 1
+                while t >= 0 and columns[t] > column:
+                    columns[t + 1] = columns[t]
+                    t -= 1
+                columns[t + 1] = column
+        else:
+            columns[:n_touched] = np.sort(columns[:n_touched])
+        for m in range(n_touched):
+            column = columns[m]
             if bits[column] != 0.0:
                 column_out[k] = column
                 size_bytes[k] = bits[column] / 8.0

@@ -106,6 +106,19 @@ def test_compiled_bssi_equals_the_plain_reference(seed):
     assert bssi_order(demands, weights) == bssi_order_plain(demands, weights)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_the_port_tournament_picks_what_a_scan_picks_on_many_ports(seed):
+    # the kernel finds the most loaded port with a tournament tree (first of equals); with
+    # tens to hundreds of ports, not a power of two, and loads that tie, it must pick the
+    # port the reference's scan picks at every step
+    from simulator.reference import bssi_order_plain
+
+    rng = random.Random(100 + seed)
+    demands = _tied_demands(rng, rng.randint(20, 120), rng.randint(13, 200))
+    weights = [float(rng.choice((1, 2, 5))) for _ in demands] if seed % 2 else None
+    assert bssi_order(demands, weights) == bssi_order_plain(demands, weights)
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_dense_matrix_gives_the_same_order_as_mappings(seed):
     rng = np.random.default_rng(seed)

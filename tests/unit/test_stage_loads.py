@@ -25,7 +25,7 @@ from controller.model import (
     ingress,
 )
 from controller.policies import Beamer, Varys, _array_loads, _mapping_loads, _unit, make_policy
-from simulator.engine import Fabric, Simulator
+from simulator.engine import CoflowSpec, Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
 
@@ -267,3 +267,27 @@ def test_the_simulators_varys_schedules_equal_the_mapping_path():
     HpoDriver(sim, generate(9, 3, seed=5, configs_per_task=4, eta=2, min_iterations=2, scale=50))
     sim.run()
     assert len(checked) > 20 and max(checked) > 3
+
+
+def test_sparse_rows_of_coflows_wide_and_narrow_equal_the_dense_bits():
+    # a row's columns are sorted in place when a coflow touches few ports and by a full sort
+    # when it touches many (here 2 x 39 + 1): both give the dense array's nonzero entries
+    rng = random.Random(3)
+    sim = Simulator(Fabric(40, 1e9), make_policy("fair"))
+    wide = CoflowSpec(1, np.zeros(39, dtype=np.int64), np.arange(1, 40),
+                      np.array([rng.uniform(1e5, 1e6) for _ in range(39)]))  # fmt: skip
+    narrow = CoflowSpec(2, np.array([5, 9, 5]), np.array([3, 3, 7]), np.array([2e5, 1e5, 3e5]))
+    fan_in = CoflowSpec(3, np.arange(2, 40), np.full(38, 1), np.full(38, 1e5))
+    for spec in (wide, narrow, fan_in):
+        sim.release(spec)
+    sim.run(until_s=0.001)
+    state = sim.cluster_state()
+    sparse = state.sparse_port_bytes()
+    bits = sim._slot_bits(with_ports=True)[2]
+    assert len(state.coflows) == 3
+    for cid in state.coflows:
+        row = sparse.row_of[cid]
+        lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
+        assert sparse.column[lo:hi].tolist() == np.flatnonzero(bits[row]).tolist()
+        assert sparse.size_bytes[lo:hi].tolist() == (bits[row][bits[row] != 0] / 8.0).tolist()
+    assert sparse.row_ptr[sparse.row_of[1] + 1] - sparse.row_ptr[sparse.row_of[1]] == 40
