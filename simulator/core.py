@@ -673,6 +673,23 @@ def order_by_head(order, g_level, g_head):  # pragma: no cover - compiled
     return out
 
 
+@njit(cache=True, inline="always")
+def _bits_left(f, f_group, f_threshold, g_served):  # pragma: no cover - compiled
+    """Bits flow ``f`` has left: 0 once finished, its size while pending (no group yet),
+    else its threshold minus what its group has served (<= 0 when it is due to finish).
+
+    Args:
+        f: the flow id.
+        f_group: each flow's group (``DONE`` once finished, < 0 while pending).
+        f_threshold: each flow's finishing point on its group's served count.
+        g_served: each group's bits served per flow.
+    """
+    g = f_group[f]
+    if g == DONE:
+        return 0.0
+    return f_threshold[f] - g_served[g] if g >= 0 else f_threshold[f]
+
+
 @njit(cache=True)
 def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
     # pragma: no cover - compiled
@@ -698,10 +715,7 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
     ports = np.zeros((n_slots, 2 * n_hosts if with_ports else 0))
     for i in range(n_slots):
         for f in range(slot_first[i], slot_last[i]):
-            g = f_group[f]
-            if g == DONE:
-                continue
-            left = f_threshold[f] - g_served[g] if g >= 0 else f_threshold[f]
+            left = _bits_left(f, f_group, f_threshold, g_served)
             if left <= 0.0:
                 continue
             total[i] += left
@@ -745,10 +759,7 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
     for i in range(n_slots):
         n_touched = 0
         for f in range(slot_first[i], slot_last[i]):
-            g = f_group[f]
-            if g == DONE:
-                continue
-            left = f_threshold[f] - g_served[g] if g >= 0 else f_threshold[f]
+            left = _bits_left(f, f_group, f_threshold, g_served)
             if left <= 0.0:
                 continue
             for column in (f_pair[f] // n_hosts, n_hosts + f_pair[f] % n_hosts):

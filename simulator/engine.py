@@ -39,13 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.bssi import DemandMatrix
-from controller.model import (
-    ClusterState,
-    Coflow,
-    Job,
-    SparsePortBytes,
-    Stage,
-)
+from controller.model import ClusterState, Coflow, Job, SparsePortBytes, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, coflow_levels
 from controller.timeline import CoflowLevel, Timeline

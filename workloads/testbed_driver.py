@@ -60,6 +60,8 @@ def base_port(job_id: int) -> int:
 
 
 WATCH_PERIOD_S = 1.0
+# Seconds the workers get to exit on SIGTERM when a run is stopped before SIGKILL.
+STOP_GRACE_S = 2.0
 
 
 class TestbedFault(RuntimeError):
@@ -392,14 +394,18 @@ class TestbedDriver:
                 self.carry_out(actions)
 
     def stop_all(self) -> None:
-        """Stop every worker still running (SIGTERM, then SIGKILL), by handle."""
+        """Stop every worker still running (SIGTERM, then SIGKILL to those still running
+        :data:`STOP_GRACE_S` later), by handle."""
         procs = [proc for workers in self.workers.values() for proc in workers.procs]
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
+        # one deadline for all workers, so that a failed run ends within seconds however many
+        # of its workers are slow to leave
+        deadline = time.monotonic() + STOP_GRACE_S
         for proc in procs:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
