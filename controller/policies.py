@@ -327,14 +327,6 @@ class Varys(Policy):
         return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
 
 
-def _jobs_coflows(active: Sequence[Coflow]) -> dict[int, list[Coflow]]:
-    by_job: dict[int, list[Coflow]] = defaultdict(list)
-    for coflow in active:
-        if coflow.job_id is not None:
-            by_job[coflow.job_id].append(coflow)
-    return by_job
-
-
 _PROGRESS_DIGITS = 9
 
 
@@ -363,25 +355,37 @@ class Jpas(Policy):
 
     def schedule(self, state: ClusterState) -> Schedule:
         """Jobs (and coflows without a job) by least attained progress first, ties by arrival."""
-        entries = []  # (progress, arrival, kind, id, coflow ids)
         active = state.active_coflows()
-        for job_id, coflows in _jobs_coflows(active).items():
-            job = state.jobs.get(job_id)
-            if job is not None:
-                key = (job.progress, job.arrival_s, 0, job_id)
-            else:
-                first = coflows[0]
-                key = (0.0, first.arrival_s, 0, job_id)
-            entries.append((*key, [c.coflow_id for c in coflows]))
+        by_job: dict[int, list[int]] = {}  # job id -> its coflow ids, in arrival order
+        first_arrival: dict[int, float] = {}
+        jobless: list[Coflow] = []
         for coflow in active:
-            if coflow.job_id is None:
-                sent = coflow.sent_bytes / coflow.size_bytes if coflow.size_bytes else 1.0
-                # equal progress must tie (and go by arrival) whatever the float noise in the
-                # bytes counted, else the order flips between equals at every re-ranking
-                sent = round(sent, _PROGRESS_DIGITS)
-                entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
-        entries.sort(key=lambda e: e[:4])
-        return Schedule.from_groups(e[4] for e in entries)
+            job_id = coflow.job_id
+            if job_id is None:
+                jobless.append(coflow)
+            elif job_id in by_job:
+                by_job[job_id].append(coflow.coflow_id)
+            else:
+                by_job[job_id] = [coflow.coflow_id]
+                first_arrival[job_id] = coflow.arrival_s
+        # (progress, arrival, kind, id, coflow ids): the first four are unique (kind 0 a job
+        # id, kind 1 a coflow id), so a plain tuple sort orders by them alone
+        entries = []
+        jobs = state.jobs
+        for job_id, ids in by_job.items():
+            job = jobs.get(job_id)
+            if job is not None:
+                entries.append((job.progress, job.arrival_s, 0, job_id, ids))
+            else:
+                entries.append((0.0, first_arrival[job_id], 0, job_id, ids))
+        for coflow in jobless:
+            sent = coflow.sent_bytes / coflow.size_bytes if coflow.size_bytes else 1.0
+            # equal progress must tie (and go by arrival) whatever the float noise in the
+            # bytes counted, else the order flips between equals at every re-ranking
+            sent = round(sent, _PROGRESS_DIGITS)
+            entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
+        entries.sort()
+        return Schedule(tuple(tuple(e[4]) for e in entries))
 
 
 def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:

@@ -340,3 +340,45 @@ def test_rates_fit_port_capacities(state, name):
         for port in (egress(flow.src), ingress(flow.dst)):
             used[port] = used.get(port, 0.0) + rate
     assert all(total <= BYTE_PER_S * (1 + 1e-9) for total in used.values())
+
+
+def _jpas_by_key(state: ClusterState) -> list[tuple[int, ...]]:
+    """JPAS's ranks as its definition states them: one entry per job (registered: its progress
+    and arrival; unregistered: 0 and its first coflow's arrival) and per jobless coflow (bytes
+    sent over size, rounded), stably sorted by (progress, arrival, kind, id)."""
+    entries, by_job = [], {}
+    for coflow in state.active_coflows():
+        if coflow.job_id is None:
+            sent = round(coflow.sent_bytes / coflow.size_bytes, 9) if coflow.size_bytes else 1.0
+            entries.append(((sent, coflow.arrival_s, 1, coflow.coflow_id), [coflow.coflow_id]))
+        else:
+            by_job.setdefault(coflow.job_id, []).append(coflow)
+    for job_id, coflows in by_job.items():
+        job = state.jobs.get(job_id)
+        key = (job.progress, job.arrival_s) if job else (0.0, coflows[0].arrival_s)
+        entries.append(((*key, 0, job_id), [c.coflow_id for c in coflows]))
+    entries.sort(key=lambda entry: entry[0])
+    return [tuple(ids) for _, ids in entries]
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=60, deadline=None)
+def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed):
+    # equal progress and arrival between jobs, jobs and jobless coflows and unregistered jobs:
+    # the tie goes by kind, then id, never by anything else
+    import random
+
+    rng = random.Random(seed)
+    jobs = [
+        Job(j, iteration_budget=4, iterations_done=rng.choice((0, 2, 2, 4)),
+            arrival_s=float(rng.choice((0, 1))))
+        for j in range(1, rng.randint(1, 6))
+    ]  # fmt: skip
+    coflows = []
+    for cid in range(rng.randint(1, 14)):
+        job_id = rng.choice([None, 99, *(j.job_id for j in jobs)])
+        size = float(rng.choice((4, 8)))
+        flow = Flow(0, 1, size, size - rng.choice((0, 2, 4)))
+        coflows.append(Coflow(cid, [flow], float(rng.choice((0, 1))), job_id))
+    state = ClusterState.build(coflows, jobs)
+    assert list(Jpas().schedule(state).ranks) == _jpas_by_key(state)
