@@ -230,6 +230,7 @@ class Simulator:
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
+        self._slot_n_flows: list[int] = []  # its length
         # the same ranges as an array (rows beyond the slots are spare), to gather them at C speed
         self._slot_ranges = np.zeros((16, 2), dtype=np.int64)
         self._slot_bucket: list[int] = []
@@ -303,6 +304,7 @@ class Simulator:
             np.add.at(self._released_port_bits, src, bits)
             np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
+        self._slot_n_flows.append(n)
         if slot == len(self._slot_ranges):
             spare = np.zeros_like(self._slot_ranges)
             self._slot_ranges = np.concatenate([self._slot_ranges, spare])
@@ -605,31 +607,37 @@ class Simulator:
         # shared buckets: each level keeps up to MAX_LEVEL_ROWS existing buckets, those that
         # hold most of its flows (a coflow alone in its bucket changes level without moving);
         # the other coflows of the level join the first of them
+        # the coflows that share buckets, with their levels (walked twice)
+        if target:
+            shared_items = [(s, lvl) for s, lvl in level.items() if s not in target]
+        else:
+            shared_items = level.items()
         weight: dict[tuple[int, int], int] = {}
-        slot_flows = self._slot_flows
-        for s, lvl in level.items():
+        n_flows, add = self._slot_n_flows, weight.get
+        for s, lvl in shared_items:
             bucket = slot_bucket[s]
-            if bucket < 0 or b_single[bucket] or s in target:
-                continue
-            first, last = slot_flows[s]
-            key = (bucket, lvl)
-            weight[key] = weight.get(key, 0) + (last - first)
-        buckets_of_level: dict[int, list[int]] = {}
-        used = set()
+            if bucket >= 0 and not b_single[bucket]:
+                key = (bucket, lvl)
+                weight[key] = add(key, 0) + n_flows[s]
+        kept_of_level: dict[int, list[int]] = {}
+        level_of_kept: dict[int, int] = {}  # a kept bucket's level (a bucket is kept once)
         for (bucket, lvl), _ in sorted(weight.items(), key=lambda kv: -kv[1]):
-            kept = buckets_of_level.setdefault(lvl, [])
-            if bucket not in used and len(kept) < self._level_rows:
-                used.add(bucket)
+            kept = kept_of_level.setdefault(lvl, [])
+            if bucket not in level_of_kept and len(kept) < self._level_rows:
+                level_of_kept[bucket] = lvl
                 kept.append(bucket)
                 self._b_level[bucket] = lvl
-        for s, lvl in level.items():
-            if s in target:
-                continue
-            kept = buckets_of_level.setdefault(lvl, [])
-            if not kept:
-                kept.append(self._new_bucket(lvl, False))
+        head = {lvl: kept[0] for lvl, kept in kept_of_level.items() if kept}
+        for s, lvl in shared_items:
             bucket = slot_bucket[s]
-            target[s] = bucket if bucket in kept else kept[0]
+            if level_of_kept.get(bucket) == lvl:
+                target[s] = bucket
+                continue
+            first = head.get(lvl)
+            if first is None:  # the level's first coflow in order makes its bucket
+                first = head[lvl] = self._new_bucket(lvl, False)
+                level_of_kept[first] = lvl
+            target[s] = first
         return target
 
     def _park_empty_buckets(self, kept: set[int]) -> None:
