@@ -157,32 +157,33 @@ def _stage_loads(
             for i in range(row_ptr[u], row_ptr[u + 1]):
                 r = rows[i]
                 for j in range(load_ptr[r], load_ptr[r + 1]):
-                    c = load_column[j]
-                    if unit_mark[c] != visit:
-                        unit_mark[c] = visit
-                        unit_load[c] = 0.0
-                        unit_columns[n_unit_columns] = c
-                        n_unit_columns += 1
-                    unit_load[c] += load_bytes[j]
+                    n_unit_columns = _add(
+                        load_column[j],
+                        load_bytes[j],
+                        visit,
+                        unit_mark,
+                        unit_load,
+                        unit_columns,
+                        n_unit_columns,
+                    )
             for i in range(extra_ptr[u], extra_ptr[u + 1]):
-                c = extra_column[i]
-                if unit_mark[c] != visit:
-                    unit_mark[c] = visit
-                    unit_load[c] = 0.0
-                    unit_columns[n_unit_columns] = c
-                    n_unit_columns += 1
-                unit_load[c] += future[u] * extra_bytes[i]
+                n_unit_columns = _add(
+                    extra_column[i],
+                    future[u] * extra_bytes[i],
+                    visit,
+                    unit_mark,
+                    unit_load,
+                    unit_columns,
+                    n_unit_columns,
+                )
             visit += 1
             bottleneck = 0.0
             for m in range(n_unit_columns):
                 c = unit_columns[m]
                 bottleneck = max(bottleneck, 8.0 * unit_load[c] / column_bps[c])
-                if stage_mark[c] != s:
-                    stage_mark[c] = s
-                    stage_load[c] = 0.0
-                    stage_columns[n_stage_columns] = c
-                    n_stage_columns += 1
-                stage_load[c] += unit_load[c]
+                n_stage_columns = _add(
+                    c, unit_load[c], s, stage_mark, stage_load, stage_columns, n_stage_columns
+                )
             unit_bottleneck[u] = bottleneck
         if n_out + n_stage_columns > len(out_port):
             grown = max(2 * len(out_port), n_out + n_stage_columns)
@@ -200,6 +201,19 @@ def _stage_loads(
                 n_out += 1
         out_ptr[s + 1] = n_out
     return out_ptr, out_port[:n_out].copy(), out_seconds[:n_out].copy(), n_ports, unit_bottleneck
+
+
+@njit(cache=True, inline="always")
+def _add(column, amount, stamp, mark, load, columns, n_columns):  # pragma: no cover - compiled
+    """Add ``amount`` to ``load[column]``; a column not yet marked with ``stamp`` starts at 0.0
+    and is listed after the ``n_columns`` listed so far. Returns how many are listed."""
+    if mark[column] != stamp:
+        mark[column] = stamp
+        load[column] = 0.0
+        columns[n_columns] = column
+        n_columns += 1
+    load[column] += amount
+    return n_columns
 
 
 @njit(cache=True)

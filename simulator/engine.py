@@ -230,7 +230,6 @@ class Simulator:
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
-        self._slot_n_flows: list[int] = []  # its length
         # the same ranges as an array (rows beyond the slots are spare), to gather them at C speed
         self._slot_ranges = np.zeros((16, 2), dtype=np.int64)
         self._slot_bucket: list[int] = []
@@ -304,7 +303,6 @@ class Simulator:
             np.add.at(self._released_port_bits, src, bits)
             np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
-        self._slot_n_flows.append(n)
         if slot == len(self._slot_ranges):
             spare = np.zeros_like(self._slot_ranges)
             self._slot_ranges = np.concatenate([self._slot_ranges, spare])
@@ -613,12 +611,13 @@ class Simulator:
         else:
             shared_items = level.items()
         weight: dict[tuple[int, int], int] = {}
-        n_flows, add = self._slot_n_flows, weight.get
+        slot_flows, add = self._slot_flows, weight.get
         for s, lvl in shared_items:
             bucket = slot_bucket[s]
             if bucket >= 0 and not b_single[bucket]:
+                first, last = slot_flows[s]
                 key = (bucket, lvl)
-                weight[key] = add(key, 0) + n_flows[s]
+                weight[key] = add(key, 0) + (last - first)
         kept_of_level: dict[int, list[int]] = {}
         level_of_kept: dict[int, int] = {}  # a kept bucket's level (a bucket is kept once)
         for (bucket, lvl), _ in sorted(weight.items(), key=lambda kv: -kv[1]):
@@ -921,11 +920,7 @@ class _SimulatorState(ClusterState):
         """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
         with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
         rows = np.fromiter((self.row_of[c.coflow_id] for c in coflows), np.int64, len(coflows))
-        n_hosts = self.port_bits.n_hosts
-        if self.hosts:
-            bps = np.array([self.port_bps((k % n_hosts, k // n_hosts)) for k in range(2 * n_hosts)])
-        else:
-            bps = np.full(2 * n_hosts, float(self.default_port_bps))
+        bps = self.host_ports_bps(self.port_bits.n_hosts)
         return DemandMatrix(*self.port_bits.demands(rows, bps))
 
     def sparse_port_bytes(self) -> SparsePortBytes:
