@@ -185,7 +185,7 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
                 best = min(best, w[k] / col_seconds[j])
         if best == np.inf:
             load[b] = 0.0  # only rounding residue was left on this port
-            _replay(tree, leaves + b, load)
+            _lowered(tree, leaves, b, load)
             continue
         # Among ties, the latest item goes last (earlier arrivals are served first).
         tie = best + abs(best) * _TIE_REL
@@ -206,7 +206,7 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         n_placed += 1
         for j in range(row_ptr[sigma], row_ptr[sigma + 1]):
             load[port[j]] -= seconds[j]
-            _replay(tree, leaves + port[j], load)
+            _lowered(tree, leaves, port[j], load)
     order = np.empty(n, dtype=np.int64)
     i = 0
     for k in range(n):
@@ -230,9 +230,14 @@ def _winner(left, right, load):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _replay(tree, leaf, load):  # pragma: no cover - compiled
-    """Replay the matches from a port's ``leaf`` up to the root after its load changed."""
-    node = leaf // 2
-    while node >= 1:
+def _lowered(tree, leaves, p, load):  # pragma: no cover - compiled
+    """Replay the matches port ``p`` had won, from its leaf up, after its load went down.
+
+    The first match up the tree that ``p`` had lost keeps its winner: a lower load cannot make
+    ``p`` win it, and whoever now wins the match below is no more loaded than ``p`` was (and
+    stands on the same side), so that winner still wins; every match above keeps its winner
+    too. (BSSI's loads only go down: every demand is > 0.)"""
+    node = (leaves + p) // 2
+    while node >= 1 and tree[node] == p:
         tree[node] = _winner(tree[2 * node], tree[2 * node + 1], load)
         node //= 2

@@ -49,7 +49,7 @@ class Schedule:
     ) -> Schedule:
         """A schedule in which every coflow has a rank of its own."""
         return cls(
-            tuple((c,) for c in order), dict(flow_rates_bps or {}), dict(coflow_gamma_s or {})
+            tuple(zip(order)), dict(flow_rates_bps or {}), dict(coflow_gamma_s or {})
         )
 
     @classmethod

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import operator
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,8 +42,9 @@ import numpy as np
 from controller.bssi import DemandMatrix
 from controller.model import ClusterState, Coflow, Job, SparsePortBytes, Stage
 from controller.policies import Policy, make_policy
-from controller.schedule import N_LEVELS, coflow_levels
+from controller.schedule import N_LEVELS, Schedule
 from controller.timeline import CoflowLevel, Timeline
+from simulator.buckets import assign_buckets
 from simulator.core import (
     MAX_LEVEL_ROWS,
     STUCK,
@@ -60,6 +62,7 @@ from simulator.core import (
     slot_port_bytes,
 )
 
+_COFLOW_ID = operator.attrgetter("coflow_id")
 # Flows whose completion time is within this fraction of the step finish with it.
 _SIMULTANEOUS = 1e-9
 # Beyond this many hosts the per-level pair matrices (8 x 2 x n^2 floats) cost too much memory.
@@ -213,17 +216,18 @@ class Simulator:
         )
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
         self._layout = None  # what the sorted groups were built from (see _reorder)
-        # the (slot -> level, capped slots) of the last bucket assignment (see _keeps_buckets)
-        self._assigned: tuple[dict[int, int], set[int]] | None = None
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         # (level and row are arrays with spare room at the end, so that a reorder hands them to
         # the compiled code without converting a list that grows with every bucket ever made)
         self._n_buckets = 0
         self._b_level = np.zeros(16, dtype=np.int64)
-        self._b_single: list[bool] = []  # one group per flow (capped coflows, ideal mode)
+        self._b_single = np.zeros(16, dtype=np.bool_)  # one group per flow (capped, ideal mode)
         self._b_row = np.full(16, -1, dtype=np.int64)  # pair -> group row if shared, else -1
         self._b_live = np.zeros(16, dtype=np.bool_)  # the buckets of _live_buckets
+        # the bucket assignment's scratch (simulator.buckets): -1 everywhere between reorders
+        self._entry_of = np.full(16 * n_levels, -1, dtype=np.int64)  # (bucket, level) -> key
+        self._kept_level = np.full(16, -1, dtype=np.int64)
         self._b_members: list[set] = []
         self._live_buckets: set[int] = set()
         self._free_rows: list[int] = []
@@ -232,7 +236,12 @@ class Simulator:
         self._slot_flows: list[tuple[int, int]] = []  # flow id range
         # the same ranges as an array (rows beyond the slots are spare), to gather them at C speed
         self._slot_ranges = np.zeros((16, 2), dtype=np.int64)
-        self._slot_bucket: list[int] = []
+        self._slot_bucket = np.full(16, -1, dtype=np.int64)
+        # each slot's level and capping at the last reorder (-1: not placed yet), so that a
+        # reorder that changes neither for any coflow keeps every bucket (see _reorder)
+        self._slot_level = np.full(16, -1, dtype=np.int64)
+        self._slot_capped = np.zeros(16, dtype=np.bool_)
+        self._slot_flag = np.zeros(16, dtype=np.bool_)  # scratch, False between reorders
         self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
         # the policy's view of the active coflows, kept from release to finish (cluster_state)
@@ -304,11 +313,13 @@ class Simulator:
             np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
         if slot == len(self._slot_ranges):
-            spare = np.zeros_like(self._slot_ranges)
-            self._slot_ranges = np.concatenate([self._slot_ranges, spare])
+            self._slot_ranges = _doubled(self._slot_ranges, 0)
+            self._slot_bucket = _doubled(self._slot_bucket, -1)
+            self._slot_level = _doubled(self._slot_level, -1)
+            self._slot_capped = _doubled(self._slot_capped, False)
+            self._slot_flag = _doubled(self._slot_flag, False)
         self._slot_ranges[slot] = self._slot_flows[slot]
         self._slots.append(record)
-        self._slot_bucket.append(-1)
         self._active_slots.add(slot)
         self._slot_of[record.coflow_id] = slot
         self._views.add(record, self._loads)
@@ -404,7 +415,7 @@ class Simulator:
 
     def _place(self, slot: int, bucket: int) -> None:
         """Move the unfinished flows of a coflow into the groups of ``bucket``."""
-        old = self._slot_bucket[slot]
+        old = int(self._slot_bucket[slot])
         if old >= 0:
             self._b_members[old].discard(slot)
         self._slot_bucket[slot] = bucket
@@ -465,20 +476,49 @@ class Simulator:
             not bool(np.any(remaining_bytes <= 0)),
         )
 
-    def _new_bucket(self, level: int, single: bool) -> int:
+    def _reserve_buckets(self, extra: int) -> None:
+        """Room in the bucket arrays for ``extra`` more buckets."""
+        size = len(self._b_level)
+        if self._n_buckets + extra <= size:
+            return
+        while size < self._n_buckets + extra:
+            size *= 2
+        grow = size - len(self._b_level)
+        self._b_level = _grown(self._b_level, grow, 0)
+        self._b_row = _grown(self._b_row, grow, -1)
+        self._b_live = _grown(self._b_live, grow, False)
+        self._b_single = _grown(self._b_single, grow, False)
+        self._kept_level = _grown(self._kept_level, grow, -1)
+        if self.mode == "levels":
+            self._entry_of = _grown(self._entry_of, grow * self.n_levels, -1)
+
+    def _open_bucket(self, single: bool) -> int:
+        """Make the next bucket (its level already set, room reserved)."""
         bucket = self._n_buckets
-        if bucket == len(self._b_level):
-            self._b_level = np.concatenate([self._b_level, np.zeros_like(self._b_level)])
-            self._b_row = np.concatenate([self._b_row, np.full_like(self._b_row, -1)])
-            self._b_live = np.concatenate([self._b_live, np.zeros_like(self._b_live)])
         self._n_buckets += 1
-        self._b_level[bucket] = level
-        self._b_single.append(single)
+        self._b_single[bucket] = single
         self._b_row[bucket] = -1 if single else self._tables.new_pair_row(self._free_rows)
         self._b_members.append(set())
         self._live_buckets.add(bucket)
         self._b_live[bucket] = True
         return bucket
+
+    def _levels(self, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, int]:
+        """The scheduled coflows' slots in the schedule's order, the level of each (its
+        :func:`~controller.schedule.coflow_levels` level; its position in the ideal mode), and
+        the number of levels."""
+        ranks = schedule.ranks
+        ids = list(itertools.chain.from_iterable(ranks))
+        n = len(ids)
+        slots = np.fromiter(map(self._slot_of.__getitem__, ids), np.int64, n)
+        if self.mode == "ideal":
+            return slots, np.arange(n, dtype=np.int64), max(n, 1)
+        if len(ranks) == n:
+            rank = np.arange(n, dtype=np.int64)
+        else:
+            sizes = np.fromiter(map(len, ranks), np.int64, len(ranks))
+            rank = np.repeat(np.arange(len(ranks), dtype=np.int64), sizes)
+        return slots, np.minimum(rank, self.n_levels - 1), self.n_levels
 
     def _reorder(self) -> None:
         """Ask the policy for a schedule and put every coflow in the bucket of its level."""
@@ -489,33 +529,26 @@ class Simulator:
         tables = self._tables
         schedule = self.policy.schedule(self.cluster_state())
         slot_of = self._slot_of
-        if self.mode == "levels":
-            level = {slot_of[c]: lvl for c, lvl in coflow_levels(schedule, self.n_levels).items()}
-            n_levels = self.n_levels
-        else:
-            level = {slot_of[c]: pos for pos, c in enumerate(schedule.order)}
-            n_levels = max(len(schedule.order), 1)
-        capped = {slot_of[c] for c in schedule.coflow_gamma_s}
+        slots, level, n_levels = self._levels(schedule)
+        gammas = schedule.coflow_gamma_s
+        capped_slots = np.fromiter(map(slot_of.__getitem__, gammas), np.int64, len(gammas))
+        flag = self._slot_flag
+        flag[capped_slots] = True
+        capped = flag[slots]
+        flag[capped_slots] = False
         if self.timeline is not None:
-            self._record_levels(level)
+            self._record_levels(slots, level)
+        was_capped = self._slot_capped[slots]
         moved = False
-        if self._keeps_buckets(level, capped):
-            # the buckets of every active coflow, as _assign_buckets would keep them all
+        if self._keeps_buckets(slots, level, capped):
             self._park_empty_buckets({b for b in self._live_buckets if self._b_members[b]})
         else:
-            target = self._assign_buckets(level, capped)
-            for s, bucket in target.items():
-                if self._slot_bucket[s] != bucket:
-                    self._place(s, bucket)
-                    moved = True
-            self._park_empty_buckets(set(target.values()))
-        last_capped = self._assigned[1] if self._assigned is not None else set()
-        self._assigned = (level, capped)
+            moved = self._assign_buckets(slots, level, capped, n_levels)
+        self._slot_level[slots] = level
+        self._slot_capped[slots] = capped
         # MADD caps: every flow of a capped coflow ends at gamma if it gets its cap
-        if schedule.coflow_gamma_s:
-            gammas = schedule.coflow_gamma_s
-            ranges = self._slot_ranges[np.fromiter(map(slot_of.__getitem__, gammas), np.int64,
-                                                   len(gammas))]  # fmt: skip
+        if gammas:
+            ranges = self._slot_ranges[capped_slots]
             set_coflow_caps(
                 tables.flow_table(),
                 tables.group_table(),
@@ -525,13 +558,13 @@ class Simulator:
             )
         # a group starts without a cap: only the coflows capped last time and not now keep
         # groups whose caps must go
-        for s in (last_capped - capped) & self._active_slots:
+        for s in slots[was_capped & ~capped].tolist():
             if self._b_single[self._slot_bucket[s]]:
                 first, last = self._slot_flows[s]
                 groups = tables.f_group[first:last]
                 tables.g_cap[groups[groups >= 0]] = np.inf
         bucket_level = self._b_level[: self._n_buckets].copy()
-        layout = (bucket_level, n_levels, frozenset(capped))
+        layout = (bucket_level, n_levels, frozenset(slots[capped].tolist()))
         if not moved and self._layout is not None and _same_layout(layout, self._layout):
             return  # same groups at the same levels: the sorted groups still hold
         self._layout = layout
@@ -553,10 +586,10 @@ class Simulator:
         self._plan = LevelPlan(order, start, general)
         self._positive = np.empty(len(order), dtype=np.int64)
 
-    def _record_levels(self, level: dict[int, int]) -> None:
-        """The timeline's snapshot of every active coflow's level (slot -> level)."""
+    def _record_levels(self, slots: np.ndarray, level: np.ndarray) -> None:
+        """The timeline's snapshot of every scheduled coflow's level (in the schedule's order)."""
         snapshot = []
-        for slot, lvl in level.items():
+        for slot, lvl in zip(slots.tolist(), level.tolist(), strict=True):
             record = self._slots[slot]
             snapshot.append(CoflowLevel(record.coflow_id, record.job_id, record.stage_id, lvl))
         self.timeline.levels_at(self.now_s, snapshot)
@@ -572,72 +605,52 @@ class Simulator:
         delivered = self._released_port_bits - left.sum(axis=0)
         self.timeline.ports_at(self.now_s, np.maximum(delivered, 0.0) / 8.0)
 
-    def _keeps_buckets(self, level: dict[int, int], capped: set[int]) -> bool:
+    def _keeps_buckets(self, slots: np.ndarray, level: np.ndarray, capped: np.ndarray) -> bool:
         """Whether :meth:`_assign_buckets` would leave every coflow in its bucket and every
-        bucket at its level: each active coflow had this level and this capping at the last
-        assignment (coflows may have finished since, none arrived).
+        bucket at its level: each scheduled coflow had this level and this capping at the last
+        reorder (coflows may have finished since, none arrived).
 
         After an assignment every shared bucket holds coflows of one level only, and each level
         at most ``_level_rows`` buckets, so each one keeps its bucket, and a single-flow bucket
-        stays with its coflow; the set comparisons run at C speed."""
-        if self._assigned is None:
-            return False
-        last_level, last_capped = self._assigned
-        return level.items() <= last_level.items() and capped == last_capped & level.keys()
+        stays with its coflow."""
+        return bool(
+            np.array_equal(self._slot_level[slots], level)
+            and np.array_equal(self._slot_capped[slots], capped)
+        )
 
-    def _assign_buckets(self, level: dict[int, int], capped: set[int]) -> dict[int, int]:
-        """The bucket of every active coflow, reusing buckets so that few flows move."""
-        target: dict[int, int] = {}
-        # (not the bucket levels: a new bucket may move them to a larger array)
-        slot_bucket, b_single = self._slot_bucket, self._b_single
-        # one group per flow: capped coflows, and every coflow in ideal mode
+    def _assign_buckets(
+        self, slots: np.ndarray, level: np.ndarray, capped: np.ndarray, n_levels: int
+    ) -> bool:
+        """Put every scheduled coflow in its bucket (:func:`simulator.buckets.assign_buckets`),
+        reusing buckets so that few flows move; whether any coflow moved."""
         ideal = self.mode == "ideal"
-        if capped or ideal:
-            for s, lvl in level.items():
-                if ideal or s in capped:
-                    bucket = slot_bucket[s]
-                    if bucket < 0 or not b_single[bucket]:
-                        bucket = self._new_bucket(lvl, True)
-                    self._b_level[bucket] = lvl
-                    target[s] = bucket
-            if ideal:
-                return target  # (every coflow has its own groups: no shared bucket)
-        # shared buckets: each level keeps up to MAX_LEVEL_ROWS existing buckets, those that
-        # hold most of its flows (a coflow alone in its bucket changes level without moving);
-        # the other coflows of the level join the first of them
-        # the coflows that share buckets, with their levels (walked twice)
-        if target:
-            shared_items = [(s, lvl) for s, lvl in level.items() if s not in target]
-        else:
-            shared_items = level.items()
-        weight: dict[tuple[int, int], int] = {}
-        slot_flows, add = self._slot_flows, weight.get
-        for s, lvl in shared_items:
-            bucket = slot_bucket[s]
-            if bucket >= 0 and not b_single[bucket]:
-                first, last = slot_flows[s]
-                key = (bucket, lvl)
-                weight[key] = add(key, 0) + (last - first)
-        kept_of_level: dict[int, list[int]] = {}
-        level_of_kept: dict[int, int] = {}  # a kept bucket's level (a bucket is kept once)
-        for (bucket, lvl), _ in sorted(weight.items(), key=lambda kv: -kv[1]):
-            kept = kept_of_level.setdefault(lvl, [])
-            if bucket not in level_of_kept and len(kept) < self._level_rows:
-                level_of_kept[bucket] = lvl
-                kept.append(bucket)
-                self._b_level[bucket] = lvl
-        head = {lvl: kept[0] for lvl, kept in kept_of_level.items() if kept}
-        for s, lvl in shared_items:
-            bucket = slot_bucket[s]
-            if level_of_kept.get(bucket) == lvl:
-                target[s] = bucket
-                continue
-            first = head.get(lvl)
-            if first is None:  # the level's first coflow in order makes its bucket
-                first = head[lvl] = self._new_bucket(lvl, False)
-                level_of_kept[first] = lvl
-            target[s] = first
-        return target
+        stride = n_levels if ideal else self.n_levels
+        self._reserve_buckets(len(slots) + stride)
+        target, new_single = assign_buckets(
+            slots,
+            level,
+            capped,
+            ideal,
+            self._slot_bucket,
+            self._slot_ranges,
+            self._b_single,
+            self._b_level,
+            self._n_buckets,
+            stride,
+            self._level_rows,
+            self._entry_of,
+            self._kept_level,
+        )
+        for single in new_single.tolist():
+            self._open_bucket(single)
+        moves = target != self._slot_bucket[slots]
+        # capped (one group per flow) coflows first, then the others, each in order
+        single = capped | ideal
+        for i in itertools.chain(np.flatnonzero(moves & single).tolist(),
+                                 np.flatnonzero(moves & ~single).tolist()):  # fmt: skip
+            self._place(int(slots[i]), int(target[i]))
+        self._park_empty_buckets(set(target.tolist()))
+        return bool(moves.any())
 
     def _park_empty_buckets(self, kept: set[int]) -> None:
         """Buckets left without coflows keep no level (below every level) and give back their
@@ -689,6 +702,16 @@ class _Ticks:
             return False
         self._k += 1
         return True
+
+
+def _grown(array: np.ndarray, extra: int, fill) -> np.ndarray:
+    """``array`` with ``extra`` more entries of ``fill`` at the end."""
+    return np.concatenate([array, np.full(extra, fill, dtype=array.dtype)])
+
+
+def _doubled(array: np.ndarray, fill) -> np.ndarray:
+    """``array`` twice as long (along its first axis), the new rows ``fill``."""
+    return np.concatenate([array, np.full_like(array, fill)])
 
 
 def _same_layout(a: tuple, b: tuple) -> bool:
@@ -919,7 +942,8 @@ class _SimulatorState(ClusterState):
     def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
         """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
         with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
-        rows = np.fromiter((self.row_of[c.coflow_id] for c in coflows), np.int64, len(coflows))
+        ids = map(_COFLOW_ID, coflows)
+        rows = np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(coflows))
         bps = self.host_ports_bps(self.port_bits.n_hosts)
         return DemandMatrix(*self.port_bits.demands(rows, bps))
 
