@@ -730,7 +730,8 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
     # pragma: no cover - compiled
     """Bytes left of the given coflow slots per host port, in compressed sparse rows, without
     the dense slots x ports array: the nonzero entries of :func:`slot_loads`' per-port bits
-    (summed in the same flow order), each as ``bits / 8.0``, columns ascending in a row.
+    (summed in the same flow order), each as ``bits / 8.0``, columns ascending in a row; and
+    each slot's bits left in total, :func:`slot_loads`' ``total`` (summed in the same order).
 
     Args:
         flows: the :class:`FlowTable` (read only).
@@ -740,7 +741,8 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
         n_hosts: the fabric's hosts ``n`` (columns as :func:`slot_loads`).
 
     Returns:
-        ``(row_ptr, column, size_bytes)``: row i's entries are ``row_ptr[i]:row_ptr[i + 1]``.
+        ``(row_ptr, column, size_bytes, total)``: row i's entries are
+        ``row_ptr[i]:row_ptr[i + 1]``, its bits left ``total[i]``.
     """
     f_pair, f_threshold, f_group = flows.pair, flows.threshold, flows.group
     g_served = groups.served
@@ -755,6 +757,7 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
     row_ptr = np.zeros(n_slots + 1, dtype=np.int64)
     column_out = np.empty(n_entries, dtype=np.int64)
     size_bytes = np.empty(n_entries)
+    total = np.zeros(n_slots)
     k = 0
     for i in range(n_slots):
         n_touched = 0
@@ -762,6 +765,7 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
             left = _bits_left(f, f_group, f_threshold, g_served)
             if left <= 0.0:
                 continue
+            total[i] += left
             for column in (f_pair[f] // n_hosts, n_hosts + f_pair[f] % n_hosts):
                 if not touched[column]:
                     touched[column] = True
@@ -788,7 +792,7 @@ def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
             bits[column] = 0.0
             touched[column] = False
         row_ptr[i + 1] = k
-    return row_ptr, column_out[:k].copy(), size_bytes[:k].copy()
+    return row_ptr, column_out[:k].copy(), size_bytes[:k].copy(), total
 
 
 @njit(cache=True)

@@ -453,14 +453,10 @@ class Simulator:
 
         The coflow objects live from release to finish (a reorder makes none and copies two
         dicts); their remaining bytes and per-port loads read the loads of the latest state,
-        computed here in one compiled pass (per-port loads on the first look: fair sharing,
-        FIFO-LM and JPAS never look), and reading them after the simulator moved on raises."""
-        slots = sorted(self._active_slots)
-        _, total_bits, _ = self._slot_bits(with_ports=False, slots=slots)
-        # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
-        remaining_bytes = total_bits / 8.0
-        row_of = dict(zip(self._views.by_slot, range(len(slots)), strict=True))
-        port_bits = _PortBits(self, slots, remaining_bytes.tolist(), row_of)
+        computed here in one compiled pass, and reading them after the simulator moved on
+        raises."""
+        # active coflows in release order: slots ascending
+        port_bits = _PortBits(self, list(self._slot_of.values()), list(self._slot_of))
         self._loads.latest = port_bits
         jobs, stages = self.jobs_and_stages()
         return _SimulatorState(
@@ -471,9 +467,8 @@ class Simulator:
             self.now_s,
             self.fabric.host_bps,
             port_bits,
-            row_of,
             self._views.by_arrival(),
-            not bool(np.any(remaining_bytes <= 0)),
+            port_bits.all_left,
         )
 
     def _reserve_buckets(self, extra: int) -> None:
@@ -720,26 +715,39 @@ def _same_layout(a: tuple, b: tuple) -> bool:
 
 
 class _PortBits:
-    """The active coflows' loads as a state saw them: each one's bytes left (computed with the
-    state) and its bits left per port (computed on first use). Reading either after the
-    simulator moved on (its clock or its step count changed) is an error.
+    """The active coflows' loads as a state saw them, computed with the state in one compiled
+    pass: each one's bytes left and its bytes left per port (sparse rows). Reading them after
+    the simulator moved on (its clock or its step count changed) is an error.
 
     Args:
         sim: the simulator.
         slots: the active slots, in release order (the rows).
-        remaining_bytes: each row's bytes left.
-        row_of: each active coflow's row.
+        ids: their coflow ids.
+
+    Attributes:
+        ids: each row's coflow id.
+        all_left: whether every coflow has bytes left.
     """
 
-    def __init__(
-        self, sim: Simulator, slots: list[int], remaining_bytes: list[float], row_of: dict[int, int]
-    ) -> None:
+    def __init__(self, sim: Simulator, slots: list[int], ids: list[int]) -> None:
         self._sim, self._now_s, self._steps = sim, sim.now_s, sim.steps
         self._slots = slots
-        self._remaining = remaining_bytes
-        self.row_of = row_of
-        self._all_rows: tuple | None = None
+        self.ids = ids
+        self._row_of: dict[int, int] | None = None
         self._bytes: list[dict] | None = None
+        row_ptr, column, size_bytes, total_bits = self._compute(None)
+        self._all_rows = (row_ptr, column, size_bytes)
+        # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
+        remaining_bytes = total_bits / 8.0
+        self._remaining = remaining_bytes.tolist()
+        self.all_left = not bool(np.any(remaining_bytes <= 0))
+
+    @property
+    def row_of(self) -> dict[int, int]:
+        """Each active coflow's row (made on first use)."""
+        if self._row_of is None:
+            self._row_of = dict(zip(self.ids, range(len(self.ids)), strict=True))
+        return self._row_of
 
     def _check_current(self) -> None:
         if (self._sim.now_s, self._sim.steps) != (self._now_s, self._steps):
@@ -761,32 +769,34 @@ class _PortBits:
         """Hosts of the fabric (columns: their egress ports, then their ingress ports)."""
         return self._sim.fabric.n_hosts
 
-    def demands(self, rows: np.ndarray, column_bps: np.ndarray) -> tuple:
-        """BSSI's demand matrix of the coflows in ``rows`` (in that order) at the ports'
-        capacities ``column_bps``, as the arrays of a :class:`DemandMatrix`: the numbers
-        :meth:`ClusterState.demand_matrix` gives, without a dense array."""
+    def demands(self, rows: np.ndarray | None, column_bps: np.ndarray) -> tuple:
+        """BSSI's demand matrix of the coflows in ``rows`` (in that order; every row, in
+        order, when ``None``) at the ports' capacities ``column_bps``, as the arrays of a
+        :class:`DemandMatrix`: the numbers :meth:`ClusterState.demand_matrix` gives, without a
+        dense array."""
         return port_seconds_matrix(*self.sparse_rows(rows), column_bps)
 
     def sparse_rows(self, rows: np.ndarray | None = None) -> tuple:
         """Bytes left per host port of the coflows in ``rows`` (in that order; every row, once
         computed and then kept, when ``None``) as ``(row_ptr, column, size_bytes)`` sparse
         rows, each entry ``bits / 8.0`` of the bits the flows have left on that port."""
-        if rows is None and self._all_rows is not None:
+        if rows is None:
             return self._all_rows
+        return self._compute(rows)[:3]
+
+    def _compute(self, rows: np.ndarray | None) -> tuple:
+        """:func:`~simulator.core.slot_port_bytes` of the coflows in ``rows`` (all: ``None``)."""
         self._check_current()
         slots = np.asarray(self._slots, dtype=np.int64)
         ranges = self._sim._slot_ranges[slots if rows is None else slots[rows]]
         tables = self._sim._tables
-        sparse = slot_port_bytes(
+        return slot_port_bytes(
             tables.flow_table(),
             tables.group_table(),
             ranges[:, 0].copy(),
             ranges[:, 1].copy(),
             self.n_hosts,
         )
-        if rows is None:
-            self._all_rows = sparse
-        return sparse
 
     def row_bytes(self, coflow_id: int) -> dict:
         """Bytes still to send of an active coflow per port ``(host, EGRESS | INGRESS)``, ports
@@ -923,15 +933,18 @@ class _SimulatorState(ClusterState):
 
     Args:
         port_bits: the active coflows' loads.
-        row_of: each active coflow's row in ``port_bits``.
         by_arrival: the coflows in (arrival time, id) order.
         all_left: whether every coflow has bytes left (none is done).
     """
 
     port_bits: _PortBits | None = None
-    row_of: dict[int, int] = field(default_factory=dict)
     by_arrival: list[Coflow] = field(default_factory=list)
     all_left: bool = True
+
+    @property
+    def row_of(self) -> dict[int, int]:
+        """Each active coflow's row in ``port_bits``."""
+        return self.port_bits.row_of
 
     def active_coflows(self) -> list[Coflow]:
         """The same list as :meth:`ClusterState.active_coflows`, without a sort."""
@@ -942,8 +955,11 @@ class _SimulatorState(ClusterState):
     def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
         """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
         with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
-        ids = map(_COFLOW_ID, coflows)
-        rows = np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(coflows))
+        ids = list(map(_COFLOW_ID, coflows))
+        if ids == self.port_bits.ids:  # every row, in order (arrival order is release order)
+            rows = None
+        else:
+            rows = np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(ids))
         bps = self.host_ports_bps(self.port_bits.n_hosts)
         return DemandMatrix(*self.port_bits.demands(rows, bps))
 

@@ -214,7 +214,7 @@ def test_the_simulators_matrix_rows_are_its_coflows_mappings():
         state = sim.cluster_state()
     assert len(state.coflows) >= 3
     sparse = state.sparse_port_bytes()
-    bits = sim._slot_bits(with_ports=True)[2]  # the dense per-port bits, summed apart
+    _, total, bits = sim._slot_bits(with_ports=True)  # the dense per-port bits, summed apart
     for cid, coflow in state.coflows.items():
         row = sparse.row_of[cid]
         lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
@@ -223,6 +223,8 @@ def test_the_simulators_matrix_rows_are_its_coflows_mappings():
                       strict=True)  # fmt: skip
         assert [((c % 7, c // 7), size) for c, size in entries] == expected
         assert list(coflow.port_bytes().items()) == expected
+        # the total comes from the same pass as the rows, summed as slot_loads sums it
+        assert coflow.remaining_bytes == total[row] / 8.0
 
 
 @pytest.mark.parametrize("seed", range(60))
