@@ -42,11 +42,20 @@ from controller.model import (
     port_seconds,
 )
 from controller.schedule import Schedule
-from controller.stage_loads import UnitsOfWork, stage_loads
+from controller.stage_loads import UnitsOfWork, offsets, stage_loads, stage_loads_flat
 
 # a list of coflows' ids or weights at C speed (a reorder reads every active coflow's)
 _COFLOW_ID = operator.attrgetter("coflow_id")
 _WEIGHT = operator.attrgetter("weight")
+_JOB_ID = operator.attrgetter("job_id")
+_STAGE_ID = operator.attrgetter("stage_id")
+_BUDGET = operator.attrgetter("iteration_budget")
+_DONE = operator.attrgetter("iterations_done")
+_PER_ITERATION = operator.attrgetter("bytes_per_iteration")
+_SOURCE = operator.attrgetter("source")
+_N_HOSTS = operator.attrgetter("n_hosts")
+_COLUMN = operator.attrgetter("column")
+_SIZE_BYTES = operator.attrgetter("size_bytes")
 
 
 @dataclass(frozen=True)
@@ -440,6 +449,22 @@ class Beamer(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
         active = state.active_coflows()
+        sparse = state.sparse_port_bytes()
+        ranks = None
+        if sparse is not None:
+            ranks = _job_stage_ranks(state, active, sparse, self._job_ports)
+        if ranks is None:
+            ranks = self._ranks(state, active, sparse)
+        rates, gammas = {}, {}
+        if self.use_rates:
+            rates, gammas = madd(state, [state.coflows[c] for group in ranks for c in group])
+        return Schedule.from_groups(ranks, rates, gammas)
+
+    def _ranks(
+        self, state: ClusterState, active: list[Coflow], sparse: SparsePortBytes | None
+    ) -> list[list[CoflowId]]:
+        """Beamer's ranks, for any state (coflows without a job or a stage, jobs their stage
+        does not list)."""
         in_flight: dict[tuple, list[Coflow]] = defaultdict(list)  # work unit -> its coflows
         stages: dict[tuple, list[Coflow]] = defaultdict(list)  # stage key -> its coflows
         unit_of: dict[int, tuple] = {}  # coflow id -> its unit, made once per reorder
@@ -459,7 +484,6 @@ class Beamer(Policy):
             stage_units.append(sorted(units))  # the order the stage's sums add its units in
             weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
 
-        sparse = state.sparse_port_bytes()
         if sparse is None:
             loads = _mapping_loads(state, in_flight, stage_units)
         else:
@@ -473,10 +497,7 @@ class Beamer(Policy):
                 # stable: ties by arrival
                 members = sorted(members, key=lambda c: -work[unit_of[c.coflow_id]])
             ranks.append([c.coflow_id for c in members])
-        rates, gammas = {}, {}
-        if self.use_rates:
-            rates, gammas = madd(state, [state.coflows[c] for group in ranks for c in group])
-        return Schedule.from_groups(ranks, rates, gammas)
+        return ranks
 
     @staticmethod
     def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
@@ -605,6 +626,119 @@ def _array_loads(
     )
     bottleneck = loads.unit_bottleneck_s.tolist()
     return _StageLoads(loads.demands, lambda unit: bottleneck[index[unit]])
+
+
+def _job_stage_ranks(
+    state: ClusterState,
+    active: list[Coflow],
+    sparse: SparsePortBytes,
+    job_ports: dict[int, _JobPorts],
+) -> list[list[CoflowId]] | None:
+    """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
+    registered job that its own stage lists (HPO workloads), from arrays: each step is a pass
+    at C speed over the active coflows, the units or the stages, none a Python step per unit.
+    ``None`` for any other state.
+
+    With every unit a job of its stage, a stage's units are its listed jobs in id order, the
+    stages come in (arrival, id) order, a unit's in-flight rows are its coflows' in arrival
+    order, and the ranks sort a stage's coflows by their unit's bottleneck, ties by arrival:
+    the sums and orders of the general path, term for term. ``job_ports`` as in
+    :func:`_array_loads`."""
+    n = len(active)
+    job_of = list(map(_JOB_ID, active))
+    if not n or None in job_of:
+        return None
+    stage_of = list(map(_STAGE_ID, active))
+    jobs, stages = state.jobs, state.stages
+    if None in stage_of:  # a coflow without a stage of its own is in its job's
+        for i in [i for i, stage_id in enumerate(stage_of) if stage_id is None]:
+            job = jobs.get(job_of[i])
+            stage_of[i] = job.stage_id if job is not None else None
+        if None in stage_of:
+            return None
+    listed_in = {job_id: stage_id for stage_id, stage in stages.items() for job_id in stage.job_ids}
+    if list(map(listed_in.get, job_of)) != stage_of:
+        return None  # a coflow whose job its stage does not list (or no stage)
+    keys = sorted(dict.fromkeys(stage_of), key=lambda s: (stages[s].arrival_s, s))
+    stage_jobs = [sorted(set(stages[s].job_ids)) for s in keys]
+    units = list(dict.fromkeys(chain.from_iterable(stage_jobs)))
+    unit_jobs = list(map(jobs.get, units))
+    if None in unit_jobs:  # listed, no longer registered: no future iterations
+        unit_jobs = [_UNREGISTERED if job is None else job for job in unit_jobs]
+    index = dict(zip(units, range(len(units)), strict=True))
+    unit_of = np.fromiter(map(index.__getitem__, job_of), np.int64, n)
+    ids = list(map(_COFLOW_ID, active))
+    coflow_rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, n)
+    in_flight = np.bincount(unit_of, minlength=len(units))
+    budget = np.fromiter(map(_BUDGET, unit_jobs), np.int64, len(units))
+    done = np.fromiter(map(_DONE, unit_jobs), np.int64, len(units))
+    future = np.maximum(budget - done - in_flight, 0)
+    extra_column, extra_bytes, extra_counts = _future_ports(sparse, units, unit_jobs, job_ports)
+    with_future = future > 0
+    keep = np.repeat(with_future, extra_counts)
+    stage_ptr = offsets(np.fromiter(map(len, stage_jobs), np.int64, len(stage_jobs)))
+    loads = stage_loads_flat(
+        sparse,
+        state.host_ports_bps(sparse.n_hosts),
+        UnitsOfWork(
+            offsets(in_flight),
+            coflow_rows[np.argsort(unit_of, kind="stable")],
+            future.astype(float),
+            offsets(np.where(with_future, extra_counts, 0)),
+            extra_column[keep],
+            extra_bytes[keep],
+        ),
+        stage_ptr,
+        np.fromiter(
+            map(index.__getitem__, chain.from_iterable(stage_jobs)), np.int64, stage_ptr[-1]
+        ),  # fmt: skip
+    )
+    weights = [stages[s].weight for s in keys]
+    rank_of_stage = np.empty(len(keys), dtype=np.int64)
+    rank_of_stage[bssi_order(loads.demands, weights)] = np.arange(len(keys))
+    position = dict(zip(keys, range(len(keys)), strict=True))
+    coflow_rank = rank_of_stage[np.fromiter(map(position.__getitem__, stage_of), np.int64, n)]
+    # by rank, then the most remaining work first, then arrival (lexsort is stable)
+    order = np.lexsort((-loads.unit_bottleneck_s[unit_of], coflow_rank))
+    ordered = np.asarray(ids, dtype=np.int64)[order].tolist()
+    bounds = offsets(np.bincount(coflow_rank, minlength=len(keys))).tolist()
+    return [ordered[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
+# a job its stage lists but the state no longer has: no iterations left, no ports
+_UNREGISTERED = Job(-1, {}, iteration_budget=1, iterations_done=1)
+
+
+def _future_ports(
+    sparse: SparsePortBytes, job_ids: list[int], jobs: list[Job], job_ports: dict[int, _JobPorts]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every job's per-iteration columns and bytes, one job after the other, and each job's
+    number of them; ``job_ports`` keeps each job's (and is left holding these jobs')."""
+    ports = list(map(job_ports.get, job_ids))
+    sources = list(map(_PER_ITERATION, jobs))
+    if (
+        None in ports
+        or not all(map(operator.is_, map(_SOURCE, ports), sources))
+        or set(map(_N_HOSTS, ports)) - {sparse.n_hosts}
+    ):
+        ports = [
+            p
+            if p is not None and p.source is source and p.n_hosts == sparse.n_hosts
+            else _JobPorts(
+                source,
+                sparse.n_hosts,
+                sparse.columns(source, len(source)),
+                np.fromiter(source.values(), float, len(source)),
+            )
+            for p, source in zip(ports, sources, strict=True)
+        ]
+    job_ports.clear()
+    job_ports.update(zip(job_ids, ports, strict=True))
+    if not ports:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
+    counts = np.fromiter(map(len, map(_COLUMN, ports)), np.int64, len(ports))
+    columns = np.concatenate(list(map(_COLUMN, ports)))
+    return columns, np.concatenate(list(map(_SIZE_BYTES, ports))), counts
 
 
 def _unit(coflow: Coflow) -> tuple:

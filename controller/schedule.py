@@ -48,9 +48,7 @@ class Schedule:
         coflow_gamma_s: Mapping[CoflowId, float] | None = None,
     ) -> Schedule:
         """A schedule in which every coflow has a rank of its own."""
-        return cls(
-            tuple(zip(order)), dict(flow_rates_bps or {}), dict(coflow_gamma_s or {})
-        )
+        return cls(tuple(zip(order)), dict(flow_rates_bps or {}), dict(coflow_gamma_s or {}))
 
     @classmethod
     def from_groups(

@@ -24,7 +24,15 @@ from controller.model import (
     egress,
     ingress,
 )
-from controller.policies import Beamer, Varys, _array_loads, _mapping_loads, _unit, make_policy
+from controller.policies import (
+    Beamer,
+    Varys,
+    _array_loads,
+    _job_stage_ranks,
+    _mapping_loads,
+    _unit,
+    make_policy,
+)
 from simulator.engine import CoflowSpec, Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
@@ -56,10 +64,11 @@ def mapping_state(state: ClusterState) -> ClusterState:
     )
 
 
-def tied_instance(seed: int) -> ArrayState:
+def tied_instance(seed: int, jobs_only: bool = False) -> ArrayState:
     """Ring-like jobs in stages, with equal per-port bytes (exact ties), some jobs computing
     (no coflow in flight, future iterations left), finished jobs still listed by their stage,
-    coflows of an unregistered job, jobless coflows with and without a stage."""
+    coflows of an unregistered job, jobless coflows with and without a stage. ``jobs_only``:
+    only the jobs of the stages, some finished (an HPO workload's state)."""
     rng = random.Random(seed)
     n_hosts = rng.randint(3, 6)
     # few distinct values, so many ports carry equal loads, none exact in binary, so sums
@@ -90,7 +99,8 @@ def tied_instance(seed: int) -> ArrayState:
                 row = {n_hosts * d + h: share * v for (h, d), v in per_iteration.items()}
                 coflow_rows.append((job_id, None, float(rng.choice((0, 1, 2))), row))
         stages.append(stage)
-    for _ in range(rng.randint(0, 4)):  # jobless, some in a stage, some of an unknown job
+    # jobless, some in a stage, some of an unknown job
+    for _ in range(0 if jobs_only else rng.randint(0, 4)):
         a, b = rng.sample(range(n_hosts), 2)
         row = {a: rng.choice(sizes), n_hosts + b: rng.choice(sizes)}
         stage_id = rng.choice([None, None, *(s.stage_id for s in stages)])
@@ -157,6 +167,21 @@ def test_beamer_gives_the_same_schedule_from_the_array(seed):
     assert fast.ranks == plain.ranks
     assert fast.flow_rates_bps == plain.flow_rates_bps
     assert fast.coflow_gamma_s == plain.coflow_gamma_s
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_beamer_s_path_for_jobs_in_their_stages_gives_the_general_schedule(seed):
+    # an HPO state (every coflow of a registered job its stage lists) takes the path of
+    # _job_stage_ranks; it gives the ranks of the general array path and of the mappings
+    state = tied_instance(seed, jobs_only=True)
+    active, sparse = state.active_coflows(), state.sparse_port_bytes()
+    fast = _job_stage_ranks(state, active, sparse, {})
+    if not active:
+        assert fast is None
+        return
+    assert fast is not None
+    assert fast == Beamer()._ranks(state, active, sparse)
+    assert tuple(map(tuple, fast)) == Beamer().schedule(mapping_state(state)).ranks
 
 
 def test_the_instances_tie_so_port_numbers_matter():
