@@ -22,7 +22,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,6 +38,9 @@ from controller.model import (
     Job,
     Port,
     SparsePortBytes,
+    Stage,
+    StageId,
+    _host_port_columns,
     bottleneck_s,
     port_seconds,
 )
@@ -52,10 +55,8 @@ _STAGE_ID = operator.attrgetter("stage_id")
 _BUDGET = operator.attrgetter("iteration_budget")
 _DONE = operator.attrgetter("iterations_done")
 _PER_ITERATION = operator.attrgetter("bytes_per_iteration")
-_SOURCE = operator.attrgetter("source")
-_N_HOSTS = operator.attrgetter("n_hosts")
-_COLUMN = operator.attrgetter("column")
-_SIZE_BYTES = operator.attrgetter("size_bytes")
+_JOB_IDS = operator.attrgetter("job_ids")
+_ARRIVAL = operator.attrgetter("arrival_s")
 
 
 @dataclass(frozen=True)
@@ -445,6 +446,7 @@ class Beamer(Policy):
     def __init__(self, use_rates: bool = False) -> None:
         self.use_rates = use_rates
         self._job_ports: dict[int, _JobPorts] = {}  # see _array_loads
+        self._job_stages: _JobStages | None = None  # see _job_stage_ranks
 
     def schedule(self, state: ClusterState) -> Schedule:
         """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
@@ -452,7 +454,7 @@ class Beamer(Policy):
         sparse = state.sparse_port_bytes()
         ranks = None
         if sparse is not None:
-            ranks = _job_stage_ranks(state, active, sparse, self._job_ports)
+            ranks, self._job_stages = _job_stage_ranks(state, active, sparse, self._job_stages)
         if ranks is None:
             ranks = self._ranks(state, active, sparse)
         rates, gammas = {}, {}
@@ -628,55 +630,133 @@ def _array_loads(
     return _StageLoads(loads.demands, lambda unit: bottleneck[index[unit]])
 
 
+# a job its stage lists but the state no longer has: no iterations left, no ports
+_UNREGISTERED = Job(-1, {}, iteration_budget=1, iterations_done=1)
+
+
+class _JobStages:
+    """What Beamer derives from the stages and their jobs alone, not from the coflows, for
+    :func:`_job_stage_ranks`: made again only when the stages (ids, listed jobs, arrivals,
+    weights), the jobs registered for them or their ``bytes_per_iteration`` dicts change.
+
+    Every listed job is a unit of work; stages are in (arrival, id) order, a stage's units its
+    listed jobs in id order (the order its sum adds them in), and each unit's future traffic
+    per iteration is its job's ports in ``bytes_per_iteration`` order.
+    """
+
+    def __init__(self, state: ClusterState, key: tuple) -> None:
+        self.key = key
+        stages = state.stages
+        stage_ids, _, arrivals, _, n_hosts = key
+        arrival_of = dict(zip(stage_ids, arrivals, strict=True))
+        order = sorted(stage_ids, key=lambda s: (arrival_of[s], s))
+        self.position = dict(zip(order, range(len(order)), strict=True))
+        self.weights = np.asarray([stages[s].weight for s in order], dtype=float)
+        stage_jobs = [sorted(set(stages[s].job_ids)) for s in order]
+        self.units = list(dict.fromkeys(chain.from_iterable(stage_jobs)))
+        self.index = dict(zip(self.units, range(len(self.units)), strict=True))
+        self.listed_in = {job: s for s, stage in stages.items() for job in stage.job_ids}
+        self.filled = list(map(state.jobs.get, self.units, repeat(_UNREGISTERED)))
+        self.sources = list(map(_PER_ITERATION, self.filled))
+        self.stage_ptr = offsets([len(jobs) for jobs in stage_jobs])
+        self.stage_units = np.asarray(
+            [self.index[job] for job in chain.from_iterable(stage_jobs)], dtype=np.int64
+        )
+        columns = _host_port_columns(n_hosts)
+        try:
+            ports = [np.asarray([columns[p] for p in source], dtype=np.int64)
+                     for source in self.sources]  # fmt: skip
+        except KeyError as error:
+            raise ValueError(f"port {error} is not one of hosts 0..{n_hosts - 1}") from None
+        self.extra_counts = np.asarray([len(p) for p in ports], dtype=np.int64)
+        self.extra_column = np.concatenate(ports) if ports else np.zeros(0, dtype=np.int64)
+        self.extra_bytes = np.asarray(
+            [size for source in self.sources for size in source.values()], dtype=float
+        )
+
+    @staticmethod
+    def key_of(stages: Mapping[StageId, Stage], n_hosts: int) -> tuple:
+        """What the stages are, compared at C speed: their ids, listed jobs (one stage after
+        the other, and how many each), arrivals and weights, and the hosts."""
+        values = list(stages.values())
+        job_lists = list(map(_JOB_IDS, values))
+        return (
+            tuple(stages),
+            (tuple(chain.from_iterable(job_lists)), tuple(map(len, job_lists))),
+            tuple(map(_ARRIVAL, values)),
+            tuple(map(_WEIGHT, values)),
+            n_hosts,
+        )
+
+    @classmethod
+    def current(
+        cls, kept: _JobStages | None, state: ClusterState, n_hosts: int
+    ) -> tuple[_JobStages, list[Job]]:
+        """``kept`` if the state's stages and jobs are still what it was made of, else a new
+        one; and each unit's job (:data:`_UNREGISTERED` if the state has none)."""
+        key = cls.key_of(state.stages, n_hosts)
+        if kept is not None and kept.key == key:
+            filled = list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
+            if all(map(operator.is_, filled, kept.filled)) and all(
+                map(operator.is_, map(_PER_ITERATION, filled), kept.sources)
+            ):
+                return kept, filled
+        made = cls(state, key)
+        return made, made.filled
+
+
 def _job_stage_ranks(
     state: ClusterState,
     active: list[Coflow],
     sparse: SparsePortBytes,
-    job_ports: dict[int, _JobPorts],
-) -> list[list[CoflowId]] | None:
+    kept: _JobStages | None,
+) -> tuple[list[list[CoflowId]] | None, _JobStages | None]:
     """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
-    registered job that its own stage lists (HPO workloads), from arrays: each step is a pass
-    at C speed over the active coflows, the units or the stages, none a Python step per unit.
-    ``None`` for any other state.
+    job that its own stage lists (HPO workloads), from arrays: each step is a pass at C speed
+    over the active coflows or the units, none a Python step per unit, and what depends on
+    the stages alone is kept (``kept``, returned again or made anew). ``None`` ranks for any
+    other state.
 
     With every unit a job of its stage, a stage's units are its listed jobs in id order, the
     stages come in (arrival, id) order, a unit's in-flight rows are its coflows' in arrival
     order, and the ranks sort a stage's coflows by their unit's bottleneck, ties by arrival:
-    the sums and orders of the general path, term for term. ``job_ports`` as in
-    :func:`_array_loads`."""
+    the sums and orders of the general path, term for term."""
     n = len(active)
     job_of = list(map(_JOB_ID, active))
     if not n or None in job_of:
-        return None
+        return None, kept
     stage_of = list(map(_STAGE_ID, active))
-    jobs, stages = state.jobs, state.stages
     if None in stage_of:  # a coflow without a stage of its own is in its job's
         for i in [i for i, stage_id in enumerate(stage_of) if stage_id is None]:
-            job = jobs.get(job_of[i])
+            job = state.jobs.get(job_of[i])
             stage_of[i] = job.stage_id if job is not None else None
         if None in stage_of:
-            return None
-    listed_in = {job_id: stage_id for stage_id, stage in stages.items() for job_id in stage.job_ids}
-    if list(map(listed_in.get, job_of)) != stage_of:
-        return None  # a coflow whose job its stage does not list (or no stage)
-    keys = sorted(dict.fromkeys(stage_of), key=lambda s: (stages[s].arrival_s, s))
-    stage_jobs = [sorted(set(stages[s].job_ids)) for s in keys]
-    units = list(dict.fromkeys(chain.from_iterable(stage_jobs)))
-    unit_jobs = list(map(jobs.get, units))
-    if None in unit_jobs:  # listed, no longer registered: no future iterations
-        unit_jobs = [_UNREGISTERED if job is None else job for job in unit_jobs]
-    index = dict(zip(units, range(len(units)), strict=True))
-    unit_of = np.fromiter(map(index.__getitem__, job_of), np.int64, n)
+            return None, kept
+    structure, filled = _JobStages.current(kept, state, sparse.n_hosts)
+    if list(map(structure.listed_in.get, job_of)) != stage_of:
+        return None, structure  # a coflow whose job its stage does not list (or no stage)
+    n_units = len(structure.units)
+    unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
     ids = list(map(_COFLOW_ID, active))
-    coflow_rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, n)
-    in_flight = np.bincount(unit_of, minlength=len(units))
-    budget = np.fromiter(map(_BUDGET, unit_jobs), np.int64, len(units))
-    done = np.fromiter(map(_DONE, unit_jobs), np.int64, len(units))
+    if ids == list(sparse.row_of):
+        coflow_rows = np.arange(n, dtype=np.int64)
+    else:
+        coflow_rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, n)
+    in_flight = np.bincount(unit_of, minlength=n_units)
+    budget = np.fromiter(map(_BUDGET, filled), np.int64, n_units)
+    done = np.fromiter(map(_DONE, filled), np.int64, n_units)
     future = np.maximum(budget - done - in_flight, 0)
-    extra_column, extra_bytes, extra_counts = _future_ports(sparse, units, unit_jobs, job_ports)
     with_future = future > 0
-    keep = np.repeat(with_future, extra_counts)
-    stage_ptr = offsets(np.fromiter(map(len, stage_jobs), np.int64, len(stage_jobs)))
+    keep = np.repeat(with_future, structure.extra_counts)
+    # the stages with active coflows, in order, and their units
+    stage_pos = np.fromiter(map(structure.position.__getitem__, stage_of), np.int64, n)
+    present = np.flatnonzero(np.bincount(stage_pos, minlength=len(structure.position)))
+    first, last = structure.stage_ptr[present], structure.stage_ptr[present + 1]
+    lengths = last - first
+    stage_ptr = offsets(lengths)
+    stage_units = structure.stage_units[
+        np.repeat(first - stage_ptr[:-1], lengths) + np.arange(stage_ptr[-1])
+    ]
     loads = stage_loads_flat(
         sparse,
         state.host_ports_bps(sparse.n_hosts),
@@ -684,61 +764,23 @@ def _job_stage_ranks(
             offsets(in_flight),
             coflow_rows[np.argsort(unit_of, kind="stable")],
             future.astype(float),
-            offsets(np.where(with_future, extra_counts, 0)),
-            extra_column[keep],
-            extra_bytes[keep],
+            offsets(np.where(with_future, structure.extra_counts, 0)),
+            structure.extra_column[keep],
+            structure.extra_bytes[keep],
         ),
         stage_ptr,
-        np.fromiter(
-            map(index.__getitem__, chain.from_iterable(stage_jobs)), np.int64, stage_ptr[-1]
-        ),  # fmt: skip
+        stage_units,
     )
-    weights = [stages[s].weight for s in keys]
-    rank_of_stage = np.empty(len(keys), dtype=np.int64)
-    rank_of_stage[bssi_order(loads.demands, weights)] = np.arange(len(keys))
-    position = dict(zip(keys, range(len(keys)), strict=True))
-    coflow_rank = rank_of_stage[np.fromiter(map(position.__getitem__, stage_of), np.int64, n)]
+    rank_of_stage = np.empty(len(structure.position), dtype=np.int64)
+    rank_of_stage[present[bssi_order(loads.demands, structure.weights[present])]] = np.arange(
+        len(present)
+    )
+    coflow_rank = rank_of_stage[stage_pos]
     # by rank, then the most remaining work first, then arrival (lexsort is stable)
     order = np.lexsort((-loads.unit_bottleneck_s[unit_of], coflow_rank))
     ordered = np.asarray(ids, dtype=np.int64)[order].tolist()
-    bounds = offsets(np.bincount(coflow_rank, minlength=len(keys))).tolist()
-    return [ordered[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)]
-
-
-# a job its stage lists but the state no longer has: no iterations left, no ports
-_UNREGISTERED = Job(-1, {}, iteration_budget=1, iterations_done=1)
-
-
-def _future_ports(
-    sparse: SparsePortBytes, job_ids: list[int], jobs: list[Job], job_ports: dict[int, _JobPorts]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every job's per-iteration columns and bytes, one job after the other, and each job's
-    number of them; ``job_ports`` keeps each job's (and is left holding these jobs')."""
-    ports = list(map(job_ports.get, job_ids))
-    sources = list(map(_PER_ITERATION, jobs))
-    if (
-        None in ports
-        or not all(map(operator.is_, map(_SOURCE, ports), sources))
-        or set(map(_N_HOSTS, ports)) - {sparse.n_hosts}
-    ):
-        ports = [
-            p
-            if p is not None and p.source is source and p.n_hosts == sparse.n_hosts
-            else _JobPorts(
-                source,
-                sparse.n_hosts,
-                sparse.columns(source, len(source)),
-                np.fromiter(source.values(), float, len(source)),
-            )
-            for p, source in zip(ports, sources, strict=True)
-        ]
-    job_ports.clear()
-    job_ports.update(zip(job_ids, ports, strict=True))
-    if not ports:
-        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64)
-    counts = np.fromiter(map(len, map(_COLUMN, ports)), np.int64, len(ports))
-    columns = np.concatenate(list(map(_COLUMN, ports)))
-    return columns, np.concatenate(list(map(_SIZE_BYTES, ports))), counts
+    bounds = offsets(np.bincount(coflow_rank, minlength=len(present))).tolist()
+    return [ordered[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)], structure
 
 
 def _unit(coflow: Coflow) -> tuple:

@@ -141,7 +141,7 @@ def stage_loads_flat(
 def offsets(counts: Sequence[int] | np.ndarray) -> np.ndarray:
     """Offsets of consecutive runs of ``counts`` entries: ``[0, c0, c0 + c1, ...]``."""
     out = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(counts, np.int64, len(counts)), out=out[1:])
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=out[1:])
     return out
 
 
