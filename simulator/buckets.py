@@ -41,7 +41,7 @@ def assign_buckets(
     level_rows: int,
     entry_of: np.ndarray,
     kept_level: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The bucket of every active coflow (``slots[i]`` at ``levels[i]``, in the policy's order).
 
     Args:
@@ -61,8 +61,10 @@ def assign_buckets(
         kept_level: scratch, ``n_buckets`` entries of -1 (left so).
 
     Returns:
-        each coflow's bucket (in the order of ``slots``), and whether each new bucket is a
-        single one (in the order of their ids, from ``n_buckets`` on).
+        each coflow's bucket (in the order of ``slots``); whether each new bucket is a single
+        one (in the order of their ids, from ``n_buckets`` on); and the coflows whose bucket
+        changed (indices into ``slots``), the capped ones first, each part in order, the order
+        in which the engine moves them.
     """
     n = len(slots)
     target = np.full(n, NO_BUCKET, dtype=np.int64)
@@ -79,7 +81,7 @@ def assign_buckets(
             b_level[bucket] = levels[i]
             target[i] = bucket
     if all_single:
-        return target, new_single[:made]
+        return target, new_single[:made], _moved(target, slots, capped, all_single, slot_bucket)
     # the flows each (existing shared bucket, level) would keep, in order of first appearance
     key_bucket = np.empty(n, dtype=np.int64)
     key_level = np.empty(n, dtype=np.int64)
@@ -128,4 +130,17 @@ def assign_buckets(
         target[i] = head[level]
     for key in range(n_keys):
         kept_level[key_bucket[key]] = -1
-    return target, new_single[:made]
+    return target, new_single[:made], _moved(target, slots, capped, all_single, slot_bucket)
+
+
+@njit(cache=True)
+def _moved(target, slots, capped, all_single, slot_bucket):  # pragma: no cover - compiled
+    """The entries whose target is not their slot's bucket, capped ones first."""
+    moved = np.empty(len(slots), dtype=np.int64)
+    m = 0
+    for single in (True, False):
+        for i in range(len(slots)):
+            if (all_single or capped[i]) == single and target[i] != slot_bucket[slots[i]]:
+                moved[m] = i
+                m += 1
+    return moved[:m]

@@ -726,27 +726,35 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 
 
 @njit(cache=True)
-def slot_port_bytes(flows, groups, slot_first, slot_last, n_hosts):
+def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, n_hosts):
     # pragma: no cover - compiled
     """Bytes left of the given coflow slots per host port, in compressed sparse rows, without
     the dense slots x ports array: the nonzero entries of :func:`slot_loads`' per-port bits
     (summed in the same flow order), each as ``bits / 8.0``, columns ascending in a row; and
     each slot's bits left in total, :func:`slot_loads`' ``total`` (summed in the same order).
 
+    The flow and group arrays come one by one, not as the tables: unpacking a table costs
+    microseconds at every call (a reorder makes one).
+
     Args:
-        flows: the :class:`FlowTable` (read only).
-        groups: the :class:`GroupTable` (read only: ``served``).
-        slot_first: int per slot (row): its first flow id.
-        slot_last: int per slot: one past its last flow id.
+        f_pair: :class:`FlowTable`'s ``pair``.
+        f_threshold: :class:`FlowTable`'s ``threshold``.
+        f_group: :class:`FlowTable`'s ``group``.
+        g_served: :class:`GroupTable`'s ``served``.
+        slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
+        slots: the slots, one row each.
         n_hosts: the fabric's hosts ``n`` (columns as :func:`slot_loads`).
 
     Returns:
         ``(row_ptr, column, size_bytes, total)``: row i's entries are
         ``row_ptr[i]:row_ptr[i + 1]``, its bits left ``total[i]``.
     """
-    f_pair, f_threshold, f_group = flows.pair, flows.threshold, flows.group
-    g_served = groups.served
-    n_slots = slot_first.shape[0]
+    n_slots = slots.shape[0]
+    slot_first = np.empty(n_slots, dtype=np.int64)
+    slot_last = np.empty(n_slots, dtype=np.int64)
+    for i in range(n_slots):
+        slot_first[i] = slot_ranges[slots[i], 0]
+        slot_last[i] = slot_ranges[slots[i], 1]
     n_columns = 2 * n_hosts
     bits = np.zeros(n_columns)
     touched = np.zeros(n_columns, dtype=np.bool_)

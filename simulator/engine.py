@@ -456,7 +456,9 @@ class Simulator:
         computed here in one compiled pass, and reading them after the simulator moved on
         raises."""
         # active coflows in release order: slots ascending
-        port_bits = _PortBits(self, list(self._slot_of.values()), list(self._slot_of))
+        slot_of = self._slot_of
+        slots = np.fromiter(slot_of.values(), np.int64, len(slot_of))
+        port_bits = _PortBits(self, slots, list(slot_of))
         self._loads.latest = port_bits
         jobs, stages = self.jobs_and_stages()
         return _SimulatorState(
@@ -505,7 +507,11 @@ class Simulator:
         ranks = schedule.ranks
         ids = list(itertools.chain.from_iterable(ranks))
         n = len(ids)
-        slots = np.fromiter(map(self._slot_of.__getitem__, ids), np.int64, n)
+        latest = self._loads.latest
+        if latest is not None and ids == latest.ids:  # the state's order (fair, FIFO-LM)
+            slots = latest.slots
+        else:
+            slots = np.fromiter(map(self._slot_of.__getitem__, ids), np.int64, n)
         if self.mode == "ideal":
             return slots, np.arange(n, dtype=np.int64), max(n, 1)
         if len(ranks) == n:
@@ -621,7 +627,7 @@ class Simulator:
         ideal = self.mode == "ideal"
         stride = n_levels if ideal else self.n_levels
         self._reserve_buckets(len(slots) + stride)
-        target, new_single = assign_buckets(
+        target, new_single, moved = assign_buckets(
             slots,
             level,
             capped,
@@ -638,14 +644,10 @@ class Simulator:
         )
         for single in new_single.tolist():
             self._open_bucket(single)
-        moves = target != self._slot_bucket[slots]
-        # capped (one group per flow) coflows first, then the others, each in order
-        single = capped | ideal
-        for i in itertools.chain(np.flatnonzero(moves & single).tolist(),
-                                 np.flatnonzero(moves & ~single).tolist()):  # fmt: skip
-            self._place(int(slots[i]), int(target[i]))
+        for slot, bucket in zip(slots[moved].tolist(), target[moved].tolist(), strict=True):
+            self._place(slot, bucket)
         self._park_empty_buckets(set(target.tolist()))
-        return bool(moves.any())
+        return len(moved) > 0
 
     def _park_empty_buckets(self, kept: set[int]) -> None:
         """Buckets left without coflows keep no level (below every level) and give back their
@@ -725,13 +727,14 @@ class _PortBits:
         ids: their coflow ids.
 
     Attributes:
+        slots: each row's slot.
         ids: each row's coflow id.
         all_left: whether every coflow has bytes left.
     """
 
-    def __init__(self, sim: Simulator, slots: list[int], ids: list[int]) -> None:
+    def __init__(self, sim: Simulator, slots: np.ndarray, ids: list[int]) -> None:
         self._sim, self._now_s, self._steps = sim, sim.now_s, sim.steps
-        self._slots = slots
+        self.slots = slots
         self.ids = ids
         self._row_of: dict[int, int] | None = None
         self._bytes: list[dict] | None = None
@@ -787,14 +790,14 @@ class _PortBits:
     def _compute(self, rows: np.ndarray | None) -> tuple:
         """:func:`~simulator.core.slot_port_bytes` of the coflows in ``rows`` (all: ``None``)."""
         self._check_current()
-        slots = np.asarray(self._slots, dtype=np.int64)
-        ranges = self._sim._slot_ranges[slots if rows is None else slots[rows]]
         tables = self._sim._tables
         return slot_port_bytes(
-            tables.flow_table(),
-            tables.group_table(),
-            ranges[:, 0].copy(),
-            ranges[:, 1].copy(),
+            tables.f_pair,
+            tables.f_threshold,
+            tables.f_group,
+            tables.g_served,
+            self._sim._slot_ranges,
+            self.slots if rows is None else self.slots[rows],
             self.n_hosts,
         )
 
