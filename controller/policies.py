@@ -322,25 +322,29 @@ class Varys(Policy):
     ) -> Schedule:
         """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
         the same bottlenecks, order and MADD times, bit for bit."""
-        rows = np.fromiter((sparse.row_of[c.coflow_id] for c in active), np.int64, len(active))
+        ids = list(map(_COFLOW_ID, active))
+        if ids == list(sparse.row_of):  # every row, in order
+            rows = np.arange(len(ids), dtype=np.int64)
+        else:
+            rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, len(ids))
         bps = state.host_ports_bps(sparse.n_hosts)
         gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
         by_gamma = np.argsort(gamma, kind="stable")  # ties by arrival
-        order = [active[k] for k in by_gamma.tolist()]
+        ordered = np.asarray(ids, dtype=np.int64)[by_gamma].tolist()
         if not self.use_rates:
-            return Schedule.from_order(c.coflow_id for c in order)
+            return Schedule.from_order(ordered)
         madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes,
                                rows[by_gamma], bps)  # fmt: skip
-        gammas, rates = {}, {}
-        for coflow, gamma_s in zip(order, madd_s.tolist(), strict=True):
-            if gamma_s > 0:
-                gammas[coflow.coflow_id] = gamma_s
-                for flow in coflow.flows:
-                    if flow.remaining_bytes > 0:
-                        rates[(coflow.coflow_id, flow.flow_id)] = (
-                            8.0 * flow.remaining_bytes / gamma_s
-                        )
-        return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
+        capped = madd_s > 0
+        gammas = dict(zip(np.asarray(ordered)[capped].tolist(), madd_s[capped].tolist(),
+                          strict=True))  # fmt: skip
+        rates, times = {}, madd_s.tolist()
+        for k in np.flatnonzero(capped).tolist():
+            coflow = active[by_gamma[k]]
+            for flow in coflow.flows:  # (none for coflows given in bulk)
+                if flow.remaining_bytes > 0:
+                    rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / times[k]
+        return Schedule.from_order(ordered, rates, gammas)
 
 
 _PROGRESS_DIGITS = 9

@@ -547,6 +547,22 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
 
 
 @njit(cache=True)
+def place_coflows(flows, groups, first, last, bucket, row):  # pragma: no cover - compiled
+    """:func:`place_flows` for several coflows, one after the other, in one call.
+
+    Args:
+        flows: the :class:`FlowTable` (modified as :func:`place_flows` does).
+        groups: the :class:`GroupTable` (modified as :func:`place_flows` does).
+        first: int per coflow: its first flow id.
+        last: int per coflow: one past its last flow id.
+        bucket: int per coflow: the bucket its flows move into.
+        row: int per coflow: that bucket's pair row, or -1 for one group per flow.
+    """
+    for i in range(first.shape[0]):
+        place_flows(flows, groups, first[i], last[i], bucket[i], row[i])
+
+
+@njit(cache=True)
 def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_levels, n_hosts):
     # pragma: no cover - compiled
     """Give every used group its bucket's level and sort out how each level is allocated.

@@ -53,7 +53,7 @@ from simulator.core import (
     StepSettings,
     Tables,
     order_by_head,
-    place_flows,
+    place_coflows,
     port_seconds_matrix,
     run_steps,
     set_coflow_caps,
@@ -413,23 +413,27 @@ class Simulator:
 
     # ---- placement ---------------------------------------------------------------------------
 
-    def _place(self, slot: int, bucket: int) -> None:
-        """Move the unfinished flows of a coflow into the groups of ``bucket``."""
-        old = int(self._slot_bucket[slot])
-        if old >= 0:
-            self._b_members[old].discard(slot)
-        self._slot_bucket[slot] = bucket
-        self._b_members[bucket].add(slot)
-        first, last = self._slot_flows[slot]
+    def _place(self, slots: np.ndarray, buckets: np.ndarray) -> None:
+        """Move the unfinished flows of each coflow of ``slots`` into the groups of its bucket
+        of ``buckets``, one coflow after the other (in one compiled call)."""
+        members, slot_bucket = self._b_members, self._slot_bucket
+        for slot, bucket in zip(slots.tolist(), buckets.tolist(), strict=True):
+            old = int(slot_bucket[slot])
+            if old >= 0:
+                members[old].discard(slot)
+            members[bucket].add(slot)
+        slot_bucket[slots] = buckets
+        ranges = self._slot_ranges[slots]
+        first, last = ranges[:, 0].copy(), ranges[:, 1].copy()
         tables = self._tables
-        tables.reserve_groups(last - first)
-        place_flows(
+        tables.reserve_groups(int((last - first).sum()))
+        place_coflows(
             tables.flow_table(),
             tables.group_table(),
             first,
             last,
-            bucket,
-            self._b_row[bucket],
+            buckets,
+            self._b_row[buckets],
         )
 
     # ---- policy and allocation -----------------------------------------------------------------
@@ -644,8 +648,8 @@ class Simulator:
         )
         for single in new_single.tolist():
             self._open_bucket(single)
-        for slot, bucket in zip(slots[moved].tolist(), target[moved].tolist(), strict=True):
-            self._place(slot, bucket)
+        if len(moved):
+            self._place(slots[moved], target[moved])
         self._park_empty_buckets(set(target.tolist()))
         return len(moved) > 0
 
