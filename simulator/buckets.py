@@ -41,7 +41,7 @@ def assign_buckets(
     level_rows: int,
     entry_of: np.ndarray,
     kept_level: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """The bucket of every active coflow (``slots[i]`` at ``levels[i]``, in the policy's order).
 
     Args:
@@ -64,12 +64,13 @@ def assign_buckets(
         each coflow's bucket (in the order of ``slots``); whether each new bucket is a single
         one (in the order of their ids, from ``n_buckets`` on); and the coflows whose bucket
         changed (indices into ``slots``), the capped ones first, each part in order, the order
-        in which the engine moves them.
+        in which the engine moves them; whether an existing bucket's level changed.
     """
     n = len(slots)
     target = np.full(n, NO_BUCKET, dtype=np.int64)
     new_single = np.zeros(n + n_levels, dtype=np.bool_)
     made = 0
+    relevelled = False
     # one group per flow: capped coflows, and every coflow in the ideal mode
     for i in range(n):
         if all_single or capped[i]:
@@ -78,10 +79,13 @@ def assign_buckets(
                 bucket = n_buckets + made
                 new_single[made] = True
                 made += 1
+            elif b_level[bucket] != levels[i]:
+                relevelled = True
             b_level[bucket] = levels[i]
             target[i] = bucket
     if all_single:
-        return target, new_single[:made], _moved(target, slots, capped, all_single, slot_bucket)
+        moved = _moved(target, slots, capped, all_single, slot_bucket)
+        return target, new_single[:made], moved, relevelled
     # the flows each (existing shared bucket, level) would keep, in order of first appearance
     key_bucket = np.empty(n, dtype=np.int64)
     key_level = np.empty(n, dtype=np.int64)
@@ -114,6 +118,7 @@ def assign_buckets(
             if kept_count[level] == 0:
                 head[level] = bucket
             kept_count[level] += 1
+            relevelled |= b_level[bucket] != level
             b_level[bucket] = level
     for i in range(n):
         if target[i] != NO_BUCKET:
@@ -130,7 +135,8 @@ def assign_buckets(
         target[i] = head[level]
     for key in range(n_keys):
         kept_level[key_bucket[key]] = -1
-    return target, new_single[:made], _moved(target, slots, capped, all_single, slot_bucket)
+    moved = _moved(target, slots, capped, all_single, slot_bucket)
+    return target, new_single[:made], moved, relevelled
 
 
 @njit(cache=True)

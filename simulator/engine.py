@@ -215,7 +215,10 @@ class Simulator:
             np.zeros(0, dtype=np.int64), np.zeros(2, dtype=np.int64), np.ones(1, dtype=np.bool_)
         )
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
-        self._layout = None  # what the sorted groups were built from (see _reorder)
+        # what the sorted groups were built from: (levels, capped slots), and whether a
+        # bucket's level changed since (see _reorder)
+        self._layout: tuple | None = None
+        self._relevelled = True
         self._fixed_rates = True  # serve capped levels whose caps fit lazily (simulator.core)
         # buckets: sets of coflow slots sharing a level
         # (level and row are arrays with spare room at the end, so that a reorder hands them to
@@ -502,6 +505,7 @@ class Simulator:
         self._b_members.append(set())
         self._live_buckets.add(bucket)
         self._b_live[bucket] = True
+        self._relevelled = True
         return bucket
 
     def _levels(self, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, int]:
@@ -568,11 +572,11 @@ class Simulator:
                 first, last = self._slot_flows[s]
                 groups = tables.f_group[first:last]
                 tables.g_cap[groups[groups >= 0]] = np.inf
-        bucket_level = self._b_level[: self._n_buckets].copy()
-        layout = (bucket_level, n_levels, frozenset(slots[capped].tolist()))
-        if not moved and self._layout is not None and _same_layout(layout, self._layout):
+        layout = (n_levels, frozenset(slots[capped].tolist()))
+        if not moved and not self._relevelled and layout == self._layout:
             return  # same groups at the same levels: the sorted groups still hold
-        self._layout = layout
+        self._layout, self._relevelled = layout, False
+        bucket_level = self._b_level[: self._n_buckets]
         bucket_row = self._b_row[: self._n_buckets]
         bucket_live = self._b_live[: self._n_buckets]
         order, start, general = set_group_levels(
@@ -631,7 +635,7 @@ class Simulator:
         ideal = self.mode == "ideal"
         stride = n_levels if ideal else self.n_levels
         self._reserve_buckets(len(slots) + stride)
-        target, new_single, moved = assign_buckets(
+        target, new_single, moved, relevelled = assign_buckets(
             slots,
             level,
             capped,
@@ -646,6 +650,7 @@ class Simulator:
             self._entry_of,
             self._kept_level,
         )
+        self._relevelled |= relevelled
         for single in new_single.tolist():
             self._open_bucket(single)
         if len(moved):
@@ -658,6 +663,7 @@ class Simulator:
         pair row (their groups were freed as they emptied)."""
         for bucket in list(self._live_buckets - kept):
             if not self._b_members[bucket]:
+                self._relevelled = True
                 self._b_level[bucket] = 1 << 30
                 self._live_buckets.discard(bucket)
                 self._b_live[bucket] = False
@@ -713,11 +719,6 @@ def _grown(array: np.ndarray, extra: int, fill) -> np.ndarray:
 def _doubled(array: np.ndarray, fill) -> np.ndarray:
     """``array`` twice as long (along its first axis), the new rows ``fill``."""
     return np.concatenate([array, np.full_like(array, fill)])
-
-
-def _same_layout(a: tuple, b: tuple) -> bool:
-    """Whether two (bucket levels, level count, capped slots) layouts are the same."""
-    return a[1] == b[1] and a[2] == b[2] and np.array_equal(a[0], b[0])
 
 
 class _PortBits:
