@@ -376,6 +376,14 @@ class Jpas(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """Jobs (and coflows without a job) by least attained progress first, ties by arrival."""
         active = state.active_coflows()
+        job_of = list(map(_JOB_ID, active))
+        if active and None not in job_of:
+            return Schedule(_jobs_by_progress(state.jobs, active, job_of))
+        return Schedule(self._ranks(state, active))
+
+    @staticmethod
+    def _ranks(state: ClusterState, active: list[Coflow]) -> tuple[tuple[CoflowId, ...], ...]:
+        """The ranks for any state (coflows without a job too), one Python step per coflow."""
         by_job: dict[int, list[int]] = {}  # job id -> its coflow ids, in arrival order
         first_arrival: dict[int, float] = {}
         jobless: list[Coflow] = []
@@ -405,7 +413,44 @@ class Jpas(Policy):
             sent = round(sent, _PROGRESS_DIGITS)
             entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
         entries.sort()
-        return Schedule(tuple(tuple(e[4]) for e in entries))
+        return tuple(tuple(e[4]) for e in entries)
+
+
+def _jobs_by_progress(
+    jobs: Mapping[int, Job], active: list[Coflow], job_of: list[int]
+) -> tuple[tuple[CoflowId, ...], ...]:
+    """:class:`Jpas`' ranks where every active coflow has a job, from arrays: the same keys
+    (progress, arrival, job id; 0.0 and the first coflow's arrival for a job not registered)
+    sorted the same way, each job's coflows in arrival order, without a Python step per job."""
+    n = len(active)
+    job_ids = list(dict.fromkeys(job_of))  # in order of their first coflow
+    index = dict(zip(job_ids, range(len(job_ids)), strict=True))
+    coflow_job = np.fromiter(map(index.__getitem__, job_of), np.int64, n)
+    registered = list(map(jobs.get, job_ids))
+    arrival = np.fromiter(map(_ARRIVAL, active), float, n)
+    first = np.full(len(job_ids), n, dtype=np.int64)
+    np.minimum.at(first, coflow_job, np.arange(n))
+    job_arrival = arrival[first]
+    progress = np.zeros(len(job_ids))
+    if None in registered:
+        known = [k for k, job in enumerate(registered) if job is not None]
+        registered = [registered[k] for k in known]
+    else:
+        known = slice(None)
+    if registered:
+        done = np.fromiter(map(_DONE, registered), float, len(registered))
+        budget = np.fromiter(map(_BUDGET, registered), float, len(registered))
+        progress[known] = np.minimum(1.0, done / budget)  # Job.progress
+        job_arrival[known] = np.fromiter(map(_ARRIVAL, registered), float, len(registered))
+    rank = np.empty(len(job_ids), dtype=np.int64)
+    rank[np.lexsort((np.asarray(job_ids, dtype=np.int64), job_arrival, progress))] = np.arange(
+        len(job_ids)
+    )
+    coflow_rank = rank[coflow_job]
+    ordered = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
+    ordered = ordered[np.argsort(coflow_rank, kind="stable")].tolist()
+    bounds = offsets(np.bincount(coflow_rank, minlength=len(job_ids))).tolist()
+    return tuple(tuple(ordered[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False))
 
 
 def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:

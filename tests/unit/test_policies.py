@@ -361,11 +361,12 @@ def _jpas_by_key(state: ClusterState) -> list[tuple[int, ...]]:
     return [tuple(ids) for _, ids in entries]
 
 
-@given(st.integers(0, 10_000))
-@settings(max_examples=60, deadline=None)
-def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed):
+@given(st.integers(0, 10_000), st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed, jobless):
     # equal progress and arrival between jobs, jobs and jobless coflows and unregistered jobs:
-    # the tie goes by kind, then id, never by anything else
+    # the tie goes by kind, then id, never by anything else; without jobless coflows the
+    # ranks come from arrays (_jobs_by_progress), and they are the general path's
     import random
 
     rng = random.Random(seed)
@@ -376,9 +377,10 @@ def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed):
     ]  # fmt: skip
     coflows = []
     for cid in range(rng.randint(1, 14)):
-        job_id = rng.choice([None, 99, *(j.job_id for j in jobs)])
+        job_id = rng.choice([None if jobless else 99, 99, *(j.job_id for j in jobs)])
         size = float(rng.choice((4, 8)))
         flow = Flow(0, 1, size, size - rng.choice((0, 2, 4)))
         coflows.append(Coflow(cid, [flow], float(rng.choice((0, 1))), job_id))
     state = ClusterState.build(coflows, jobs)
     assert list(Jpas().schedule(state).ranks) == _jpas_by_key(state)
+    assert Jpas().schedule(state).ranks == Jpas._ranks(state, state.active_coflows())
