@@ -233,6 +233,7 @@ class Simulator:
         self._kept_level = np.full(16, -1, dtype=np.int64)
         self._b_members: list[set] = []
         self._live_buckets: set[int] = set()
+        self._emptied: set[int] = set()  # buckets whose last coflow left since the last reorder
         self._free_rows: list[int] = []
         # coflows, by slot
         self._slots: list[CoflowRecord] = []
@@ -406,7 +407,11 @@ class Simulator:
         self._active_slots.discard(slot)
         del self._slot_of[record.coflow_id]
         self._views.drop(record.coflow_id)
-        self._b_members[self._slot_bucket[slot]].discard(slot)
+        bucket = int(self._slot_bucket[slot])
+        members = self._b_members[bucket]
+        members.discard(slot)
+        if not members:
+            self._emptied.add(bucket)
         self._finished(record)
 
     def _finished(self, record: CoflowRecord) -> None:
@@ -424,6 +429,8 @@ class Simulator:
             old = int(slot_bucket[slot])
             if old >= 0:
                 members[old].discard(slot)
+                if not members[old]:
+                    self._emptied.add(old)
             members[bucket].add(slot)
         slot_bucket[slots] = buckets
         ranges = self._slot_ranges[slots]
@@ -550,7 +557,7 @@ class Simulator:
         was_capped = self._slot_capped[slots]
         moved = False
         if self._keeps_buckets(slots, level, capped):
-            self._park_empty_buckets({b for b in self._live_buckets if self._b_members[b]})
+            self._park_empty_buckets()
         else:
             moved = self._assign_buckets(slots, level, capped, n_levels)
         self._slot_level[slots] = level
@@ -655,14 +662,16 @@ class Simulator:
             self._open_bucket(single)
         if len(moved):
             self._place(slots[moved], target[moved])
-        self._park_empty_buckets(set(target.tolist()))
+        self._park_empty_buckets()
         return len(moved) > 0
 
-    def _park_empty_buckets(self, kept: set[int]) -> None:
+    def _park_empty_buckets(self) -> None:
         """Buckets left without coflows keep no level (below every level) and give back their
-        pair row (their groups were freed as they emptied)."""
-        for bucket in list(self._live_buckets - kept):
-            if not self._b_members[bucket]:
+        pair row (their groups were freed as they emptied); only those that emptied since the
+        last reorder are looked at (a reorder leaves every bucket in use holding coflows)."""
+        emptied, self._emptied = sorted(self._emptied), set()
+        for bucket in emptied:
+            if bucket in self._live_buckets and not self._b_members[bucket]:
                 self._relevelled = True
                 self._b_level[bucket] = 1 << 30
                 self._live_buckets.discard(bucket)
