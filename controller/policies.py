@@ -432,7 +432,7 @@ def _jobs_by_progress(
     np.minimum.at(first, coflow_job, np.arange(n))
     job_arrival = arrival[first]
     progress = np.zeros(len(job_ids))
-    if None in registered:
+    if not all(map(operator.is_not, registered, repeat(None))):  # (`in` would call __eq__)
         known = [k for k, job in enumerate(registered) if job is not None]
         registered = [registered[k] for k in known]
     else:
@@ -449,8 +449,10 @@ def _jobs_by_progress(
     coflow_rank = rank[coflow_job]
     ordered = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
     ordered = ordered[np.argsort(coflow_rank, kind="stable")].tolist()
+    if len(job_ids) == n:  # one coflow per job
+        return tuple(zip(ordered))
     bounds = offsets(np.bincount(coflow_rank, minlength=len(job_ids))).tolist()
-    return tuple(tuple(ordered[lo:hi]) for lo, hi in zip(bounds, bounds[1:], strict=False))
+    return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
 
 
 def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
