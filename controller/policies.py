@@ -40,7 +40,6 @@ from controller.model import (
     SparsePortBytes,
     Stage,
     StageId,
-    _host_port_columns,
     bottleneck_s,
     port_seconds,
 )
@@ -695,10 +694,10 @@ class _JobStages:
     per iteration is its job's ports in ``bytes_per_iteration`` order.
     """
 
-    def __init__(self, state: ClusterState, key: tuple) -> None:
+    def __init__(self, state: ClusterState, sparse: SparsePortBytes, key: tuple) -> None:
         self.key = key
         stages = state.stages
-        stage_ids, _, arrivals, _, n_hosts = key
+        stage_ids, _, arrivals, _, _ = key
         arrival_of = dict(zip(stage_ids, arrivals, strict=True))
         order = sorted(stage_ids, key=lambda s: (arrival_of[s], s))
         self.position = dict(zip(order, range(len(order)), strict=True))
@@ -713,12 +712,7 @@ class _JobStages:
         self.stage_units = np.asarray(
             [self.index[job] for job in chain.from_iterable(stage_jobs)], dtype=np.int64
         )
-        columns = _host_port_columns(n_hosts)
-        try:
-            ports = [np.asarray([columns[p] for p in source], dtype=np.int64)
-                     for source in self.sources]  # fmt: skip
-        except KeyError as error:
-            raise ValueError(f"port {error} is not one of hosts 0..{n_hosts - 1}") from None
+        ports = [sparse.columns(source, len(source)) for source in self.sources]
         self.extra_counts = np.asarray([len(p) for p in ports], dtype=np.int64)
         self.extra_column = np.concatenate(ports) if ports else np.zeros(0, dtype=np.int64)
         self.extra_bytes = np.asarray(
@@ -741,18 +735,18 @@ class _JobStages:
 
     @classmethod
     def current(
-        cls, kept: _JobStages | None, state: ClusterState, n_hosts: int
+        cls, kept: _JobStages | None, state: ClusterState, sparse: SparsePortBytes
     ) -> tuple[_JobStages, list[Job]]:
         """``kept`` if the state's stages and jobs are still what it was made of, else a new
         one; and each unit's job (:data:`_UNREGISTERED` if the state has none)."""
-        key = cls.key_of(state.stages, n_hosts)
+        key = cls.key_of(state.stages, sparse.n_hosts)
         if kept is not None and kept.key == key:
             filled = list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
             if all(map(operator.is_, filled, kept.filled)) and all(
                 map(operator.is_, map(_PER_ITERATION, filled), kept.sources)
             ):
                 return kept, filled
-        made = cls(state, key)
+        made = cls(state, sparse, key)
         return made, made.filled
 
 
@@ -783,7 +777,7 @@ def _job_stage_ranks(
             stage_of[i] = job.stage_id if job is not None else None
         if None in stage_of:
             return None, kept
-    structure, filled = _JobStages.current(kept, state, sparse.n_hosts)
+    structure, filled = _JobStages.current(kept, state, sparse)
     if list(map(structure.listed_in.get, job_of)) != stage_of:
         return None, structure  # a coflow whose job its stage does not list (or no stage)
     n_units = len(structure.units)
