@@ -194,25 +194,39 @@ class SparsePortBytes:
         row_ptr: ``rows + 1`` offsets into ``column`` and ``size_bytes``.
         column: each entry's column.
         size_bytes: each entry's bytes left (> 0).
-        row_of: each active coflow's row.
+        ids: each row's coflow id (a policy that lists the coflows in this order needs no
+            lookup of their rows).
         n_hosts: hosts, half the columns.
     """
 
     row_ptr: np.ndarray
     column: np.ndarray
     size_bytes: np.ndarray
-    row_of: Mapping[CoflowId, int]
+    ids: Sequence[CoflowId]
     n_hosts: int
+
+    @functools.cached_property
+    def row_of(self) -> dict[CoflowId, int]:
+        """Each active coflow's row (made on first use)."""
+        return dict(zip(self.ids, range(len(self.ids)), strict=True))
 
     @classmethod
     def from_dense(cls, bits_left: np.ndarray, row_of: Mapping[CoflowId, int]) -> SparsePortBytes:
         """The rows of a dense array of bits left (one row per coflow, ``2 * n_hosts``
-        columns): its nonzero entries, each as ``bits / 8.0``."""
+        columns, coflow ``c`` in row ``row_of[c]``): its nonzero entries, each as
+        ``bits / 8.0``.
+
+        Raises:
+            ValueError: ``row_of`` does not give every row one coflow.
+        """
         bits_left = np.asarray(bits_left, dtype=float)
+        ids = sorted(row_of, key=row_of.__getitem__)
+        if [row_of[c] for c in ids] != list(range(bits_left.shape[0])):
+            raise ValueError(f"row_of must give rows 0..{bits_left.shape[0] - 1} one coflow each")
         rows, columns = np.nonzero(bits_left)  # row-major: by row, then by column
         row_ptr = np.zeros(bits_left.shape[0] + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=bits_left.shape[0]), out=row_ptr[1:])
-        return cls(row_ptr, columns.astype(np.int64), bits_left[rows, columns] / 8.0, row_of,
+        return cls(row_ptr, columns.astype(np.int64), bits_left[rows, columns] / 8.0, ids,
                    bits_left.shape[1] // 2)  # fmt: skip
 
     def columns(self, ports: Iterable[Port], count: int = -1) -> np.ndarray:

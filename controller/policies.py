@@ -322,7 +322,7 @@ class Varys(Policy):
         """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
         the same bottlenecks, order and MADD times, bit for bit."""
         ids = list(map(_COFLOW_ID, active))
-        if ids == list(sparse.row_of):  # every row, in order
+        if ids == sparse.ids:  # every row, in order
             rows = np.arange(len(ids), dtype=np.int64)
         else:
             rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, len(ids))
@@ -783,7 +783,7 @@ def _job_stage_ranks(
     n_units = len(structure.units)
     unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
     ids = list(map(_COFLOW_ID, active))
-    if ids == list(sparse.row_of):
+    if ids == sparse.ids:
         coflow_rows = np.arange(n, dtype=np.int64)
     else:
         coflow_rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, n)

@@ -983,7 +983,8 @@ class _SimulatorState(ClusterState):
     def sparse_port_bytes(self) -> SparsePortBytes:
         """The active coflows' bytes left per port as sparse rows (rows as ``row_of``), the
         arrays every coflow's mapping is read from."""
-        return SparsePortBytes(*self.port_bits.sparse_rows(), self.row_of, self.port_bits.n_hosts)
+        return SparsePortBytes(*self.port_bits.sparse_rows(), self.port_bits.ids,
+                               self.port_bits.n_hosts)  # fmt: skip
 
 
 _warm = False

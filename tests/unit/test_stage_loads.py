@@ -211,6 +211,10 @@ def test_a_port_outside_the_matrix_is_refused():
     assert matrix.columns([egress(2), ingress(0)]).tolist() == [2, 3]
     with pytest.raises(ValueError, match="not one of hosts 0..2"):
         matrix.columns([egress(3)])
+    with pytest.raises(ValueError, match="rows 0..1 one coflow each"):
+        SparsePortBytes.from_dense(np.zeros((2, 6)), {5: 0})
+    rows = SparsePortBytes.from_dense(np.ones((2, 6)), {7: 1, 5: 0})
+    assert rows.ids == [5, 7] and rows.row_of == {5: 0, 7: 1}
 
 
 @pytest.mark.parametrize("pattern", ["ring", "ps"])
