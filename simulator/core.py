@@ -563,7 +563,7 @@ def place_coflows(flows, groups, first, last, bucket, row):  # pragma: no cover 
 
 
 @njit(cache=True)
-def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_levels, n_hosts):
+def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_levels, n_hosts):
     # pragma: no cover - compiled
     """Give every used group its bucket's level and sort out how each level is allocated.
 
@@ -582,8 +582,9 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
         bucket_level: int per bucket: its level.
         bucket_row: int per bucket: its row of ``GroupTable.pair_group``, -1 for one group per
             flow.
-        bucket_live: bool per bucket: it is in use (parked buckets are not and take no part
-            in choosing how a level is allocated).
+        live_buckets: int: the buckets in use, ascending (parked buckets are not and take no
+            part in choosing how a level is allocated; they are never read, so a run that has
+            made many buckets does not pay for them here).
         n_levels: the levels of the schedule.
         n_hosts: hosts of the pair matrices (as :class:`StepSettings`' ``n_hosts``), 0
             without them.
@@ -606,9 +607,9 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, bucket_live, n_lev
         general[:] = True
     else:
         level_rows[:, 0] = 0
-    for b in range(bucket_level.shape[0]):
+    for b in live_buckets:
         level = min(bucket_level[b], n_levels - 1)
-        if not bucket_live[b] or general[level]:
+        if general[level]:
             continue
         if bucket_row[b] < 0 or level_rows[level, 0] == MAX_LEVEL_ROWS:
             general[level] = True

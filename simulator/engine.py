@@ -227,7 +227,6 @@ class Simulator:
         self._b_level = np.zeros(16, dtype=np.int64)
         self._b_single = np.zeros(16, dtype=np.bool_)  # one group per flow (capped, ideal mode)
         self._b_row = np.full(16, -1, dtype=np.int64)  # pair -> group row if shared, else -1
-        self._b_live = np.zeros(16, dtype=np.bool_)  # the buckets of _live_buckets
         # the bucket assignment's scratch (simulator.buckets): -1 everywhere between reorders
         self._entry_of = np.full(16 * n_levels, -1, dtype=np.int64)  # (bucket, level) -> key
         self._kept_level = np.full(16, -1, dtype=np.int64)
@@ -497,7 +496,6 @@ class Simulator:
         grow = size - len(self._b_level)
         self._b_level = _grown(self._b_level, grow, 0)
         self._b_row = _grown(self._b_row, grow, -1)
-        self._b_live = _grown(self._b_live, grow, False)
         self._b_single = _grown(self._b_single, grow, False)
         self._kept_level = _grown(self._kept_level, grow, -1)
         if self.mode == "levels":
@@ -511,7 +509,6 @@ class Simulator:
         self._b_row[bucket] = -1 if single else self._tables.new_pair_row(self._free_rows)
         self._b_members.append(set())
         self._live_buckets.add(bucket)
-        self._b_live[bucket] = True
         self._relevelled = True
         return bucket
 
@@ -585,13 +582,14 @@ class Simulator:
         self._layout, self._relevelled = layout, False
         bucket_level = self._b_level[: self._n_buckets]
         bucket_row = self._b_row[: self._n_buckets]
-        bucket_live = self._b_live[: self._n_buckets]
+        live = np.fromiter(self._live_buckets, np.int64, len(self._live_buckets))
+        live.sort()
         order, start, general = set_group_levels(
             tables.group_table(),
             tables.pair_table(),
             bucket_level,
             bucket_row,
-            bucket_live,
+            live,
             n_levels,
             self._pair_hosts,
         )
@@ -675,7 +673,6 @@ class Simulator:
                 self._relevelled = True
                 self._b_level[bucket] = 1 << 30
                 self._live_buckets.discard(bucket)
-                self._b_live[bucket] = False
                 if self._b_row[bucket] >= 0:
                     self._free_rows.append(int(self._b_row[bucket]))
                     self._b_row[bucket] = -1
