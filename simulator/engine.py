@@ -545,6 +545,7 @@ class Simulator:
         slots, level, n_levels = self._levels(schedule)
         gammas = schedule.coflow_gamma_s
         capped_slots = np.fromiter(map(slot_of.__getitem__, gammas), np.int64, len(gammas))
+        # each scheduled coflow's capping, in the schedule's order (via a per-slot scratch flag)
         flag = self._slot_flag
         flag[capped_slots] = True
         capped = flag[slots]
