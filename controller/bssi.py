@@ -178,8 +178,11 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
     # had won are replayed, from its leaf up: the first match up the tree that it had lost
     # keeps its winner (a lower load cannot make it win, and whoever now wins the match below
     # is no more loaded than it was, on the same side), and so does every match above. The
-    # replay is written out twice: a helper taking the arrays costs reference counting at
-    # every call (measured: the stage sums' loop ran four times slower with one).
+    # replay is written out, not a helper: a helper taking the arrays costs reference counting
+    # at every call (measured: the stage sums' loop ran four times slower with one).
+    # the ports whose load goes down after a step, and by how much
+    lowered = np.empty(max(n_ports, 1), dtype=np.int64)
+    lowered_by = np.empty(max(n_ports, 1))
     while n_ports > 0:
         b = tree[1]
         if load[b] <= _EPS_S:
@@ -191,35 +194,34 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
             if alive[k]:
                 best = min(best, w[k] / col_seconds[j])
         if best == np.inf:
-            load[b] = 0.0  # only rounding residue was left on this port
-            node = (leaves + b) // 2
-            while node >= 1 and tree[node] == b:
-                left, right = tree[2 * node], tree[2 * node + 1]
-                tree[node] = (
-                    right if right >= 0 and (left < 0 or load[right] > load[left]) else left
-                )
-                node //= 2
-            continue
-        # Among ties, the latest item goes last (earlier arrivals are served first).
-        tie = best + abs(best) * _TIE_REL
-        pick = -1
-        for j in range(lo, hi):
-            k = col_item[j]
-            if alive[k] and w[k] / col_seconds[j] <= tie and (pick < 0 or k > col_item[pick]):
-                pick = j
-        sigma = col_item[pick]
-        w_sigma, v_sigma = w[sigma], col_seconds[pick]
-        for j in range(lo, hi):
-            k = col_item[j]
-            if alive[k]:
-                # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
-                w[k] = max(w[k] - w_sigma * col_seconds[j] / v_sigma, 0.0)
-        alive[sigma] = False
-        placed_last[n_placed] = sigma
-        n_placed += 1
-        for j in range(row_ptr[sigma], row_ptr[sigma + 1]):
-            p = port[j]
-            load[p] -= seconds[j]
+            # only rounding residue was left on this port: it goes (x - x is exactly 0.0)
+            lowered[0], lowered_by[0] = b, load[b]
+            n_lowered = 1
+        else:
+            # Among ties, the latest item goes last (earlier arrivals are served first).
+            tie = best + abs(best) * _TIE_REL
+            pick = -1
+            for j in range(lo, hi):
+                k = col_item[j]
+                if alive[k] and w[k] / col_seconds[j] <= tie and (pick < 0 or k > col_item[pick]):
+                    pick = j
+            sigma = col_item[pick]
+            w_sigma, v_sigma = w[sigma], col_seconds[pick]
+            for j in range(lo, hi):
+                k = col_item[j]
+                if alive[k]:
+                    # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
+                    w[k] = max(w[k] - w_sigma * col_seconds[j] / v_sigma, 0.0)
+            alive[sigma] = False
+            placed_last[n_placed] = sigma
+            n_placed += 1
+            n_lowered = 0
+            for j in range(row_ptr[sigma], row_ptr[sigma + 1]):
+                lowered[n_lowered], lowered_by[n_lowered] = port[j], seconds[j]
+                n_lowered += 1
+        for m in range(n_lowered):
+            p = lowered[m]
+            load[p] -= lowered_by[m]
             node = (leaves + p) // 2
             while node >= 1 and tree[node] == p:
                 left, right = tree[2 * node], tree[2 * node + 1]

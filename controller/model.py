@@ -210,6 +210,14 @@ class SparsePortBytes:
         """Each active coflow's row (made on first use)."""
         return dict(zip(self.ids, range(len(self.ids)), strict=True))
 
+    def rows_of(self, ids: list[CoflowId]) -> np.ndarray | None:
+        """The row of each of the coflows ``ids``, in that order; ``None`` when they are every
+        row in row order (the usual case: a policy lists coflows in arrival order), which needs
+        no lookup."""
+        if ids == self.ids:
+            return None
+        return np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(ids))
+
     @classmethod
     def from_dense(cls, bits_left: np.ndarray, row_of: Mapping[CoflowId, int]) -> SparsePortBytes:
         """The rows of a dense array of bits left (one row per coflow, ``2 * n_hosts``

@@ -322,21 +322,20 @@ class Varys(Policy):
         """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
         the same bottlenecks, order and MADD times, bit for bit."""
         ids = list(map(_COFLOW_ID, active))
-        if ids == sparse.ids:  # every row, in order
+        rows = sparse.rows_of(ids)
+        if rows is None:
             rows = np.arange(len(ids), dtype=np.int64)
-        else:
-            rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, len(ids))
         bps = state.host_ports_bps(sparse.n_hosts)
         gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
         by_gamma = np.argsort(gamma, kind="stable")  # ties by arrival
-        ordered = np.asarray(ids, dtype=np.int64)[by_gamma].tolist()
+        ordered_ids = np.asarray(ids, dtype=np.int64)[by_gamma]
+        ordered = ordered_ids.tolist()
         if not self.use_rates:
             return Schedule.from_order(ordered)
         madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes,
                                rows[by_gamma], bps)  # fmt: skip
         capped = madd_s > 0
-        gammas = dict(zip(np.asarray(ordered)[capped].tolist(), madd_s[capped].tolist(),
-                          strict=True))  # fmt: skip
+        gammas = dict(zip(ordered_ids[capped].tolist(), madd_s[capped].tolist(), strict=True))
         rates, times = {}, madd_s.tolist()
         for k in np.flatnonzero(capped).tolist():
             coflow = active[by_gamma[k]]
@@ -783,10 +782,9 @@ def _job_stage_ranks(
     n_units = len(structure.units)
     unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
     ids = list(map(_COFLOW_ID, active))
-    if ids == sparse.ids:
+    coflow_rows = sparse.rows_of(ids)
+    if coflow_rows is None:
         coflow_rows = np.arange(n, dtype=np.int64)
-    else:
-        coflow_rows = np.fromiter(map(sparse.row_of.__getitem__, ids), np.int64, n)
     in_flight = np.bincount(unit_of, minlength=n_units)
     budget = np.fromiter(map(_BUDGET, filled), np.int64, n_units)
     done = np.fromiter(map(_DONE, filled), np.int64, n_units)

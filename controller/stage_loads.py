@@ -95,21 +95,13 @@ def stage_loads(
         stage_units: for each stage, the indices of its units in the order their loads are
             summed.
     """
-    row_ptr, port, seconds, n_ports, bottleneck_s = _stage_loads(
-        loads.row_ptr,
-        loads.column,
-        loads.size_bytes,
-        np.asarray(column_bps, dtype=float),
-        units.row_ptr,
-        units.rows,
-        units.future,
-        units.extra_ptr,
-        units.extra_column,
-        units.extra_bytes,
+    return stage_loads_flat(
+        loads,
+        column_bps,
+        units,
         offsets([len(s) for s in stage_units]),
         np.fromiter(chain.from_iterable(stage_units), np.int64),
     )
-    return StageLoads(DemandMatrix(row_ptr, port, seconds, n_ports), bottleneck_s)
 
 
 def stage_loads_flat(

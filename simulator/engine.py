@@ -316,11 +316,11 @@ class Simulator:
             np.add.at(self._released_port_bits, self.fabric.n_hosts + dst, bits)
         self._slot_flows.append(self._tables.add_flows(links, pair, 8.0 * sizes[keep], slot))
         if slot == len(self._slot_ranges):
-            self._slot_ranges = _doubled(self._slot_ranges, 0)
-            self._slot_bucket = _doubled(self._slot_bucket, -1)
-            self._slot_level = _doubled(self._slot_level, -1)
-            self._slot_capped = _doubled(self._slot_capped, False)
-            self._slot_flag = _doubled(self._slot_flag, False)
+            self._slot_ranges = _grown(self._slot_ranges, slot, 0)
+            self._slot_bucket = _grown(self._slot_bucket, slot, -1)
+            self._slot_level = _grown(self._slot_level, slot, -1)
+            self._slot_capped = _grown(self._slot_capped, slot, False)
+            self._slot_flag = _grown(self._slot_flag, slot, False)
         self._slot_ranges[slot] = self._slot_flows[slot]
         self._slots.append(record)
         self._active_slots.add(slot)
@@ -719,13 +719,9 @@ class _Ticks:
 
 
 def _grown(array: np.ndarray, extra: int, fill) -> np.ndarray:
-    """``array`` with ``extra`` more entries of ``fill`` at the end."""
-    return np.concatenate([array, np.full(extra, fill, dtype=array.dtype)])
-
-
-def _doubled(array: np.ndarray, fill) -> np.ndarray:
-    """``array`` twice as long (along its first axis), the new rows ``fill``."""
-    return np.concatenate([array, np.full_like(array, fill)])
+    """``array`` with ``extra`` more rows (along its first axis) of ``fill`` at the end."""
+    spare = np.full((extra, *array.shape[1:]), fill, dtype=array.dtype)
+    return np.concatenate([array, spare])
 
 
 class _PortBits:
@@ -741,6 +737,7 @@ class _PortBits:
     Attributes:
         slots: each row's slot.
         ids: each row's coflow id.
+        sparse: every row's bytes left per port, as the policies read them.
         all_left: whether every coflow has bytes left.
     """
 
@@ -748,10 +745,9 @@ class _PortBits:
         self._sim, self._now_s, self._steps = sim, sim.now_s, sim.steps
         self.slots = slots
         self.ids = ids
-        self._row_of: dict[int, int] | None = None
         self._bytes: list[dict] | None = None
         row_ptr, column, size_bytes, total_bits = self._compute(None)
-        self._all_rows = (row_ptr, column, size_bytes)
+        self.sparse = SparsePortBytes(row_ptr, column, size_bytes, ids, self.n_hosts)
         # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
         remaining_bytes = total_bits / 8.0
         self._remaining = remaining_bytes.tolist()
@@ -760,9 +756,7 @@ class _PortBits:
     @property
     def row_of(self) -> dict[int, int]:
         """Each active coflow's row (made on first use)."""
-        if self._row_of is None:
-            self._row_of = dict(zip(self.ids, range(len(self.ids)), strict=True))
-        return self._row_of
+        return self.sparse.row_of
 
     def _check_current(self) -> None:
         if (self._sim.now_s, self._sim.steps) != (self._now_s, self._steps):
@@ -796,7 +790,7 @@ class _PortBits:
         computed and then kept, when ``None``) as ``(row_ptr, column, size_bytes)`` sparse
         rows, each entry ``bits / 8.0`` of the bits the flows have left on that port."""
         if rows is None:
-            return self._all_rows
+            return self.sparse.row_ptr, self.sparse.column, self.sparse.size_bytes
         return self._compute(rows)[:3]
 
     def _compute(self, rows: np.ndarray | None) -> tuple:
@@ -970,19 +964,14 @@ class _SimulatorState(ClusterState):
     def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
         """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
         with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
-        ids = list(map(_COFLOW_ID, coflows))
-        if ids == self.port_bits.ids:  # every row, in order (arrival order is release order)
-            rows = None
-        else:
-            rows = np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(ids))
+        rows = self.port_bits.sparse.rows_of(list(map(_COFLOW_ID, coflows)))
         bps = self.host_ports_bps(self.port_bits.n_hosts)
         return DemandMatrix(*self.port_bits.demands(rows, bps))
 
     def sparse_port_bytes(self) -> SparsePortBytes:
         """The active coflows' bytes left per port as sparse rows (rows as ``row_of``), the
         arrays every coflow's mapping is read from."""
-        return SparsePortBytes(*self.port_bits.sparse_rows(), self.port_bits.ids,
-                               self.port_bits.n_hosts)  # fmt: skip
+        return self.port_bits.sparse
 
 
 _warm = False

@@ -215,6 +215,7 @@ def test_a_port_outside_the_matrix_is_refused():
         SparsePortBytes.from_dense(np.zeros((2, 6)), {5: 0})
     rows = SparsePortBytes.from_dense(np.ones((2, 6)), {7: 1, 5: 0})
     assert rows.ids == [5, 7] and rows.row_of == {5: 0, 7: 1}
+    assert rows.rows_of([5, 7]) is None and rows.rows_of([7, 5]).tolist() == [1, 0]
 
 
 @pytest.mark.parametrize("pattern", ["ring", "ps"])
