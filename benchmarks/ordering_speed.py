@@ -6,9 +6,16 @@ Each instance has ``--hosts`` hosts (2 ports each) and N active coflows of 1-4 f
 random hosts (sizes log-uniform, 10 KB - 100 MB). Coflow k belongs to job k; jobs are grouped
 into stages of ``--jobs-per-stage`` jobs, each job with a per-iteration demand and a budget, so
 Beamer orders N / jobs-per-stage stages; ``beamer (1 coflow/stage)`` is Beamer's worst case,
-BSSI over N single-coflow stages. Times are the median of ``--repeat`` calls of
-``policy.schedule(state)``, state -> schedule, including building the demand vectors, after
-one untimed call that loads the compiled kernels.
+BSSI over N single-coflow stages.
+
+The state keeps its coflows in a :class:`~controller.model.CoflowIndex`, as the controller's
+registry does between reorders (``--no-index``: the plain state, every coflow's loads read
+from its flows at every call); building the index is timed apart, per coflow. Each cell is
+``first / next`` in ms, medians of ``--repeat``: ``first`` is ``policy.schedule(state)`` of a
+new policy (state -> schedule, including building the demand vectors), ``next`` the same
+policy's next call after the newest coflow finished (what a reorder costs while the stages
+stay: Beamer keeps what it derived from them). One untimed call first loads the compiled
+kernels.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ from controller.model import ClusterState, Coflow, Flow, Job, Stage, egress, ing
 from controller.policies import POLICIES, make_policy  # noqa: E402
 
 
-def random_state(n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int) -> ClusterState:
+def random_state(
+    n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int, indexed: bool = True
+) -> ClusterState:
     rng = random.Random(seed)
     coflows, jobs, stages = [], [], {}
     for k in range(n_coflows):
@@ -43,21 +52,42 @@ def random_state(n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int) -
         budget = rng.randint(1, 20)
         jobs.append(Job(k, per_iter, budget, rng.randint(0, budget - 1), stage_id, arrival_s=k))
         stages.setdefault(stage_id, Stage(stage_id, [], arrival_s=stage_id)).job_ids.append(k)
-    return ClusterState.build(coflows, jobs, stages.values(), default_port_bps=1e9)
+    return ClusterState.build(coflows, jobs, stages.values(), indexed=indexed,
+                              default_port_bps=1e9)  # fmt: skip
 
 
-def time_policy(name: str, state: ClusterState, repeat: int, **options) -> float:
-    """Median wall time of ``repeat`` calls, after one untimed call (that loads the compiled
-    kernels from numba's cache, or compiles them)."""
+def _without(state: ClusterState, coflow: Coflow) -> None:
+    del state.coflows[coflow.coflow_id]
+    if state.index is not None:
+        state.index.remove(coflow.coflow_id)
+
+
+def _with(state: ClusterState, coflow: Coflow) -> None:
+    state.coflows[coflow.coflow_id] = coflow
+    if state.index is not None:
+        state.index.put(coflow)
+
+
+def time_policy(name: str, state: ClusterState, repeat: int, **options) -> tuple[float, float]:
+    """Median wall times of ``repeat`` first calls of a new policy and of its next call after
+    the newest coflow finished, after one untimed call (that loads the compiled kernels from
+    numba's cache, or compiles them)."""
     make_policy(name, **options).schedule(state)
-    times = []
+    newest = state.active_coflows()[-1]
+    first, after = [], []
     for _ in range(repeat):
         policy = make_policy(name, **options)
         started = time.perf_counter()
         schedule = policy.schedule(state)
-        times.append(time.perf_counter() - started)
+        first.append(time.perf_counter() - started)
         assert len(schedule.order) == len(state.coflows)
-    return statistics.median(times)
+        _without(state, newest)
+        started = time.perf_counter()
+        schedule = policy.schedule(state)
+        after.append(time.perf_counter() - started)
+        assert len(schedule.order) == len(state.coflows)
+        _with(state, newest)
+    return statistics.median(first), statistics.median(after)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,26 +95,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coflows", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--hosts", type=int, default=150)
     parser.add_argument("--jobs-per-stage", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-index", action="store_true",
+                        help="plain states: every coflow's loads read from its flows")  # fmt: skip
     args = parser.parse_args(argv)
     if args.hosts < 2 or args.jobs_per_stage < 1 or args.repeat < 1:
         parser.error("--hosts must be >= 2, --jobs-per-stage and --repeat >= 1")
+    if min(args.coflows) < 1:
+        parser.error("--coflows must be >= 1")
 
     cases = [(name, name, {}) for name in sorted(POLICIES)]
     cases.append(("beamer (1 coflow/stage)", "beamer", {}))
     cases.append(("beamer + MADD rates", "beamer", {"use_rates": True}))
-    print(f"ordering time, {args.hosts} hosts ({2 * args.hosts} ports), median of {args.repeat}")
-    print(f"{'policy':<26}" + "".join(f"{n:>14,} coflows" for n in args.coflows))
+    kind = "plain states" if args.no_index else "indexed states"
+    print(f"ordering time, {args.hosts} hosts ({2 * args.hosts} ports), {kind}, "
+          f"median of {args.repeat}; first / next call in ms")  # fmt: skip
     states = {}
     for n in args.coflows:
-        states[n] = random_state(n, args.hosts, args.jobs_per_stage, args.seed)
-        states[(n, 1)] = random_state(n, args.hosts, 1, args.seed)
+        for per_stage in (args.jobs_per_stage, 1):
+            plain = random_state(n, args.hosts, per_stage, args.seed, indexed=False)
+            started = time.perf_counter()
+            indexed = random_state(n, args.hosts, per_stage, args.seed, indexed=True)
+            # (the index's share: what building the state with it costs more)
+            took = time.perf_counter() - started
+            states[(n, per_stage)] = plain if args.no_index else indexed
+        if not args.no_index:
+            started = time.perf_counter()
+            random_state(n, args.hosts, 1, args.seed, indexed=False)
+            index_us = (took - (time.perf_counter() - started)) / n * 1e6
+            print(f"  building the index: {index_us:.0f} us a coflow ({n:,} coflows)")
+    print(f"{'policy':<26}" + "".join(f"{n:>17,} coflows" for n in args.coflows))
     for label, name, options in cases:
         row = f"{label:<26}"
         for n in args.coflows:
-            state = states[(n, 1)] if "1 coflow/stage" in label else states[n]
-            row += f"{time_policy(name, state, args.repeat, **options) * 1e3:>18.1f} ms"
+            per_stage = 1 if "1 coflow/stage" in label else args.jobs_per_stage
+            first, after = time_policy(name, states[(n, per_stage)], args.repeat, **options)
+            row += f"{first * 1e3:>15.1f} / {after * 1e3:<7.1f}"
         print(row, flush=True)
     return 0
 

@@ -150,6 +150,12 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         col_ptr[p + 1] += col_ptr[p]
     col_item = np.empty(len(port), dtype=np.int64)
     col_seconds = np.empty(len(port))
+    # A port's items not placed yet are the first col_live[p] of its column: a placed item is
+    # swapped with the last of them (so a step scans no placed item; the scans below do not
+    # depend on the order within a column). col_entry / entry_at link a column slot and the
+    # row entry it holds.
+    col_entry = np.empty(len(port), dtype=np.int64)
+    entry_at = np.empty(len(port), dtype=np.int64)
     fill = col_ptr[:-1].copy()
     load = np.zeros(n_ports)
     for k in range(n):
@@ -157,8 +163,11 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
             p = port[j]
             col_item[fill[p]] = k
             col_seconds[fill[p]] = seconds[j]
+            col_entry[fill[p]] = j
+            entry_at[j] = fill[p]
             fill[p] += 1
             load[p] += seconds[j]
+    col_live = fill - col_ptr[:-1]
     alive = np.ones(n, dtype=np.bool_)
     placed_last = np.empty(n, dtype=np.int64)
     n_placed = 0
@@ -187,12 +196,11 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         b = tree[1]
         if load[b] <= _EPS_S:
             break
-        lo, hi = col_ptr[b], col_ptr[b + 1]
+        lo = col_ptr[b]
+        hi = lo + col_live[b]
         best = np.inf
         for j in range(lo, hi):
-            k = col_item[j]
-            if alive[k]:
-                best = min(best, w[k] / col_seconds[j])
+            best = min(best, w[col_item[j]] / col_seconds[j])
         if best == np.inf:
             # only rounding residue was left on this port: it goes (x - x is exactly 0.0)
             lowered[0], lowered_by[0] = b, load[b]
@@ -203,22 +211,30 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
             pick = -1
             for j in range(lo, hi):
                 k = col_item[j]
-                if alive[k] and w[k] / col_seconds[j] <= tie and (pick < 0 or k > col_item[pick]):
+                if w[k] / col_seconds[j] <= tie and (pick < 0 or k > col_item[pick]):
                     pick = j
             sigma = col_item[pick]
             w_sigma, v_sigma = w[sigma], col_seconds[pick]
             for j in range(lo, hi):
                 k = col_item[j]
-                if alive[k]:
-                    # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
-                    w[k] = max(w[k] - w_sigma * col_seconds[j] / v_sigma, 0.0)
+                # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
+                w[k] = max(w[k] - w_sigma * col_seconds[j] / v_sigma, 0.0)
             alive[sigma] = False
             placed_last[n_placed] = sigma
             n_placed += 1
             n_lowered = 0
             for j in range(row_ptr[sigma], row_ptr[sigma + 1]):
-                lowered[n_lowered], lowered_by[n_lowered] = port[j], seconds[j]
+                p = port[j]
+                lowered[n_lowered], lowered_by[n_lowered] = p, seconds[j]
                 n_lowered += 1
+                # out of its port's live items: swap with the last of them
+                at, last = entry_at[j], col_ptr[p] + col_live[p] - 1
+                moved = col_entry[last]
+                col_item[at] = col_item[last]
+                col_seconds[at] = col_seconds[last]
+                col_entry[at] = moved
+                entry_at[moved] = at
+                col_live[p] -= 1
         for m in range(n_lowered):
             p = lowered[m]
             load[p] -= lowered_by[m]
@@ -239,3 +255,39 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         order[i] = placed_last[m]
         i += 1
     return order
+
+
+@njit(cache=True)
+def port_seconds_matrix(row_ptr, column, size_bytes, column_bps):  # pragma: no cover - compiled
+    """BSSI's demand matrix from per-port bytes in sparse rows (a
+    :class:`~controller.model.SparsePortBytes`' arrays): each entry as ``8.0 * bytes / bps`` of
+    its column, entries <= 0 dropped, ports numbered by first use, the numbers
+    :meth:`DemandMatrix.from_mappings` gives for the same loads as mappings.
+
+    Args:
+        row_ptr: the rows' offsets into ``column`` and ``size_bytes``.
+        column: each entry's host port column.
+        size_bytes: each entry's bytes left.
+        column_bps: each column's capacity in bit/s.
+
+    Returns:
+        ``(row_ptr, port, seconds, n_ports)`` of the :class:`DemandMatrix`.
+    """
+    number = np.full(column_bps.shape[0], -1, dtype=np.int64)
+    out_ptr = np.zeros(row_ptr.shape[0], dtype=np.int64)
+    port = np.empty(column.shape[0], dtype=np.int64)
+    seconds = np.empty(column.shape[0])
+    n_ports = 0
+    k = 0
+    for i in range(row_ptr.shape[0] - 1):
+        for j in range(row_ptr[i], row_ptr[i + 1]):
+            value = 8.0 * size_bytes[j] / column_bps[column[j]]
+            if value > 0:
+                if number[column[j]] < 0:
+                    number[column[j]] = n_ports
+                    n_ports += 1
+                port[k] = number[column[j]]
+                seconds[k] = value
+                k += 1
+        out_ptr[i + 1] = k
+    return out_ptr, port[:k].copy(), seconds[:k].copy(), n_ports

@@ -11,12 +11,14 @@ Units are in the names: ``*_bytes``, ``*_bps`` (bits per second), ``*_s`` (secon
 from __future__ import annotations
 
 import functools
+import operator
+from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.bssi import DemandMatrix
+from controller.bssi import DemandMatrix, port_seconds_matrix
 
 EGRESS = 0
 INGRESS = 1
@@ -185,10 +187,11 @@ class SparsePortBytes:
     arrays (a state that keeps its loads as arrays offers it, see
     :meth:`ClusterState.sparse_port_bytes`).
 
-    Hosts are ``0 .. n_hosts - 1``; column ``h`` is ``egress(h)`` and column ``n_hosts + h`` is
-    ``ingress(h)``. Row ``i``'s entries are ``row_ptr[i]:row_ptr[i + 1]``, columns ascending:
-    exactly the items of the coflow's :meth:`Coflow.port_bytes`, in the same order and with the
-    same values.
+    Host ``h`` is ``hosts[h]`` (``h`` itself when ``hosts`` is ``None``, as in the simulator);
+    column ``h`` is its egress port and column ``n_hosts + h`` its ingress port. Row ``i``'s
+    entries are ``row_ptr[i]:row_ptr[i + 1]``: exactly the items of the coflow's
+    :meth:`Coflow.port_bytes`, in the same order and with the same values (columns ascending
+    in the simulator's).
 
     Args:
         row_ptr: ``rows + 1`` offsets into ``column`` and ``size_bytes``.
@@ -197,6 +200,7 @@ class SparsePortBytes:
         ids: each row's coflow id (a policy that lists the coflows in this order needs no
             lookup of their rows).
         n_hosts: hosts, half the columns.
+        hosts: each host's name, if not its number.
     """
 
     row_ptr: np.ndarray
@@ -204,6 +208,7 @@ class SparsePortBytes:
     size_bytes: np.ndarray
     ids: Sequence[CoflowId]
     n_hosts: int
+    hosts: Sequence[HostId] | None = None
 
     @functools.cached_property
     def row_of(self) -> dict[CoflowId, int]:
@@ -243,11 +248,31 @@ class SparsePortBytes:
         Raises:
             ValueError: a port's host is not one of the hosts ``0 .. n_hosts - 1``.
         """
-        column = _host_port_columns(self.n_hosts)
         try:
-            return np.fromiter(map(column.__getitem__, ports), np.int64, count)
+            return np.fromiter(map(self.column_of.__getitem__, ports), np.int64, count)
         except KeyError as error:
-            raise ValueError(f"port {error} is not one of hosts 0..{self.n_hosts - 1}") from None
+            known = f"0..{self.n_hosts - 1}" if self.hosts is None else f"{list(self.hosts)}"
+            raise ValueError(f"port {error} is not one of hosts {known}") from None
+
+    @functools.cached_property
+    def column_of(self) -> dict[Port, int]:
+        """Each port's column (made on first use)."""
+        if self.hosts is None:
+            return _host_port_columns(self.n_hosts)
+        n_hosts, hosts = self.n_hosts, enumerate(self.hosts)
+        return {(host, way): way * n_hosts + h for h, host in hosts for way in (EGRESS, INGRESS)}
+
+    def rows(self, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(row_ptr, column, size_bytes)`` of the rows ``rows``, in that order (every row
+        when ``None``)."""
+        if rows is None:
+            return self.row_ptr, self.column, self.size_bytes
+        first = self.row_ptr[rows]
+        lengths = self.row_ptr[rows + 1] - first
+        row_ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=row_ptr[1:])
+        entries = np.repeat(first - row_ptr[:-1], lengths) + np.arange(row_ptr[-1])
+        return row_ptr, self.column[entries], self.size_bytes[entries]
 
 
 @functools.cache
@@ -255,6 +280,143 @@ def _host_port_columns(n_hosts: int) -> dict[Port, int]:
     """:class:`SparsePortBytes`' column of every port of hosts ``0 .. n_hosts - 1``."""
     return {(host, direction): direction * n_hosts + host
             for direction in (EGRESS, INGRESS) for host in range(n_hosts)}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Indexed:
+    """A coflow in a :class:`CoflowIndex`, as read when it was put: its totals, and its
+    :meth:`Coflow.port_bytes` as packed arrays (one C-speed join lists every coflow's), each
+    port as ``2 * host number + direction`` (int64) with its bytes (float64)."""
+
+    coflow: Coflow
+    arrival_key: tuple[float, CoflowId]
+    size_bytes: float
+    remaining_bytes: float
+    n_ports: int
+    ports: bytes
+    load_bytes: bytes
+
+
+_ENTRY_COFLOW = operator.attrgetter("coflow")
+_N_PORTS = operator.attrgetter("n_ports")
+_PORTS = operator.attrgetter("ports")
+_LOAD_BYTES = operator.attrgetter("load_bytes")
+_LEFT = operator.attrgetter("remaining_bytes")
+_SIZE = operator.attrgetter("size_bytes")
+_COFLOW_ID = operator.attrgetter("coflow_id")
+
+
+class CoflowIndex:
+    """Coflows with their loads read once, when they are put, so that a state lists its active
+    coflows and offers their loads as :class:`SparsePortBytes` without reading every coflow's
+    flows at every reorder: a reorder joins the coflows' packed loads at C speed. The
+    controller's registry keeps one, updated as coflows are registered, report progress and
+    finish.
+
+    A coflow's loads are read when it is put: put it again after its flows change. Hosts are
+    numbered in the order they are first seen, in a coflow's flows or by :meth:`add_hosts`
+    (ports that only jobs use: Beamer looks their columns up).
+    """
+
+    def __init__(self, coflows: Iterable[Coflow] = ()) -> None:
+        # the coflows with bytes left, in (arrival, id) order when _ordered; and the others
+        self._active: dict[CoflowId, _Indexed] = {}
+        self._ordered = True
+        self._done: dict[CoflowId, _Indexed] = {}
+        self._hosts: list[HostId] = []
+        self._host_number: dict[HostId, int] = {}
+        self._view: tuple[list[Coflow], SparsePortBytes] | None = None
+        for coflow in coflows:
+            self.put(coflow)
+
+    def add_hosts(self, hosts: Iterable[HostId]) -> None:
+        """Number the hosts not seen yet."""
+        for host in hosts:
+            if host not in self._host_number:
+                self._host_number[host] = len(self._hosts)
+                self._hosts.append(host)
+                self._view = None
+
+    def put(self, coflow: Coflow) -> None:
+        """Add a coflow, or replace the one with its id (its loads are read now)."""
+        load = coflow.port_bytes()
+        self.add_hosts([port[0] for port in load])
+        number = self._host_number
+        entry = _Indexed(
+            coflow,
+            (coflow.arrival_s, coflow.coflow_id),
+            coflow.size_bytes,
+            coflow.remaining_bytes,
+            len(load),
+            array("q", [2 * number[host] + way for host, way in load]).tobytes(),
+            array("d", load.values()).tobytes(),
+        )
+        coflow_id, active = coflow.coflow_id, self._active
+        self._view = None
+        self._done.pop(coflow_id, None)
+        if entry.remaining_bytes <= 0:  # (Coflow.done)
+            active.pop(coflow_id, None)
+            self._done[coflow_id] = entry
+            return
+        old = active.get(coflow_id)
+        if old is not None and old.arrival_key == entry.arrival_key:
+            active[coflow_id] = entry  # keeps its place
+            return
+        if old is not None:
+            del active[coflow_id]
+        if active and next(reversed(active.values())).arrival_key > entry.arrival_key:
+            self._ordered = False
+        active[coflow_id] = entry
+
+    def remove(self, coflow_id: CoflowId) -> None:
+        """Forget a coflow (no error if it is not there)."""
+        if self._active.pop(coflow_id, None) is not None:
+            self._view = None
+        self._done.pop(coflow_id, None)
+
+    def __contains__(self, coflow_id: object) -> bool:
+        return coflow_id in self._active or coflow_id in self._done
+
+    def __len__(self) -> int:
+        return len(self._active) + len(self._done)
+
+    def _current(self) -> tuple[list[Coflow], SparsePortBytes]:
+        if self._view is not None:
+            return self._view
+        if not self._ordered:
+            ordered = sorted(self._active.values(), key=operator.attrgetter("arrival_key"))
+            self._active = {entry.coflow.coflow_id: entry for entry in ordered}
+            self._ordered = True
+        entries = list(self._active.values())
+        row_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(_N_PORTS, entries), np.int64, len(entries)), out=row_ptr[1:])
+        ports = np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64)
+        size_bytes = np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float).copy()
+        n_hosts = len(self._hosts)
+        column = (ports & 1) * n_hosts + (ports >> 1)
+        coflows = list(map(_ENTRY_COFLOW, entries))
+        sparse = SparsePortBytes(row_ptr, column, size_bytes, list(self._active), n_hosts,
+                                 tuple(self._hosts))  # fmt: skip
+        self._view = (coflows, sparse)
+        return self._view
+
+    def active(self) -> list[Coflow]:
+        """The coflows with bytes left, in (arrival, id) order (as
+        :meth:`ClusterState.active_coflows` lists them)."""
+        return list(self._current()[0])
+
+    def sparse(self) -> SparsePortBytes:
+        """The active coflows' bytes left per port, one row each in :meth:`active`'s order."""
+        return self._current()[1]
+
+    def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
+        """Each of ``coflows``' size and bytes left, as read when it was put."""
+        entry = self._active.get
+        entries = list(map(entry, map(_COFLOW_ID, coflows)))
+        if None in entries:  # (a done coflow: not active)
+            entries = [e if e is not None else self._done[c.coflow_id]
+                       for e, c in zip(entries, coflows, strict=True)]  # fmt: skip
+        return list(map(_SIZE, entries)), list(map(_LEFT, entries))
 
 
 @dataclass
@@ -324,6 +486,10 @@ class ClusterState:
         stages: registered stages by id.
         now_s: current time.
         default_port_bps: capacity of ports of hosts missing from ``hosts``.
+        index: ``coflows`` with their loads read beforehand (the controller's registry keeps
+            one between reorders); the state then lists the active coflows and offers their
+            loads as arrays from it (:meth:`sparse_port_bytes`). It must hold the coflows of
+            ``coflows`` and know the hosts of the jobs' ports.
     """
 
     hosts: dict[HostId, Host] = field(default_factory=dict)
@@ -332,6 +498,7 @@ class ClusterState:
     stages: dict[StageId, Stage] = field(default_factory=dict)
     now_s: float = 0.0
     default_port_bps: float = DEFAULT_PORT_BPS
+    index: CoflowIndex | None = None
 
     @classmethod
     def build(
@@ -340,16 +507,23 @@ class ClusterState:
         jobs: Iterable[Job] = (),
         stages: Iterable[Stage] = (),
         hosts: Iterable[Host] = (),
+        indexed: bool = False,
         **kwargs,
     ) -> ClusterState:
-        """A state from lists instead of dicts."""
-        return cls(
+        """A state from lists instead of dicts; ``indexed``: with a :class:`CoflowIndex` of
+        the coflows (and of the jobs' hosts)."""
+        state = cls(
             hosts={h.name: h for h in hosts},
             coflows={c.coflow_id: c for c in coflows},
             jobs={j.job_id: j for j in jobs},
             stages={s.stage_id: s for s in stages},
             **kwargs,
         )
+        if indexed:
+            state.index = CoflowIndex(state.coflows.values())
+            for job in state.jobs.values():
+                state.index.add_hosts(port[0] for port in job.bytes_per_iteration)
+        return state
 
     def port_bps(self, port: Port) -> float:
         """Capacity of ``port`` in bit/s."""
@@ -360,6 +534,8 @@ class ClusterState:
 
     def active_coflows(self) -> list[Coflow]:
         """Coflows with bytes left, in arrival order (ties by id)."""
+        if self.index is not None:
+            return self.index.active()
         return sorted(
             (c for c in self.coflows.values() if not c.done),
             key=lambda c: (c.arrival_s, c.coflow_id),
@@ -367,23 +543,35 @@ class ClusterState:
 
     def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
         """The coflows' remaining demands in seconds of port time (bytes at each port's
-        capacity), one row per coflow in the given order, as BSSI takes them.
-
-        A state that keeps its loads in arrays (the simulator's) may override this with a faster
-        build of the same matrix."""
-        return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
+        capacity), one row per coflow in the given order, as BSSI takes them: from the sparse
+        loads when the state keeps them (the same numbers, compiled), else from each coflow's
+        mapping."""
+        sparse = self.sparse_port_bytes()
+        if sparse is None:
+            return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
+        rows = sparse.rows_of(list(map(_COFLOW_ID, coflows)))
+        return DemandMatrix(*port_seconds_matrix(*sparse.rows(rows), self.column_bps(sparse)))
 
     def sparse_port_bytes(self) -> SparsePortBytes | None:
         """The active coflows' bytes left per port as sparse rows, if this state keeps its
-        loads in arrays; ``None`` here (policies then read each :meth:`Coflow.port_bytes`)."""
-        return None
+        loads in arrays (an :attr:`index`); else ``None`` (policies then read each
+        :meth:`Coflow.port_bytes`)."""
+        return self.index.sparse() if self.index is not None else None
 
-    def host_ports_bps(self, n_hosts: int) -> np.ndarray:
-        """Capacity in bit/s of the ports of hosts ``0 .. n_hosts - 1``, in the column order of
-        :class:`SparsePortBytes`."""
+    def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
+        """Each of ``coflows``' size and bytes left (:attr:`Coflow.size_bytes`,
+        :attr:`Coflow.remaining_bytes`)."""
+        if self.index is not None:
+            return self.index.byte_counts(coflows)
+        return list(map(_SIZE, coflows)), list(map(_LEFT, coflows))
+
+    def column_bps(self, sparse: SparsePortBytes) -> np.ndarray:
+        """Capacity in bit/s of each of ``sparse``'s columns."""
+        n_hosts = sparse.n_hosts
         if not self.hosts:
             return np.full(2 * n_hosts, float(self.default_port_bps))
-        ports = ((k % n_hosts, k // n_hosts) for k in range(2 * n_hosts))
+        names = range(n_hosts) if sparse.hosts is None else sparse.hosts
+        ports = ((names[k % n_hosts], k // n_hosts) for k in range(2 * n_hosts))
         return np.fromiter(map(self.port_bps, ports), float, 2 * n_hosts)
 
     def stage_of(self, coflow: Coflow) -> StageId | None:

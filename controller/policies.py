@@ -16,13 +16,12 @@ always broken by arrival time, then id, so every order is deterministic.
 
 from __future__ import annotations
 
-import bisect
 import math
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from typing import Any, ClassVar
 
 import numpy as np
@@ -56,6 +55,7 @@ _DONE = operator.attrgetter("iterations_done")
 _PER_ITERATION = operator.attrgetter("bytes_per_iteration")
 _JOB_IDS = operator.attrgetter("job_ids")
 _ARRIVAL = operator.attrgetter("arrival_s")
+_VALUES = operator.methodcaller("values")
 
 
 @dataclass(frozen=True)
@@ -269,15 +269,22 @@ class FifoLM(Policy):
         """Arrival order, one rank each; coflows that sent more than the heavy threshold share a
         last rank."""
         active = state.active_coflows()
-        for coflow in active:
-            if coflow.coflow_id not in self._seen:
-                self._seen.add(coflow.coflow_id)
-                bisect.insort(self._sizes, coflow.size_bytes)
+        ids = list(map(_COFLOW_ID, active))
+        sizes, left = state.byte_counts(active)
+        seen = self._seen
+        new = [k for k, coflow_id in enumerate(ids) if coflow_id not in seen]
+        if new:
+            seen.update(map(ids.__getitem__, new))
+            self._sizes.extend(map(sizes.__getitem__, new))
+            self._sizes.sort()  # (a sort of runs: the new sizes are merged in)
         threshold = self.threshold_bytes()
-        heavy = [c.sent_bytes > threshold for c in active]
-        light = [(c.coflow_id,) for c, is_heavy in zip(active, heavy, strict=True) if not is_heavy]
-        shared = tuple(c.coflow_id for c, is_heavy in zip(active, heavy, strict=True) if is_heavy)
-        return Schedule((*light, shared) if shared else tuple(light))
+        if threshold == math.inf:
+            return Schedule.from_order(ids)
+        # Coflow.sent_bytes: size - remaining
+        heavy = np.subtract(sizes, left) > threshold
+        light = tuple(zip(compress(ids, ~heavy)))
+        shared = tuple(compress(ids, heavy))
+        return Schedule((*light, shared) if shared else light)
 
 
 class Sincronia(Policy):
@@ -322,27 +329,40 @@ class Varys(Policy):
         """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
         the same bottlenecks, order and MADD times, bit for bit."""
         ids = list(map(_COFLOW_ID, active))
-        rows = sparse.rows_of(ids)
-        if rows is None:
-            rows = np.arange(len(ids), dtype=np.int64)
-        bps = state.host_ports_bps(sparse.n_hosts)
+        rows = _rows(sparse, ids)
+        bps = state.column_bps(sparse)
         gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
         by_gamma = np.argsort(gamma, kind="stable")  # ties by arrival
-        ordered_ids = np.asarray(ids, dtype=np.int64)[by_gamma]
-        ordered = ordered_ids.tolist()
+        ordered = np.asarray(ids, dtype=np.int64)[by_gamma].tolist()
         if not self.use_rates:
             return Schedule.from_order(ordered)
-        madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes,
-                               rows[by_gamma], bps)  # fmt: skip
-        capped = madd_s > 0
-        gammas = dict(zip(ordered_ids[capped].tolist(), madd_s[capped].tolist(), strict=True))
-        rates, times = {}, madd_s.tolist()
-        for k in np.flatnonzero(capped).tolist():
-            coflow = active[by_gamma[k]]
-            for flow in coflow.flows:  # (none for coflows given in bulk)
-                if flow.remaining_bytes > 0:
-                    rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / times[k]
-        return Schedule.from_order(ordered, rates, gammas)
+        order = list(map(active.__getitem__, by_gamma.tolist()))
+        return Schedule.from_order(ordered, *_sparse_madd(state, sparse, order, rows[by_gamma]))
+
+
+def _rows(sparse: SparsePortBytes, ids: list[CoflowId]) -> np.ndarray:
+    """The sparse loads' row of each of the coflows ``ids``."""
+    rows = sparse.rows_of(ids)
+    return np.arange(len(ids), dtype=np.int64) if rows is None else rows
+
+
+def _sparse_madd(
+    state: ClusterState, sparse: SparsePortBytes, order: list[Coflow], rows: np.ndarray
+) -> tuple[dict[FlowKey, float], dict]:
+    """:func:`madd` along ``order`` (whose loads are the sparse ``rows``), compiled
+    (:func:`controller.madd.sparse_madd_s`): the same rates and times, bit for bit."""
+    madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows,
+                           state.column_bps(sparse))  # fmt: skip
+    capped = np.flatnonzero(madd_s > 0).tolist()
+    times = madd_s.tolist()
+    gammas, rates = {}, {}
+    for k in capped:
+        coflow = order[k]
+        gammas[coflow.coflow_id] = times[k]
+        for flow in coflow.flows:  # (none for coflows given in bulk)
+            if flow.remaining_bytes > 0:
+                rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / times[k]
+    return rates, gammas
 
 
 _PROGRESS_DIGITS = 9
@@ -508,7 +528,12 @@ class Beamer(Policy):
             ranks = self._ranks(state, active, sparse)
         rates, gammas = {}, {}
         if self.use_rates:
-            rates, gammas = madd(state, [state.coflows[c] for group in ranks for c in group])
+            order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
+            if sparse is None:
+                rates, gammas = madd(state, order)
+            else:
+                rows = _rows(sparse, list(map(_COFLOW_ID, order)))
+                rates, gammas = _sparse_madd(state, sparse, order, rows)
         return Schedule.from_groups(ranks, rates, gammas)
 
     def _ranks(
@@ -671,7 +696,7 @@ def _array_loads(
     )
     loads = stage_loads(
         sparse,
-        state.host_ports_bps(n_hosts),
+        state.column_bps(sparse),
         work,
         [[index[unit] for unit in units] for units in stage_units],
     )
@@ -695,33 +720,45 @@ class _JobStages:
 
     def __init__(self, state: ClusterState, sparse: SparsePortBytes, key: tuple) -> None:
         self.key = key
-        stages = state.stages
-        stage_ids, _, arrivals, _, _ = key
-        arrival_of = dict(zip(stage_ids, arrivals, strict=True))
-        order = sorted(stage_ids, key=lambda s: (arrival_of[s], s))
-        self.position = dict(zip(order, range(len(order)), strict=True))
-        self.weights = np.asarray([stages[s].weight for s in order], dtype=float)
-        stage_jobs = [sorted(set(stages[s].job_ids)) for s in order]
-        self.units = list(dict.fromkeys(chain.from_iterable(stage_jobs)))
+        stage_ids, (listed, per_stage), arrivals, weights, _ = key
+        n_stages = len(stage_ids)
+        by_arrival = np.lexsort((np.asarray(stage_ids, dtype=np.int64), np.asarray(arrivals)))
+        order = np.asarray(stage_ids, dtype=np.int64)[by_arrival].tolist()
+        self.position = dict(zip(order, range(n_stages), strict=True))
+        self.weights = np.asarray(weights, dtype=float)[by_arrival]
+        # every (stage position, listed job), sorted, each once: a stage's units in id order
+        position = np.empty(n_stages, dtype=np.int64)
+        position[by_arrival] = np.arange(n_stages)
+        listing_stage = np.repeat(position, per_stage)
+        listing_job = np.asarray(listed, dtype=np.int64)
+        by_stage = np.lexsort((listing_job, listing_stage))
+        listing_stage, listing_job = listing_stage[by_stage], listing_job[by_stage]
+        first = np.ones(len(by_stage), dtype=bool)
+        first[1:] = np.diff(listing_stage) != 0
+        first[1:] |= np.diff(listing_job) != 0
+        stage_jobs = listing_job[first].tolist()
+        self.units = list(dict.fromkeys(stage_jobs))
         self.index = dict(zip(self.units, range(len(self.units)), strict=True))
-        self.listed_in = {job: s for s, stage in stages.items() for job in stage.job_ids}
+        # (a job listed by two stages is in the last one's)
+        stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
+        self.listed_in = dict(zip(listed, stage_of_listed, strict=True))
         self.filled = list(map(state.jobs.get, self.units, repeat(_UNREGISTERED)))
         self.sources = list(map(_PER_ITERATION, self.filled))
-        self.stage_ptr = offsets([len(jobs) for jobs in stage_jobs])
-        self.stage_units = np.asarray(
-            [self.index[job] for job in chain.from_iterable(stage_jobs)], dtype=np.int64
+        self.stage_ptr = offsets(np.bincount(listing_stage[first], minlength=n_stages))
+        self.stage_units = np.fromiter(
+            map(self.index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
         )
-        ports = [sparse.columns(source, len(source)) for source in self.sources]
-        self.extra_counts = np.asarray([len(p) for p in ports], dtype=np.int64)
-        self.extra_column = np.concatenate(ports) if ports else np.zeros(0, dtype=np.int64)
-        self.extra_bytes = np.asarray(
-            [size for source in self.sources for size in source.values()], dtype=float
+        counts = list(map(len, self.sources))
+        self.extra_counts = np.asarray(counts, dtype=np.int64)
+        self.extra_column = sparse.columns(chain.from_iterable(self.sources), sum(counts))
+        self.extra_bytes = np.fromiter(
+            chain.from_iterable(map(_VALUES, self.sources)), float, sum(counts)
         )
 
     @staticmethod
-    def key_of(stages: Mapping[StageId, Stage], n_hosts: int) -> tuple:
+    def key_of(stages: Mapping[StageId, Stage], sparse: SparsePortBytes) -> tuple:
         """What the stages are, compared at C speed: their ids, listed jobs (one stage after
-        the other, and how many each), arrivals and weights, and the hosts."""
+        the other, and how many each), arrivals and weights, and the hosts (the columns)."""
         values = list(stages.values())
         job_lists = list(map(_JOB_IDS, values))
         return (
@@ -729,7 +766,7 @@ class _JobStages:
             (tuple(chain.from_iterable(job_lists)), tuple(map(len, job_lists))),
             tuple(map(_ARRIVAL, values)),
             tuple(map(_WEIGHT, values)),
-            n_hosts,
+            (sparse.n_hosts, sparse.hosts),
         )
 
     @classmethod
@@ -738,7 +775,7 @@ class _JobStages:
     ) -> tuple[_JobStages, list[Job]]:
         """``kept`` if the state's stages and jobs are still what it was made of, else a new
         one; and each unit's job (:data:`_UNREGISTERED` if the state has none)."""
-        key = cls.key_of(state.stages, sparse.n_hosts)
+        key = cls.key_of(state.stages, sparse)
         if kept is not None and kept.key == key:
             filled = list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
             if all(map(operator.is_, filled, kept.filled)) and all(
@@ -754,7 +791,7 @@ def _job_stage_ranks(
     active: list[Coflow],
     sparse: SparsePortBytes,
     kept: _JobStages | None,
-) -> tuple[list[list[CoflowId]] | None, _JobStages | None]:
+) -> tuple[tuple[tuple[CoflowId, ...], ...] | None, _JobStages | None]:
     """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
     job that its own stage lists (HPO workloads), from arrays: each step is a pass at C speed
     over the active coflows or the units, none a Python step per unit, and what depends on
@@ -771,9 +808,14 @@ def _job_stage_ranks(
         return None, kept
     stage_of = list(map(_STAGE_ID, active))
     if None in stage_of:  # a coflow without a stage of its own is in its job's
-        for i in [i for i, stage_id in enumerate(stage_of) if stage_id is None]:
-            job = state.jobs.get(job_of[i])
-            stage_of[i] = job.stage_id if job is not None else None
+        jobs_stage = list(map(_STAGE_ID, map(state.jobs.get, job_of, repeat(_UNREGISTERED))))
+        if any(map(operator.is_not, stage_of, repeat(None))):
+            stage_of = [
+                own if own is not None else of_job
+                for own, of_job in zip(stage_of, jobs_stage, strict=True)
+            ]
+        else:
+            stage_of = jobs_stage
         if None in stage_of:
             return None, kept
     structure, filled = _JobStages.current(kept, state, sparse)
@@ -782,9 +824,7 @@ def _job_stage_ranks(
     n_units = len(structure.units)
     unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
     ids = list(map(_COFLOW_ID, active))
-    coflow_rows = sparse.rows_of(ids)
-    if coflow_rows is None:
-        coflow_rows = np.arange(n, dtype=np.int64)
+    coflow_rows = _rows(sparse, ids)
     in_flight = np.bincount(unit_of, minlength=n_units)
     budget = np.fromiter(map(_BUDGET, filled), np.int64, n_units)
     done = np.fromiter(map(_DONE, filled), np.int64, n_units)
@@ -802,7 +842,7 @@ def _job_stage_ranks(
     ]
     loads = stage_loads_flat(
         sparse,
-        state.host_ports_bps(sparse.n_hosts),
+        state.column_bps(sparse),
         UnitsOfWork(
             offsets(in_flight),
             coflow_rows[np.argsort(unit_of, kind="stable")],
@@ -822,8 +862,10 @@ def _job_stage_ranks(
     # by rank, then the most remaining work first, then arrival (lexsort is stable)
     order = np.lexsort((-loads.unit_bottleneck_s[unit_of], coflow_rank))
     ordered = np.asarray(ids, dtype=np.int64)[order].tolist()
+    if len(present) == n:  # one coflow per stage
+        return tuple(zip(ordered)), structure
     bounds = offsets(np.bincount(coflow_rank, minlength=len(present))).tolist()
-    return [ordered[lo:hi] for lo, hi in zip(bounds, bounds[1:], strict=False)], structure
+    return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))), structure
 
 
 def _unit(coflow: Coflow) -> tuple:

@@ -821,41 +821,6 @@ def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, 
 
 
 @njit(cache=True)
-def port_seconds_matrix(row_ptr, column, size_bytes, column_bps):  # pragma: no cover - compiled
-    """BSSI's demand matrix from per-port bytes in sparse rows (as :func:`slot_port_bytes`):
-    each entry as ``8.0 * bytes / bps`` of its column, entries <= 0 dropped, ports numbered by
-    first use, as :meth:`controller.bssi.DemandMatrix.from_dense` gives them.
-
-    Args:
-        row_ptr: the rows' offsets into ``column`` and ``size_bytes``.
-        column: each entry's host port column.
-        size_bytes: each entry's bytes left.
-        column_bps: each column's capacity in bit/s.
-
-    Returns:
-        ``(row_ptr, port, seconds, n_ports)`` of the :class:`~controller.bssi.DemandMatrix`.
-    """
-    number = np.full(column_bps.shape[0], -1, dtype=np.int64)
-    out_ptr = np.zeros(row_ptr.shape[0], dtype=np.int64)
-    port = np.empty(column.shape[0], dtype=np.int64)
-    seconds = np.empty(column.shape[0])
-    n_ports = 0
-    k = 0
-    for i in range(row_ptr.shape[0] - 1):
-        for j in range(row_ptr[i], row_ptr[i + 1]):
-            value = 8.0 * size_bytes[j] / column_bps[column[j]]
-            if value > 0:
-                if number[column[j]] < 0:
-                    number[column[j]] = n_ports
-                    n_ports += 1
-                port[k] = number[column[j]]
-                seconds[k] = value
-                k += 1
-        out_ptr[i + 1] = k
-    return out_ptr, port[:k].copy(), seconds[:k].copy(), n_ports
-
-
-@njit(cache=True)
 def set_coflow_caps(flows, groups, slot_first, slot_last, gamma_s):
     # pragma: no cover - compiled
     """Cap every placed, unfinished flow of the given slots at its bits left / the slot's

@@ -34,12 +34,11 @@ import math
 import operator
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.bssi import DemandMatrix
 from controller.model import ClusterState, Coflow, Job, SparsePortBytes, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, Schedule
@@ -54,7 +53,6 @@ from simulator.core import (
     Tables,
     order_by_head,
     place_coflows,
-    port_seconds_matrix,
     run_steps,
     set_coflow_caps,
     set_group_levels,
@@ -481,9 +479,9 @@ class Simulator:
             stages,
             self.now_s,
             self.fabric.host_bps,
-            port_bits,
-            self._views.by_arrival(),
-            port_bits.all_left,
+            port_bits=port_bits,
+            by_arrival=self._views.by_arrival(),
+            all_left=port_bits.all_left,
         )
 
     def _reserve_buckets(self, extra: int) -> None:
@@ -746,7 +744,7 @@ class _PortBits:
         self.slots = slots
         self.ids = ids
         self._bytes: list[dict] | None = None
-        row_ptr, column, size_bytes, total_bits = self._compute(None)
+        row_ptr, column, size_bytes, total_bits = self._compute()
         self.sparse = SparsePortBytes(row_ptr, column, size_bytes, ids, self.n_hosts)
         # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
         remaining_bytes = total_bits / 8.0
@@ -778,23 +776,8 @@ class _PortBits:
         """Hosts of the fabric (columns: their egress ports, then their ingress ports)."""
         return self._sim.fabric.n_hosts
 
-    def demands(self, rows: np.ndarray | None, column_bps: np.ndarray) -> tuple:
-        """BSSI's demand matrix of the coflows in ``rows`` (in that order; every row, in
-        order, when ``None``) at the ports' capacities ``column_bps``, as the arrays of a
-        :class:`DemandMatrix`: the numbers :meth:`ClusterState.demand_matrix` gives, without a
-        dense array."""
-        return port_seconds_matrix(*self.sparse_rows(rows), column_bps)
-
-    def sparse_rows(self, rows: np.ndarray | None = None) -> tuple:
-        """Bytes left per host port of the coflows in ``rows`` (in that order; every row, once
-        computed and then kept, when ``None``) as ``(row_ptr, column, size_bytes)`` sparse
-        rows, each entry ``bits / 8.0`` of the bits the flows have left on that port."""
-        if rows is None:
-            return self.sparse.row_ptr, self.sparse.column, self.sparse.size_bytes
-        return self._compute(rows)[:3]
-
-    def _compute(self, rows: np.ndarray | None) -> tuple:
-        """:func:`~simulator.core.slot_port_bytes` of the coflows in ``rows`` (all: ``None``)."""
+    def _compute(self) -> tuple:
+        """:func:`~simulator.core.slot_port_bytes` of every active coflow."""
         self._check_current()
         tables = self._sim._tables
         return slot_port_bytes(
@@ -803,7 +786,7 @@ class _PortBits:
             tables.f_group,
             tables.g_served,
             self._sim._slot_ranges,
-            self.slots if rows is None else self.slots[rows],
+            self.slots,
             self.n_hosts,
         )
 
@@ -813,7 +796,7 @@ class _PortBits:
         sparse rows (a policy that looks at one coflow's ports looks at all)."""
         row = self._row(coflow_id)
         if self._bytes is None:
-            row_ptr, column, size_bytes = self.sparse_rows()
+            row_ptr, column, size_bytes = self.sparse.rows(None)
             n_hosts = self.n_hosts
             ports = list(zip((column % n_hosts).tolist(), (column // n_hosts).tolist(),
                              strict=True))  # fmt: skip
@@ -935,10 +918,10 @@ class _CoflowViews:
 
 @dataclass
 class _SimulatorState(ClusterState):
-    """The simulator's view for the policy: a :class:`ClusterState` that builds BSSI's demand
-    matrix straight from the port-bits array instead of one mapping per coflow, offers that
-    array to policies that sum loads in arrays (Beamer), and lists its active coflows in the
-    order the simulator keeps them in.
+    """The simulator's view for the policy: a :class:`ClusterState` that offers its loads as
+    the sparse arrays the port bits were computed in (BSSI's demand matrix and the policies
+    that sum loads in arrays read them, not one mapping per coflow), and lists its active
+    coflows in the order the simulator keeps them in.
 
     Args:
         port_bits: the active coflows' loads.
@@ -960,13 +943,6 @@ class _SimulatorState(ClusterState):
         if self.all_left:
             return list(self.by_arrival)
         return [c for c in self.by_arrival if not c.done]
-
-    def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
-        """The same matrix as :meth:`ClusterState.demand_matrix` on the coflows' summaries,
-        with the same arithmetic (bytes = bits / 8, seconds = 8 bytes / capacity)."""
-        rows = self.port_bits.sparse.rows_of(list(map(_COFLOW_ID, coflows)))
-        bps = self.host_ports_bps(self.port_bits.n_hosts)
-        return DemandMatrix(*self.port_bits.demands(rows, bps))
 
     def sparse_port_bytes(self) -> SparsePortBytes:
         """The active coflows' bytes left per port as sparse rows (rows as ``row_of``), the

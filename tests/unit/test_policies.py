@@ -74,6 +74,8 @@ def test_fifo_lm_demotes_heavy_coflows_to_a_shared_last_rank():
         ]
     )
     assert FifoLM(heavy_threshold_bytes=50).schedule(state).ranks == ((2,), (1, 3))
+    # heavy means more than the threshold: 60 sent is not
+    assert FifoLM(heavy_threshold_bytes=60).schedule(state).ranks == ((1,), (2,), (3,))
 
 
 def test_fifo_lm_percentile_threshold_needs_history():

@@ -180,8 +180,8 @@ def test_beamer_s_path_for_jobs_in_their_stages_gives_the_general_schedule(seed)
         assert fast is None
         return
     assert fast is not None
-    assert fast == Beamer()._ranks(state, active, sparse)
-    assert tuple(map(tuple, fast)) == Beamer().schedule(mapping_state(state)).ranks
+    assert fast == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
+    assert fast == Beamer().schedule(mapping_state(state)).ranks
     # what it kept serves the next call while the stages and jobs stay, and only then
     assert _job_stage_ranks(state, active, sparse, kept) == (fast, kept)
     state.jobs[active[0].job_id].bytes_per_iteration = dict(

@@ -1,0 +1,170 @@
+"""The coflow index (:class:`controller.model.CoflowIndex`): a state that reads its coflows'
+loads from it lists the same coflows, offers their loads as the same numbers, and every
+policy orders it exactly as it orders the same state without it."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.bssi import DemandMatrix
+from controller.model import (
+    EGRESS,
+    INGRESS,
+    ClusterState,
+    Coflow,
+    CoflowIndex,
+    Flow,
+    Host,
+    Job,
+    port_seconds,
+)
+from controller.policies import POLICIES, make_policy
+
+from .test_policies import cluster_states
+
+VARIANTS = [(name, {}) for name in sorted(POLICIES)] + [
+    ("beamer", {"use_rates": True}),
+    ("varys", {"use_rates": False}),
+    ("fifo-lm", {"min_history": 1, "heavy_percentile": 50.0}),
+]
+
+
+def named_hosts(state: ClusterState, seed: int) -> ClusterState:
+    """The same state with hosts named by IPv4 address (as the controller names them), each
+    with its own capacities."""
+    rng = random.Random(seed)
+    name = {}
+
+    def host(h):
+        if h not in name:
+            name[h] = f"10.0.{rng.randint(0, 3)}.{h + 1}"
+        return name[h]
+
+    def ports(load):
+        return {(host(h), way): size for (h, way), size in load.items()}
+
+    coflows = [
+        Coflow(c.coflow_id,
+               [Flow(host(f.src), host(f.dst), f.size_bytes, f.remaining_bytes, f.flow_id)
+                for f in c.flows],
+               c.arrival_s, c.job_id, c.stage_id, c.weight)
+        for c in state.coflows.values()
+    ]  # fmt: skip
+    jobs = [
+        Job(j.job_id, ports(j.bytes_per_iteration), j.iteration_budget, j.iterations_done,
+            j.stage_id, j.task_id, j.arrival_s)
+        for j in state.jobs.values()
+    ]  # fmt: skip
+    scale = state.default_port_bps
+    hosts = [
+        Host(n, scale * rng.choice((0.5, 1, 2)), scale * rng.choice((1, 3))) for n in name.values()
+    ]
+    return ClusterState.build(coflows, jobs, state.stages.values(), hosts,
+                              default_port_bps=scale)  # fmt: skip
+
+
+def indexed(state: ClusterState) -> ClusterState:
+    """``state`` with an index of its coflows (hosts of its jobs included)."""
+    return ClusterState.build(state.coflows.values(), state.jobs.values(), state.stages.values(),
+                              state.hosts.values(), indexed=True,
+                              default_port_bps=state.default_port_bps)  # fmt: skip
+
+
+def assert_same_view(plain: ClusterState, fast: ClusterState) -> None:
+    """``fast`` (indexed) lists the coflows of ``plain`` and offers their loads exactly."""
+    active = plain.active_coflows()
+    listed = fast.active_coflows()
+    assert [id(c) for c in listed] == [id(c) for c in active]
+    sparse = fast.sparse_port_bytes()
+    assert list(sparse.ids) == [c.coflow_id for c in active]
+    hosts = list(sparse.hosts)
+    n_hosts = sparse.n_hosts
+    for row, coflow in enumerate(active):
+        lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
+        ports = [(hosts[col % n_hosts], col // n_hosts) for col in sparse.column[lo:hi].tolist()]
+        assert list(zip(ports, sparse.size_bytes[lo:hi].tolist(), strict=True)) == list(
+            coflow.port_bytes().items()
+        )
+        for port in ports:
+            assert sparse.columns([port]).tolist() == [sparse.column_of[port]]
+    assert fast.byte_counts(active) == (
+        [c.size_bytes for c in active],
+        [c.remaining_bytes for c in active],
+    )
+    assert fast.column_bps(sparse).tolist() == [
+        plain.port_bps((hosts[k % n_hosts], k // n_hosts)) for k in range(2 * n_hosts)
+    ]
+    # BSSI's matrix, of every active coflow and of a subset in another order
+    for coflows in (active, active[::-2]):
+        want = DemandMatrix.from_mappings([port_seconds(plain, c.port_bytes()) for c in coflows])
+        got = fast.demand_matrix(coflows)
+        assert got.n_ports == want.n_ports
+        for a, b in zip((got.row_ptr, got.port, got.seconds),
+                        (want.row_ptr, want.port, want.seconds), strict=True):  # fmt: skip
+            assert np.array_equal(a, b)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cluster_states(), st.integers(0, 3))
+def test_an_indexed_state_lists_the_same_coflows_and_loads(state, seed):
+    for plain in (state, named_hosts(state, seed)):
+        assert_same_view(plain, indexed(plain))
+
+
+@settings(max_examples=80, deadline=None)
+@given(cluster_states(), st.integers(0, 3), st.sampled_from(VARIANTS))
+def test_every_policy_orders_an_indexed_state_as_the_plain_one(state, seed, variant):
+    name, options = variant
+    for plain in (state, named_hosts(state, seed)):
+        fast = indexed(plain)
+        assert make_policy(name, **options).schedule(fast) == make_policy(name, **options).schedule(
+            plain
+        )
+        # a policy that ordered the state before orders it again the same way
+        kept = make_policy(name, **options)
+        kept.schedule(fast)
+        assert kept.schedule(fast) == make_policy(name, **options).schedule(plain)
+
+
+def test_puts_and_removals_keep_the_arrival_order_and_loads():
+    rng = random.Random(7)
+    index, coflows = CoflowIndex(), {}
+    jobs = [Job(j, {(f"h{j}", EGRESS): 5.0, (f"x{j}", INGRESS): 5.0}) for j in range(3)]
+    for job in jobs:
+        index.add_hosts(host for host, _ in job.bytes_per_iteration)
+    for step in range(400):
+        coflow_id = rng.randrange(30)
+        if rng.random() < 0.25:
+            index.remove(coflow_id)
+            coflows.pop(coflow_id, None)
+        else:
+            flows = []
+            for _ in range(rng.randint(1, 3)):
+                src, dst = rng.sample([f"h{h}" for h in range(8)], 2)
+                size = float(rng.choice((0, 10, 25)))
+                flows.append(Flow(src, dst, size, rng.choice((0.0, size / 2, size))))
+            # same arrival (a progress report: the coflow keeps its place) or another one
+            old = coflows.get(coflow_id)
+            arrival = old.arrival_s if old is not None and rng.random() < 0.5 else rng.randint(0, 9)
+            coflows[coflow_id] = Coflow(coflow_id, flows, float(arrival), job_id=coflow_id % 3)
+            index.put(coflows[coflow_id])
+        assert len(index) == len(coflows) and all(c in index for c in coflows)
+        plain = ClusterState.build(coflows.values(), jobs)
+        fast = ClusterState.build(coflows.values(), jobs)
+        fast.index = index
+        assert_same_view(plain, fast)
+        if step % 40 == 0:
+            for name, options in VARIANTS:
+                want = make_policy(name, **options).schedule(plain)
+                assert make_policy(name, **options).schedule(fast) == want
+
+
+def test_a_port_of_a_host_the_index_does_not_know_is_named():
+    index = CoflowIndex([Coflow(1, [Flow("a", "b", 10.0)])])
+    with pytest.raises(ValueError, match=r"\('c', 0\) is not one of hosts \['a', 'b'\]"):
+        index.sparse().columns([("c", EGRESS)])
