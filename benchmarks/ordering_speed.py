@@ -29,13 +29,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.model import ClusterState, Coflow, Flow, Job, Stage, egress, ingress  # noqa: E402
+from controller.model import (  # noqa: E402
+    ClusterState,
+    Coflow,
+    CoflowIndex,
+    Flow,
+    Job,
+    Stage,
+    egress,
+    ingress,
+)
 from controller.policies import POLICIES, make_policy  # noqa: E402
 
 
-def random_state(
-    n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int, indexed: bool = True
-) -> ClusterState:
+def random_state(n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int) -> ClusterState:
     rng = random.Random(seed)
     coflows, jobs, stages = [], [], {}
     for k in range(n_coflows):
@@ -52,41 +59,52 @@ def random_state(
         budget = rng.randint(1, 20)
         jobs.append(Job(k, per_iter, budget, rng.randint(0, budget - 1), stage_id, arrival_s=k))
         stages.setdefault(stage_id, Stage(stage_id, [], arrival_s=stage_id)).job_ids.append(k)
-    return ClusterState.build(coflows, jobs, stages.values(), indexed=indexed,
-                              default_port_bps=1e9)  # fmt: skip
+    return ClusterState.build(coflows, jobs, stages.values(), default_port_bps=1e9)
 
 
-def _without(state: ClusterState, coflow: Coflow) -> None:
-    del state.coflows[coflow.coflow_id]
-    if state.index is not None:
-        state.index.remove(coflow.coflow_id)
+def index_of(state: ClusterState) -> CoflowIndex:
+    """The state's coflows (and its jobs' hosts) indexed, as the controller's registry keeps
+    them."""
+    index = CoflowIndex(state.coflows.values())
+    for job in state.jobs.values():
+        index.add_hosts(port[0] for port in job.bytes_per_iteration)
+    return index
 
 
-def _with(state: ClusterState, coflow: Coflow) -> None:
-    state.coflows[coflow.coflow_id] = coflow
-    if state.index is not None:
-        state.index.put(coflow)
-
-
-def time_policy(name: str, state: ClusterState, repeat: int, **options) -> tuple[float, float]:
+def time_policy(
+    name: str, state: ClusterState, index: CoflowIndex | None, repeat: int, **options
+) -> tuple[float, float]:
     """Median wall times of ``repeat`` first calls of a new policy and of its next call after
     the newest coflow finished, after one untimed call (that loads the compiled kernels from
-    numba's cache, or compiles them)."""
+    numba's cache, or compiles them). With an ``index``, the state reads its coflows from it,
+    and a call's time includes the index's snapshot after the change."""
+
+    def set_loads():
+        if index is not None:
+            state.loads = index.snapshot()
+
+    set_loads()
     make_policy(name, **options).schedule(state)
     newest = state.active_coflows()[-1]
     first, after = [], []
     for _ in range(repeat):
         policy = make_policy(name, **options)
         started = time.perf_counter()
+        set_loads()
         schedule = policy.schedule(state)
         first.append(time.perf_counter() - started)
         assert len(schedule.order) == len(state.coflows)
-        _without(state, newest)
+        del state.coflows[newest.coflow_id]
+        if index is not None:
+            index.remove(newest.coflow_id)
         started = time.perf_counter()
+        set_loads()
         schedule = policy.schedule(state)
         after.append(time.perf_counter() - started)
         assert len(schedule.order) == len(state.coflows)
-        _with(state, newest)
+        state.coflows[newest.coflow_id] = newest
+        if index is not None:
+            index.put(newest)
     return statistics.median(first), statistics.median(after)
 
 
@@ -114,23 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     states = {}
     for n in args.coflows:
         for per_stage in (args.jobs_per_stage, 1):
-            plain = random_state(n, args.hosts, per_stage, args.seed, indexed=False)
+            state = random_state(n, args.hosts, per_stage, args.seed)
             started = time.perf_counter()
-            indexed = random_state(n, args.hosts, per_stage, args.seed, indexed=True)
-            # (the index's share: what building the state with it costs more)
+            index = None if args.no_index else index_of(state)
             took = time.perf_counter() - started
-            states[(n, per_stage)] = plain if args.no_index else indexed
+            states[(n, per_stage)] = (state, index)
         if not args.no_index:
-            started = time.perf_counter()
-            random_state(n, args.hosts, 1, args.seed, indexed=False)
-            index_us = (took - (time.perf_counter() - started)) / n * 1e6
-            print(f"  building the index: {index_us:.0f} us a coflow ({n:,} coflows)")
+            print(f"  building the index: {took / n * 1e6:.1f} us a coflow ({n:,} coflows)")
     print(f"{'policy':<26}" + "".join(f"{n:>17,} coflows" for n in args.coflows))
     for label, name, options in cases:
         row = f"{label:<26}"
         for n in args.coflows:
             per_stage = 1 if "1 coflow/stage" in label else args.jobs_per_stage
-            first, after = time_policy(name, states[(n, per_stage)], args.repeat, **options)
+            state, index = states[(n, per_stage)]
+            first, after = time_policy(name, state, index, args.repeat, **options)
             row += f"{first * 1e3:>15.1f} / {after * 1e3:<7.1f}"
         print(row, flush=True)
     return 0

@@ -380,7 +380,9 @@ class CoflowIndex:
     def __len__(self) -> int:
         return len(self._active) + len(self._done)
 
-    def _current(self) -> tuple[list[Coflow], SparsePortBytes]:
+    def snapshot(self) -> CoflowLoads:
+        """The active coflows and their loads as they are now (kept until the next change; a
+        state holds it, so later puts do not change what an older state shows)."""
         if self._view is not None:
             return self._view
         if not self._ordered:
@@ -394,29 +396,42 @@ class CoflowIndex:
         size_bytes = np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float).copy()
         n_hosts = len(self._hosts)
         column = (ports & 1) * n_hosts + (ports >> 1)
-        coflows = list(map(_ENTRY_COFLOW, entries))
         sparse = SparsePortBytes(row_ptr, column, size_bytes, list(self._active), n_hosts,
                                  tuple(self._hosts))  # fmt: skip
-        self._view = (coflows, sparse)
+        self._view = CoflowLoads(
+            tuple(map(_ENTRY_COFLOW, entries)),
+            sparse,
+            list(map(_SIZE, entries)),
+            list(map(_LEFT, entries)),
+        )
         return self._view
 
-    def active(self) -> list[Coflow]:
-        """The coflows with bytes left, in (arrival, id) order (as
-        :meth:`ClusterState.active_coflows` lists them)."""
-        return list(self._current()[0])
 
-    def sparse(self) -> SparsePortBytes:
-        """The active coflows' bytes left per port, one row each in :meth:`active`'s order."""
-        return self._current()[1]
+@dataclass(frozen=True)
+class CoflowLoads:
+    """A :class:`CoflowIndex`'s active coflows at one moment (:meth:`CoflowIndex.snapshot`),
+    what a :class:`ClusterState` reads them from.
+
+    Args:
+        coflows: the coflows with bytes left, in (arrival, id) order.
+        sparse: their bytes left per port, one row each in that order.
+        size_bytes: each one's size.
+        remaining_bytes: each one's bytes left.
+    """
+
+    coflows: tuple[Coflow, ...]
+    sparse: SparsePortBytes
+    size_bytes: list[float]
+    remaining_bytes: list[float]
 
     def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
-        """Each of ``coflows``' size and bytes left, as read when it was put."""
-        entry = self._active.get
-        entries = list(map(entry, map(_COFLOW_ID, coflows)))
-        if None in entries:  # (a done coflow: not active)
-            entries = [e if e is not None else self._done[c.coflow_id]
-                       for e, c in zip(entries, coflows, strict=True)]  # fmt: skip
-        return list(map(_SIZE, entries)), list(map(_LEFT, entries))
+        """Each of ``coflows``' (active ones) size and bytes left."""
+        rows = self.sparse.rows_of(list(map(_COFLOW_ID, coflows)))
+        if rows is None:
+            return list(self.size_bytes), list(self.remaining_bytes)
+        rows = rows.tolist()
+        return (list(map(self.size_bytes.__getitem__, rows)),
+                list(map(self.remaining_bytes.__getitem__, rows)))  # fmt: skip
 
 
 @dataclass
@@ -486,10 +501,11 @@ class ClusterState:
         stages: registered stages by id.
         now_s: current time.
         default_port_bps: capacity of ports of hosts missing from ``hosts``.
-        index: ``coflows`` with their loads read beforehand (the controller's registry keeps
-            one between reorders); the state then lists the active coflows and offers their
-            loads as arrays from it (:meth:`sparse_port_bytes`). It must hold the coflows of
-            ``coflows`` and know the hosts of the jobs' ports.
+        loads: the active coflows of ``coflows`` with their loads read beforehand (a
+            :class:`CoflowIndex`'s snapshot; the controller's registry keeps one index between
+            reorders); the state then lists its active coflows and offers their loads as
+            arrays from it (:meth:`sparse_port_bytes`). Its hosts must include those of the
+            jobs' ports.
     """
 
     hosts: dict[HostId, Host] = field(default_factory=dict)
@@ -498,7 +514,7 @@ class ClusterState:
     stages: dict[StageId, Stage] = field(default_factory=dict)
     now_s: float = 0.0
     default_port_bps: float = DEFAULT_PORT_BPS
-    index: CoflowIndex | None = None
+    loads: CoflowLoads | None = None
 
     @classmethod
     def build(
@@ -520,9 +536,10 @@ class ClusterState:
             **kwargs,
         )
         if indexed:
-            state.index = CoflowIndex(state.coflows.values())
+            index = CoflowIndex(state.coflows.values())
             for job in state.jobs.values():
-                state.index.add_hosts(port[0] for port in job.bytes_per_iteration)
+                index.add_hosts(port[0] for port in job.bytes_per_iteration)
+            state.loads = index.snapshot()
         return state
 
     def port_bps(self, port: Port) -> float:
@@ -534,8 +551,8 @@ class ClusterState:
 
     def active_coflows(self) -> list[Coflow]:
         """Coflows with bytes left, in arrival order (ties by id)."""
-        if self.index is not None:
-            return self.index.active()
+        if self.loads is not None:
+            return list(self.loads.coflows)
         return sorted(
             (c for c in self.coflows.values() if not c.done),
             key=lambda c: (c.arrival_s, c.coflow_id),
@@ -554,15 +571,15 @@ class ClusterState:
 
     def sparse_port_bytes(self) -> SparsePortBytes | None:
         """The active coflows' bytes left per port as sparse rows, if this state keeps its
-        loads in arrays (an :attr:`index`); else ``None`` (policies then read each
+        loads in arrays (:attr:`loads`); else ``None`` (policies then read each
         :meth:`Coflow.port_bytes`)."""
-        return self.index.sparse() if self.index is not None else None
+        return self.loads.sparse if self.loads is not None else None
 
     def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
-        """Each of ``coflows``' size and bytes left (:attr:`Coflow.size_bytes`,
+        """Each of ``coflows``' (active ones) size and bytes left (:attr:`Coflow.size_bytes`,
         :attr:`Coflow.remaining_bytes`)."""
-        if self.index is not None:
-            return self.index.byte_counts(coflows)
+        if self.loads is not None:
+            return self.loads.byte_counts(coflows)
         return list(map(_SIZE, coflows)), list(map(_LEFT, coflows))
 
     def column_bps(self, sparse: SparsePortBytes) -> np.ndarray:

@@ -21,7 +21,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
+from itertools import chain, compress, count, repeat
 from typing import Any, ClassVar
 
 import numpy as np
@@ -711,7 +711,8 @@ _UNREGISTERED = Job(-1, {}, iteration_budget=1, iterations_done=1)
 class _JobStages:
     """What Beamer derives from the stages and their jobs alone, not from the coflows, for
     :func:`_job_stage_ranks`: made again only when the stages (ids, listed jobs, arrivals,
-    weights), the jobs registered for them or their ``bytes_per_iteration`` dicts change.
+    weights) or the hosts change, or a listed job's ``bytes_per_iteration`` (its ports, in
+    order, and their bytes; a job registered or replaced with the same loads changes nothing).
 
     Every listed job is a unit of work; stages are in (arrival, id) order, a stage's units its
     listed jobs in id order (the order its sum adds them in), and each unit's future traffic
@@ -778,9 +779,14 @@ class _JobStages:
         key = cls.key_of(state.stages, sparse)
         if kept is not None and kept.key == key:
             filled = list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
-            if all(map(operator.is_, filled, kept.filled)) and all(
-                map(operator.is_, map(_PER_ITERATION, filled), kept.sources)
+            sources = list(map(_PER_ITERATION, filled))
+            # (a job replaced by one with equal per-iteration loads, as a progress report
+            # does, changes nothing kept: the same ports in the same order, the same bytes)
+            if sources == kept.sources and all(
+                list(kept.sources[k].items()) == list(sources[k].items())
+                for k in compress(count(), map(operator.is_not, sources, kept.sources))
             ):
+                kept.filled, kept.sources = filled, sources
                 return kept, filled
         made = cls(state, sparse, key)
         return made, made.filled

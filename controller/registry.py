@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import operator
 import sqlite3
 import threading
 import time
@@ -26,7 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from controller.model import ClusterState, Coflow, Flow, Host, Job, Stage, port_bytes
+from controller.model import (
+    ClusterState,
+    Coflow,
+    CoflowIndex,
+    Flow,
+    Host,
+    Job,
+    Stage,
+    port_bytes,
+)
 
 MAX_ID = 2**31 - 1
 # Flows per job or coflow: a 100-worker all-to-all is 9,900; every flow is a rule on the switch.
@@ -250,6 +260,12 @@ class Registry:
         self.records: dict[str, dict[int, Any]] = {kind: {} for kind in KINDS}
         self.settings: dict[str, Any] = {}
         self._models: dict[tuple, tuple[Any, Any]] = {}  # (type, id) -> (record, model object)
+        # the scheduling view, kept up to date as records change (see cluster_state)
+        self._index = CoflowIndex()  # the coflows, explicit and implicit
+        self._busy: dict[int, set[int]] = {}  # job id -> its coflows with bytes left
+        self._busy_job: dict[int, int] = {}  # coflow id -> the job it keeps busy
+        self._jobs_view: dict[int, Job] = {}
+        self._stages_view: dict[int, Stage] | None = None  # None: to be made
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
@@ -267,6 +283,7 @@ class Registry:
         except sqlite3.Error as exc:  # not a database, unreadable, read-only, no such folder
             raise DatabaseError(f"{db_path}: cannot use it as the registry: {exc}") from None
         self._load(db_path)
+        self._reindex(list(self.records["coflows"]), list(self.records["jobs"]))
 
     # ---- persistence -------------------------------------------------------------------------
 
@@ -310,11 +327,23 @@ class Registry:
             except Exception:
                 self._db.execute("ROLLBACK")
                 raise
+            changed = {kind: [] for kind in KINDS}
             for kind, ident in deletes:
-                self.records[kind].pop(ident, None)
+                old = self.records[kind].pop(ident, None)
                 self._models.pop((RECORD_TYPES[kind], ident), None)  # else churn grows it
+                changed[kind].append((ident, old))
             for kind, record in puts:
-                self.records[kind][_ident(kind, record)] = record
+                ident = _ident(kind, record)
+                changed[kind].append((ident, self.records[kind].get(ident)))
+                self.records[kind][ident] = record
+            self._reindex([c for c, _ in changed["coflows"]], [j for j, _ in changed["jobs"]])
+            # a stage lists its jobs: made again when a stage or a job's stage changes
+            if changed["stages"] or any(
+                old is None or self.records["jobs"].get(j) is None
+                or self.records["jobs"][j].stage_id != old.stage_id
+                for j, old in changed["jobs"]
+            ):  # fmt: skip
+                self._stages_view = None
 
     def set_setting(self, key: str, value: Any) -> None:
         """Persist a controller setting (e.g. the policy) under ``key``."""
@@ -561,32 +590,66 @@ class Registry:
     def cluster_state(self, port_bps: float, host_bps: Mapping[str, float] | None = None):
         """The scheduling core's view: active coflows (explicit and implicit), jobs, stages.
 
-        Model objects are cached per record (records are replaced, never changed in place, on
-        every update), so a reorder rebuilds only what changed. Policies must not mutate them.
+        The coflows with bytes left are the registered ones, and a running job's implicit
+        coflow while none of its registered coflows has bytes left. They are kept in an index
+        (:class:`~controller.model.CoflowIndex`), updated as records change, so a reorder
+        reads no coflow's flows; model objects are cached per record (records are replaced,
+        never changed in place). The dicts and models are shared between states: policies
+        must not mutate them.
         """
-        coflows = {}
-        busy_jobs = set()
-        for rec in self.records["coflows"].values():
-            coflow = self._model(rec, _coflow_of)
-            if not coflow.done:
-                coflows[rec.coflow_id] = coflow
-                if rec.job_id is not None:
-                    busy_jobs.add(rec.job_id)
-        jobs = {}
-        for rec in self.records["jobs"].values():
-            job, implicit = self._model(rec, _job_of)
-            jobs[rec.job_id] = job
-            if implicit is not None and rec.running and rec.job_id not in busy_jobs:
-                coflows[implicit.coflow_id] = implicit
-        stages = {
-            rec.stage_id: Stage(rec.stage_id, [], rec.task_id, rec.weight, rec.arrival_s)
-            for rec in self.records["stages"].values()
-        }
-        for job in jobs.values():
-            if job.stage_id in stages:
-                stages[job.stage_id].job_ids.append(job.job_id)
+        loads = self._index.snapshot()
+        coflows = dict(zip(map(_COFLOW_ID, loads.coflows), loads.coflows, strict=True))
+        if self._stages_view is None:
+            stages = {
+                rec.stage_id: Stage(rec.stage_id, [], rec.task_id, rec.weight, rec.arrival_s)
+                for rec in self.records["stages"].values()
+            }
+            for rec in self.records["jobs"].values():
+                if rec.stage_id in stages:
+                    stages[rec.stage_id].job_ids.append(rec.job_id)
+            self._stages_view = stages
         hosts = {ip: Host(ip, bps, bps) for ip, bps in (host_bps or {}).items()}
-        return ClusterState(hosts, coflows, jobs, stages, self.clock(), port_bps)
+        return ClusterState(hosts, coflows, self._jobs_view, self._stages_view, self.clock(),
+                            port_bps, loads)  # fmt: skip
+
+    def _reindex(self, coflow_ids: list[int], job_ids: list[int]) -> None:
+        """Bring the scheduling view up to date after the records of these coflows and jobs
+        changed (were created, replaced or deleted)."""
+        index, busy = self._index, self._busy
+        jobs = dict.fromkeys(job_ids)  # (in order: the jobs view lists them as the records do)
+        for coflow_id in coflow_ids:
+            was_busy = self._busy_job.pop(coflow_id, None)
+            if was_busy is not None:
+                busy[was_busy].discard(coflow_id)
+                if not busy[was_busy]:
+                    del busy[was_busy]
+                jobs[was_busy] = None
+            rec = self.records["coflows"].get(coflow_id)
+            if rec is None:
+                index.remove(coflow_id)
+                continue
+            coflow = self._model(rec, _coflow_of)
+            index.put(coflow)
+            if rec.job_id is not None:
+                jobs[rec.job_id] = None
+                if not coflow.done:
+                    busy.setdefault(rec.job_id, set()).add(coflow_id)
+                    self._busy_job[coflow_id] = rec.job_id
+        if jobs:
+            self._jobs_view = dict(self._jobs_view)  # (states made before keep theirs)
+        for job_id in jobs:
+            rec = self.records["jobs"].get(job_id)
+            implicit = None
+            if rec is None:
+                self._jobs_view.pop(job_id, None)
+            else:
+                job, implicit = self._job_model(rec)
+                self._jobs_view[job_id] = job
+                index.add_hosts(host for host, _ in job.bytes_per_iteration)
+            if implicit is not None and rec.running and job_id not in busy:
+                index.put(implicit)
+            else:
+                index.remove(IMPLICIT_COFLOW_BASE + job_id)
 
     def _model(self, record: Any, build: Callable[[Any], Any]) -> Any:
         key = (type(record), _ident(RECORD_KIND[type(record)], record))
@@ -594,6 +657,20 @@ class Registry:
         if cached is None or cached[0] is not record:
             cached = self._models[key] = (record, build(record))
         return cached[1]
+
+    def _job_model(self, record: JobRecord) -> tuple[Job, Coflow | None]:
+        """The job and its implicit coflow (:func:`_job_of`); a job whose record changed but
+        kept its flows (a progress report) keeps its ``bytes_per_iteration`` dict, so what a
+        policy derived from it stays valid."""
+        key = (JobRecord, record.job_id)
+        cached = self._models.get(key)
+        if cached is not None and cached[0] is record:
+            return cached[1]
+        job, implicit = _job_of(record)
+        if cached is not None and cached[0].flows is record.flows:
+            job.bytes_per_iteration = cached[1][0].bytes_per_iteration
+        self._models[key] = (record, (job, implicit))
+        return job, implicit
 
     def to_json(self, kind: str, record: Any) -> dict:
         """A record as the REST API shows it (``bytes`` for sizes, a stage's job ids)."""
@@ -608,6 +685,7 @@ class Registry:
 
 
 RECORD_KIND = {record_type: kind for kind, record_type in RECORD_TYPES.items()}
+_COFLOW_ID = operator.attrgetter("coflow_id")
 
 
 def _iteration_arrival(

@@ -137,6 +137,7 @@ def test_puts_and_removals_keep_the_arrival_order_and_loads():
     jobs = [Job(j, {(f"h{j}", EGRESS): 5.0, (f"x{j}", INGRESS): 5.0}) for j in range(3)]
     for job in jobs:
         index.add_hosts(host for host, _ in job.bytes_per_iteration)
+    older = []  # states made before later changes: they must show what they showed
     for step in range(400):
         coflow_id = rng.randrange(30)
         if rng.random() < 0.25:
@@ -154,17 +155,22 @@ def test_puts_and_removals_keep_the_arrival_order_and_loads():
             coflows[coflow_id] = Coflow(coflow_id, flows, float(arrival), job_id=coflow_id % 3)
             index.put(coflows[coflow_id])
         assert len(index) == len(coflows) and all(c in index for c in coflows)
-        plain = ClusterState.build(coflows.values(), jobs)
-        fast = ClusterState.build(coflows.values(), jobs)
-        fast.index = index
+        plain = ClusterState.build(coflows.values(), jobs)  # (puts make new objects)
+        fast = ClusterState.build(plain.coflows.values(), jobs, loads=index.snapshot())
+        assert index.snapshot() is fast.loads  # kept until the next change
         assert_same_view(plain, fast)
+        if rng.random() < 0.1:
+            older.append((plain, fast))
         if step % 40 == 0:
+            for state in older:
+                assert_same_view(*state)
             for name, options in VARIANTS:
                 want = make_policy(name, **options).schedule(plain)
                 assert make_policy(name, **options).schedule(fast) == want
+    assert len(older) > 20
 
 
 def test_a_port_of_a_host_the_index_does_not_know_is_named():
     index = CoflowIndex([Coflow(1, [Flow("a", "b", 10.0)])])
     with pytest.raises(ValueError, match=r"\('c', 0\) is not one of hosts \['a', 'b'\]"):
-        index.sparse().columns([("c", EGRESS)])
+        index.snapshot().sparse.columns([("c", EGRESS)])

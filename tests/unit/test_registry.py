@@ -219,3 +219,104 @@ def test_churn_does_not_grow_the_model_cache():
         else:
             registry.coflow_progress(cycle, {"done": True})
     assert registry.records["coflows"] == {} and registry._models == {}
+
+
+def rebuilt_state(registry: Registry, port_bps: float = 20e6):
+    """The scheduling view made from the records alone, as nothing were kept: every registered
+    coflow with bytes left, the implicit coflow of a running job without one, every job, and
+    every stage listing its jobs in registration order."""
+    from controller.model import ClusterState, Stage
+    from controller.registry import _coflow_of, _job_of
+
+    coflows, busy = {}, set()
+    for rec in registry.records["coflows"].values():
+        coflow = _coflow_of(rec)
+        if not coflow.done:
+            coflows[rec.coflow_id] = coflow
+            if rec.job_id is not None:
+                busy.add(rec.job_id)
+    jobs = {}
+    for rec in registry.records["jobs"].values():
+        job, implicit = _job_of(rec)
+        jobs[rec.job_id] = job
+        if implicit is not None and rec.running and rec.job_id not in busy:
+            coflows[implicit.coflow_id] = implicit
+    stages = {
+        rec.stage_id: Stage(rec.stage_id, [], rec.task_id, rec.weight, rec.arrival_s)
+        for rec in registry.records["stages"].values()
+    }
+    for job in jobs.values():
+        if job.stage_id in stages:
+            stages[job.stage_id].job_ids.append(job.job_id)
+    return ClusterState({}, coflows, jobs, stages, 0.0, port_bps)
+
+
+def assert_view_is_the_records(registry: Registry) -> None:
+    kept, want = registry.cluster_state(20e6), rebuilt_state(registry)
+    assert kept.coflows == want.coflows
+    assert kept.jobs == want.jobs and list(kept.jobs) == list(want.jobs)
+    assert kept.stages == want.stages
+    assert kept.active_coflows() == want.active_coflows()
+    for name in ("fifo-lm", "sincronia", "jpas", "beamer", "varys"):
+        assert make_policy(name).schedule(kept) == make_policy(name).schedule(want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_kept_scheduling_view_is_the_records_after_every_change(tmp_path, seed):
+    import random
+
+    rng = random.Random(seed)
+    path = str(tmp_path / "reg.sqlite")
+    ticks = iter(range(100_000))
+    registry = Registry(path, hosts=HOSTS, clock=lambda: float(next(ticks)))
+    hosts = list(HOSTS)
+
+    def flows():
+        return [{"src": a, "dst": b, "bytes": rng.choice((10, 1e6))}
+                for a, b in (rng.sample(hosts, 2) for _ in range(rng.randint(1, 2)))]  # fmt: skip
+
+    older = []
+    for _ in range(300):
+        action = rng.random()
+        stages, jobs = list(registry.records["stages"]), list(registry.records["jobs"])
+        coflows = list(registry.records["coflows"])
+        try:
+            if action < 0.1:
+                registry.put("stages", rng.randrange(4), {"weight": rng.choice((1, 2))})
+            elif action < 0.3:
+                body = job_body(rng.randrange(8), flows=flows(), iteration_budget=3,
+                                iterations_done=rng.randint(0, 3))  # fmt: skip
+                if stages and rng.random() < 0.7:
+                    body["stage_id"] = rng.choice(stages)
+                if rng.random() < 0.2:
+                    body.pop("flows")  # a job without a template: no implicit coflow
+                registry.put("jobs", body.pop("job_id"), body)
+            elif action < 0.5 and jobs:
+                job = registry.records["jobs"][rng.choice(jobs)]
+                registry.job_progress(job.job_id, {"iterations_done": rng.randint(0, 3),
+                                                   "iteration_budget": 3})  # fmt: skip
+            elif action < 0.7:
+                body = {"flows": flows()}
+                if jobs and rng.random() < 0.7:
+                    body["job_id"] = rng.choice(jobs)
+                registry.put("coflows", rng.randrange(10), body)
+            elif action < 0.85 and coflows:
+                coflow = registry.records["coflows"][rng.choice(coflows)]
+                left = [rng.choice((0, f.size_bytes / 2)) for f in coflow.flows]
+                registry.coflow_progress(coflow.coflow_id, {"remaining_bytes": left})
+            elif action < 0.95 and (coflows or jobs or stages):
+                kind = rng.choice([k for k, ids in (("coflows", coflows), ("jobs", jobs),
+                                                    ("stages", stages)) if ids])  # fmt: skip
+                registry.delete(kind, rng.choice(list(registry.records[kind])))
+            else:
+                registry.close()
+                registry = Registry(path, hosts=HOSTS, clock=lambda: float(next(ticks)))
+        except RegistryError:
+            continue
+        if rng.random() < 0.1:  # a state made now shows the same later
+            older.append((registry.cluster_state(20e6), rebuilt_state(registry)))
+        assert_view_is_the_records(registry)
+    for kept, want in older:
+        assert kept.coflows == want.coflows and kept.jobs == want.jobs
+        assert kept.stages == want.stages and kept.active_coflows() == want.active_coflows()
+    assert len(older) > 10

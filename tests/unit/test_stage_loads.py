@@ -184,11 +184,18 @@ def test_beamer_s_path_for_jobs_in_their_stages_gives_the_general_schedule(seed)
     assert fast == Beamer().schedule(mapping_state(state)).ranks
     # what it kept serves the next call while the stages and jobs stay, and only then
     assert _job_stage_ranks(state, active, sparse, kept) == (fast, kept)
-    state.jobs[active[0].job_id].bytes_per_iteration = dict(
-        state.jobs[active[0].job_id].bytes_per_iteration
-    )
-    again, made = _job_stage_ranks(state, active, sparse, kept)
-    assert made is not kept and again == fast
+    job = state.jobs[active[0].job_id]
+    job.bytes_per_iteration = dict(job.bytes_per_iteration)  # equal loads (a progress report)
+    assert _job_stage_ranks(state, active, sparse, kept) == (fast, kept)
+    # the same ports in another order (their numbers of first use change), other bytes
+    per_iteration = job.bytes_per_iteration
+    for loads in (dict(reversed(per_iteration.items())),
+                  {port: 3.0 * size for port, size in per_iteration.items()}):  # fmt: skip
+        job.bytes_per_iteration = loads
+        again, made = _job_stage_ranks(state, active, sparse, kept)
+        assert made is not kept
+        assert again == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
+        kept = made
 
 
 def test_the_instances_tie_so_port_numbers_matter():
