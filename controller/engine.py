@@ -21,11 +21,11 @@ from controller.model import ClusterState
 from controller.policies import POLICIES, Policy, make_policy
 from controller.registry import IMPLICIT_COFLOW_BASE, InvalidInput, Registry
 from controller.rules import (
+    MarkingTable,
     MeterIds,
     Op,
     SwitchTable,
     apply_ops,
-    desired_table,
     diff,
     rule_source_ip,
 )
@@ -178,6 +178,7 @@ class Engine:
         self.reorder_failures = 0
         self.last_reorder_error: str | None = None
         self.meter_ids = MeterIds()
+        self.marking = MarkingTable(self.meter_ids)  # the rules, kept between reorders
         self.switches: dict[int, SwitchTable] = {}
         self.plan: Plan | None = None
         self.stats = Stats()
@@ -228,8 +229,10 @@ class Engine:
             state = self.registry.cluster_state(self.port_bps, self.host_bps)
             schedule = self.policy.schedule(state)
             job_ports = {j: r.tcp_ports for j, r in self.registry.records["jobs"].items()}
-            table = desired_table(state, schedule, job_ports, self.meter_ids)
+            table = self.marking.update(state, schedule, job_ports)
         except Exception as exc:
+            # (the kept rules may be half updated: the next reorder makes them from scratch)
+            self.marking = MarkingTable(self.meter_ids)
             self.reorder_failures += 1
             self.last_reorder_error = f"{type(exc).__name__}: {exc}"
             raise

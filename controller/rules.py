@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from controller.model import ClusterState
+from controller.model import ClusterState, Coflow
 from controller.schedule import Schedule, coflow_levels, dscp_of_level
 
 MARK_TABLE = 0
@@ -197,56 +198,191 @@ def desired_table(
     job_tcp_ports: Mapping[int, Iterable[int]],
     meter_ids: MeterIds,
 ) -> SwitchTable:
-    """The rules and meters that enforce ``schedule``.
+    """The rules and meters that enforce ``schedule`` (:meth:`MarkingTable.update` of a new
+    table: see there)."""
+    return MarkingTable(meter_ids).update(state, schedule, job_tcp_ports)
 
-    Every (owner, source, destination) pair gets the most urgent level among the owner's coflows
-    that use it, and a meter when the schedule caps those flows (the sum of their caps); the
-    reverse direction of a pair (its ACKs) gets the same level and no meter.
+
+Pair = tuple  # (owner cookie, source host, destination host)
+_KEY = operator.attrgetter("key")
+
+
+@dataclass(frozen=True, slots=True)
+class _Marks:
+    """What one coflow asked of the table at the last update: its level, owner, TCP ports and
+    each flow with bytes left as ``(pair, flow id, rate cap or None)``."""
+
+    coflow: Coflow
+    level: int
+    cookie: int
+    ports: tuple[int, ...]
+    flows: tuple[tuple[Pair, int, float | None], ...]
+    capped: bool
+
+
+class MarkingTable:
+    """The rules and meters that enforce a schedule, kept from one reorder to the next so that
+    an update re-reads only the coflows whose level, object (their flows), owner's TCP ports or
+    rate caps changed, and rebuilds only the pairs they use.
+
+    Every (owner, source, destination) pair gets the most urgent level among the owner's
+    coflows that use it, and a meter when the schedule caps those flows (the sum of their caps,
+    added in (coflow id, flow id) order); the reverse direction of a pair (its ACKs) gets the
+    same level and no meter, unless it is a pair of its own. Two owners with the same match
+    (same hosts, same port) cannot be told apart on the wire: the rule of the first pair in
+    (cookie, source, destination) order is the one installed. Meter ids come from
+    ``meter_ids``: a pair keeps its id while it is metered, and pairs newly metered take the
+    lowest free ids in pair order.
     """
-    levels = coflow_levels(schedule)
-    pair_level: dict[tuple, int] = {}
-    pair_rate: dict[tuple, float] = {}
-    pair_ports: dict[tuple, tuple[int, ...]] = {}
-    for coflow_id, level in levels.items():
-        coflow = state.coflows[coflow_id]
-        if coflow.job_id is not None:
-            cookie = owner_cookie(OWNER_JOB, coflow.job_id)
-            ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
-        else:
-            cookie = owner_cookie(OWNER_COFLOW, coflow_id)
-            ports = ()
-        for flow in coflow.flows:
-            if flow.remaining_bytes <= 0:
+
+    def __init__(self, meter_ids: MeterIds) -> None:
+        self.meter_ids = meter_ids
+        self._marks: dict[int, _Marks] = {}
+        self._users: dict[Pair, dict[int, int]] = {}  # forward pair -> {coflow id: level}
+        self._caps: dict[Pair, dict[tuple[int, int], float]] = {}  # -> {(coflow, flow): bps}
+        self._ports: dict[Pair, tuple[int, ...]] = {}  # forward pair -> its owner's TCP ports
+        self._rated: dict[Pair, float] = {}  # metered pair -> its rate
+        self._meter_of: dict[Pair, int] = {}
+        self._pair_rules: dict[Pair, tuple[FlowRule, ...]] = {}
+        self._rule_pairs: dict[tuple, set[Pair]] = {}  # rule key -> the pairs that make it
+        self.rules: dict[tuple, FlowRule] = {}
+        self.meters: dict[int, int] = {}
+
+    def update(
+        self, state: ClusterState, schedule: Schedule, job_tcp_ports: Mapping[int, Iterable[int]]
+    ) -> SwitchTable:
+        """The table for ``schedule`` (of ``state``'s coflows), given each job's TCP ports."""
+        levels = coflow_levels(schedule)
+        caps = schedule.flow_rates_bps
+        touched: set[Pair] = set()
+        for coflow_id in [c for c in self._marks if c not in levels]:
+            touched.update(self._unmark(coflow_id))
+        for coflow_id, level in levels.items():
+            coflow = state.coflows[coflow_id]
+            if coflow.job_id is not None:
+                cookie = owner_cookie(OWNER_JOB, coflow.job_id)
+                ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
+            else:
+                cookie, ports = owner_cookie(OWNER_COFLOW, coflow_id), ()
+            old = self._marks.get(coflow_id)
+            if (
+                old is not None
+                and old.coflow is coflow
+                and old.level == level
+                and old.cookie == cookie
+                and old.ports == ports
+                and (
+                    not (caps or old.capped)
+                    or all(caps.get((coflow_id, flow_id)) == cap for _, flow_id, cap in old.flows)
+                )
+            ):
                 continue
-            pair = (cookie, flow.src, flow.dst)
-            pair_level[pair] = min(level, pair_level.get(pair, level))
-            pair_ports[pair] = ports
-            rate = schedule.flow_rates_bps.get((coflow_id, flow.flow_id))
-            if rate is not None:
-                pair_rate[pair] = pair_rate.get(pair, 0.0) + rate
+            if old is not None:
+                touched.update(self._unmark(coflow_id))
+            flows = tuple(
+                ((cookie, flow.src, flow.dst), flow.flow_id, caps.get((coflow_id, flow.flow_id)))
+                for flow in coflow.flows
+                if flow.remaining_bytes > 0
+            )
+            capped = any(cap is not None for _, _, cap in flows)
+            self._marks[coflow_id] = _Marks(coflow, level, cookie, ports, flows, capped)
+            for pair, flow_id, cap in flows:
+                self._users.setdefault(pair, {})[coflow_id] = level
+                self._ports[pair] = ports
+                if cap is not None:
+                    self._caps.setdefault(pair, {})[(coflow_id, flow_id)] = cap
+                touched.add(pair)
+        self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
+        return SwitchTable(dict(self.rules), dict(self.meters))
 
-    # The reverse direction carries the transfers' ACKs: same level (so they are not starved
-    # behind lower-priority bulk traffic), never metered.
-    for (cookie, src, dst), level in list(pair_level.items()):
-        reverse = (cookie, dst, src)
-        if reverse not in pair_ports:
-            pair_level[reverse] = min(level, pair_level.get(reverse, level))
-            pair_ports.setdefault(reverse, pair_ports[(cookie, src, dst)])
+    def _unmark(self, coflow_id: int) -> list[Pair]:
+        """Take a coflow's marks out of its pairs; returns the pairs."""
+        marks = self._marks.pop(coflow_id)
+        pairs = []
+        for pair, flow_id, cap in marks.flows:
+            users = self._users.get(pair)
+            if users is not None:
+                users.pop(coflow_id, None)
+                if not users:
+                    del self._users[pair]
+                    self._ports.pop(pair, None)
+            if cap is not None:
+                pair_caps = self._caps[pair]
+                del pair_caps[(coflow_id, flow_id)]
+                if not pair_caps:
+                    del self._caps[pair]
+            pairs.append(pair)
+        return pairs
 
-    meter_ids.keep_only(pair_rate)
-    table = SwitchTable.empty()
-    for pair in sorted(pair_level):
-        cookie, src, dst = pair
-        meter_id = None
-        if pair in pair_rate:
-            meter_id = meter_ids.id_for(pair)
-            table.meters[meter_id] = rate_kbps(pair_rate[pair])
-        dscp = dscp_of_level(pair_level[pair])
-        for rule in _pair_rules(cookie, src, dst, pair_ports[pair], dscp, meter_id):
-            # Two owners with the same match (same hosts, same port) cannot be told apart on
-            # the wire; the first in (cookie, src, dst) order keeps the rule.
-            table.rules.setdefault(rule.key, rule)
-    return table
+    def _rebuild(self, pairs: set[Pair]) -> None:
+        """Make the marks, meters and rules of ``pairs`` (and the rules they share) anew."""
+        wanted: dict[Pair, tuple[int, tuple[int, ...], float | None] | None] = {}
+        for pair in pairs:
+            users = self._users.get(pair)
+            if users:
+                pair_caps = self._caps.get(pair)
+                rate = sum(pair_caps[k] for k in sorted(pair_caps)) if pair_caps else None
+                wanted[pair] = (min(users.values()), self._ports[pair], rate)
+                continue
+            cookie, src, dst = pair
+            forward = self._users.get((cookie, dst, src))  # pair carries that one's ACKs
+            if forward:
+                wanted[pair] = (min(forward.values()), self._ports[(cookie, dst, src)], None)
+            else:
+                wanted[pair] = None
+        # meters: free those of pairs no longer metered, then number the new ones in order
+        for pair, want in wanted.items():
+            if want is not None and want[2] is not None:
+                self._rated[pair] = want[2]
+            elif self._rated.pop(pair, None) is not None:
+                del self.meters[self._meter_of.pop(pair)]
+        self.meter_ids.keep_only(self._rated)
+        for pair in sorted(
+            p for p, want in wanted.items() if want is not None and want[2] is not None
+        ):
+            meter_id = self._meter_of[pair] = self.meter_ids.id_for(pair)
+            self.meters[meter_id] = rate_kbps(wanted[pair][2])
+        changed_keys = set()
+        for pair, want in wanted.items():
+            if want is None:
+                rules = ()
+            else:
+                level, ports, rate = want
+                meter_id = self._meter_of[pair] if rate is not None else None
+                rules = _pair_rules(*pair, ports, dscp_of_level(level), meter_id)
+            old = self._pair_rules.get(pair, ())
+            if rules == old:
+                continue
+            if (
+                rules
+                and len(rules) == len(old)
+                and all(map(operator.eq, map(_KEY, rules), map(_KEY, old)))
+            ):  # the same matches with other marks (a level moved): no maker changes
+                self._pair_rules[pair] = rules
+                for rule in rules:
+                    if len(self._rule_pairs[rule.key]) == 1:
+                        self.rules[rule.key] = rule
+                    else:
+                        changed_keys.add(rule.key)
+                continue
+            for rule in old:
+                self._rule_pairs[rule.key].discard(pair)
+                changed_keys.add(rule.key)
+            for rule in rules:
+                self._rule_pairs.setdefault(rule.key, set()).add(pair)
+                changed_keys.add(rule.key)
+            if rules:
+                self._pair_rules[pair] = rules
+            else:
+                self._pair_rules.pop(pair, None)
+        for key in changed_keys:
+            makers = self._rule_pairs.get(key)
+            if not makers:
+                self._rule_pairs.pop(key, None)
+                self.rules.pop(key, None)
+                continue
+            first = min(makers)
+            self.rules[key] = next(r for r in self._pair_rules[first] if r.key == key)
 
 
 @functools.lru_cache(maxsize=CACHE_ENTRIES)

@@ -11,6 +11,7 @@ import pytest
 from controller.api import ROUTES, RestApi
 from controller.engine import Engine
 from controller.registry import Registry
+from controller.schedule import Schedule
 
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
 JOB = {"job_id": 1, "stage_id": 1, "tcp_ports": [5001], "iteration_budget": 4,
@@ -413,3 +414,26 @@ def test_the_host_header_may_name_loopback_or_the_listen_address():
     assert allowed_hosts(every_ipv4) is None and allowed_hosts("::") is None
     assert is_loopback("127.0.0.2") and is_loopback("localhost") and is_loopback("::1")
     assert not is_loopback("10.1.2.3") and not is_loopback(every_ipv4)
+
+
+def test_a_reorder_that_fails_while_making_the_rules_leaves_none_half_made(api):
+    from controller.rules import MeterIds, desired_table
+
+    call(api, "POST", "/api/jobs", JOB)
+    api.engine.reorder()
+    healthy = api.engine.policy.schedule
+    flows = [{"src": "h1", "dst": "h3", "bytes": 100}]
+    call(api, "PUT", "/api/coflows/5", {"flows": flows})
+
+    def half(state):  # a last rank naming a coflow the state does not have
+        return Schedule((*healthy(state).ranks, (99,)))
+
+    api.engine.policy.schedule = half
+    with pytest.raises(KeyError):
+        api.engine.reorder()
+    api.engine.policy.schedule = healthy
+    plan = api.engine.reorder()
+    job_ports = {j: r.tcp_ports for j, r in api.engine.registry.records["jobs"].items()}
+    assert plan.table == desired_table(plan.state, plan.schedule, job_ports, MeterIds())
+    assert any(rule.match[1] == ("ipv4_src", "10.0.0.1") and rule.match[2][1] == "10.0.0.3"
+               for rule in plan.table.rules.values())  # fmt: skip

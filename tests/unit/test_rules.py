@@ -160,3 +160,100 @@ def test_meter_ids_are_stable_and_reused():
 def test_apply_ops_rejects_nonsense():
     with pytest.raises(ValueError, match="unknown op"):
         apply_ops(SwitchTable.empty(), [Op("flow_explode")])
+
+
+def reference_table(state, schedule, job_tcp_ports, meter_ids) -> SwitchTable:
+    """The table made from scratch, one pair after the other (what MarkingTable keeps)."""
+    from controller.rules import _pair_rules
+    from controller.schedule import coflow_levels, dscp_of_level
+
+    pair_level, pair_caps, pair_ports = {}, {}, {}
+    for coflow_id, level in coflow_levels(schedule).items():
+        coflow = state.coflows[coflow_id]
+        if coflow.job_id is not None:
+            cookie = owner_cookie(OWNER_JOB, coflow.job_id)
+            ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
+        else:
+            cookie, ports = owner_cookie(OWNER_COFLOW, coflow_id), ()
+        for flow in coflow.flows:
+            if flow.remaining_bytes <= 0:
+                continue
+            pair = (cookie, flow.src, flow.dst)
+            pair_level[pair] = min(level, pair_level.get(pair, level))
+            pair_ports[pair] = ports
+            cap = schedule.flow_rates_bps.get((coflow_id, flow.flow_id))
+            if cap is not None:
+                pair_caps.setdefault(pair, {})[(coflow_id, flow.flow_id)] = cap
+    for (cookie, src, dst), level in list(pair_level.items()):
+        if (cookie, dst, src) not in pair_ports:
+            pair_level[(cookie, dst, src)] = level
+            pair_ports[(cookie, dst, src)] = pair_ports[(cookie, src, dst)]
+    pair_rate = {pair: sum(caps[k] for k in sorted(caps)) for pair, caps in pair_caps.items()}
+    meter_ids.keep_only(pair_rate)
+    table = SwitchTable.empty()
+    for pair in sorted(pair_level):
+        meter_id = None
+        if pair in pair_rate:
+            meter_id = meter_ids.id_for(pair)
+            table.meters[meter_id] = rate_kbps(pair_rate[pair])
+        rules = _pair_rules(*pair, pair_ports[pair], dscp_of_level(pair_level[pair]), meter_id)
+        for rule in rules:
+            table.rules.setdefault(rule.key, rule)
+    return table
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed):
+    # coflows come, go, change flows and levels, get caps; jobs change TCP ports; owners share
+    # matches (two jobs on the same hosts and port); the table kept from update to update is
+    # the one made from scratch, meter ids included
+    import random
+
+    from controller.model import ClusterState
+    from controller.rules import MarkingTable
+
+    rng = random.Random(seed)
+    hosts = [f"10.0.0.{h}" for h in range(1, 5)]
+    kept_ids, fresh_ids = MeterIds(), MeterIds()
+    table = MarkingTable(kept_ids)
+    coflows: dict[int, Coflow] = {}
+    job_ports = {job: [5000 + job % 2] for job in range(4)}
+    for _ in range(150):
+        for _ in range(rng.randint(1, 3)):
+            coflow_id = rng.randrange(12)
+            if rng.random() < 0.3:
+                coflows.pop(coflow_id, None)
+                continue
+            flows = []
+            for _ in range(rng.randint(1, 3)):
+                src, dst = rng.sample(hosts, 2)
+                flows.append(Flow(src, dst, 100.0, rng.choice((0.0, 50.0, 100.0))))
+            coflows[coflow_id] = Coflow(coflow_id, flows, job_id=rng.choice((None, 0, 1, 2, 3)))
+        if rng.random() < 0.1:
+            job_ports[rng.randrange(4)] = rng.choice(([], [5000], [5000, 5001]))
+        order = list(coflows)
+        rng.shuffle(order)
+        caps = {}
+        if rng.random() < 0.5:
+            for coflow_id in order:
+                for flow in coflows[coflow_id].flows:
+                    if rng.random() < 0.5:
+                        caps[(coflow_id, flow.flow_id)] = rng.choice((1e6, 2.5e6, 7e6))
+        if rng.random() < 0.5:
+            schedule = Schedule.from_order(order, caps)
+        else:  # ranks of ties
+            cut = rng.randint(0, len(order))
+            schedule = Schedule.from_groups([order[:cut], order[cut:]], caps)
+        state = ClusterState.build(coflows.values())
+        got = table.update(state, schedule, job_ports)
+        want = reference_table(state, schedule, job_ports, fresh_ids)
+        assert got.rules == want.rules
+        assert got.meters == want.meters
+        assert (
+            desired_table(state, schedule, job_ports, MeterIds()).rules.keys() == want.rules.keys()
+        )
+    # nothing is kept of coflows gone (churn does not grow it)
+    emptied = table.update(ClusterState(), Schedule(()), job_ports)
+    assert emptied == SwitchTable.empty()
+    assert not (table._marks or table._users or table._caps or table._ports or table._rated)
+    assert not (table._meter_of or table._pair_rules or table._rule_pairs)
