@@ -526,14 +526,16 @@ class Beamer(Policy):
             ranks, self._job_stages = _job_stage_ranks(state, active, sparse, self._job_stages)
         if ranks is None:
             ranks = self._ranks(state, active, sparse)
-        rates, gammas = {}, {}
-        if self.use_rates:
-            order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
-            if sparse is None:
-                rates, gammas = madd(state, order)
-            else:
-                rows = _rows(sparse, list(map(_COFLOW_ID, order)))
-                rates, gammas = _sparse_madd(state, sparse, order, rows)
+        if not self.use_rates:
+            if isinstance(ranks, tuple):  # (the array path's: tuples, none empty)
+                return Schedule(ranks)
+            return Schedule.from_groups(ranks)
+        order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
+        if sparse is None:
+            rates, gammas = madd(state, order)
+        else:
+            rows = _rows(sparse, list(map(_COFLOW_ID, order)))
+            rates, gammas = _sparse_madd(state, sparse, order, rows)
         return Schedule.from_groups(ranks, rates, gammas)
 
     def _ranks(
@@ -779,14 +781,16 @@ class _JobStages:
         key = cls.key_of(state.stages, sparse)
         if kept is not None and kept.key == key:
             filled = list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
-            sources = list(map(_PER_ITERATION, filled))
+            if all(map(operator.is_, map(_PER_ITERATION, filled), kept.sources)):
+                return kept, filled
             # (a job replaced by one with equal per-iteration loads, as a progress report
             # does, changes nothing kept: the same ports in the same order, the same bytes)
+            sources = list(map(_PER_ITERATION, filled))
             if sources == kept.sources and all(
                 list(kept.sources[k].items()) == list(sources[k].items())
                 for k in compress(count(), map(operator.is_not, sources, kept.sources))
             ):
-                kept.filled, kept.sources = filled, sources
+                kept.sources = sources
                 return kept, filled
         made = cls(state, sparse, key)
         return made, made.filled
