@@ -238,6 +238,12 @@ class MarkingTable:
     def __init__(self, meter_ids: MeterIds) -> None:
         self.meter_ids = meter_ids
         self._marks: dict[int, _Marks] = {}
+        self._levels: dict[int, int] = {}  # the last update's levels,
+        self._seen: dict[int, int] = {}  # its coflow objects' ids,
+        self._ports_seen: dict[int, int] = {}  # its jobs' TCP ports objects' ids,
+        self._ports_kept: dict = {}  # and those objects (so their ids stay theirs)
+        self._job_coflows: dict[int, set[int]] = {}  # job id -> its marked coflows
+        self._capped: set[int] = set()  # coflows with caps
         self._users: dict[Pair, dict[int, int]] = {}  # forward pair -> {coflow id: level}
         self._caps: dict[Pair, dict[tuple[int, int], float]] = {}  # -> {(coflow, flow): bps}
         self._ports: dict[Pair, tuple[int, ...]] = {}  # forward pair -> its owner's TCP ports
@@ -251,20 +257,40 @@ class MarkingTable:
     def update(
         self, state: ClusterState, schedule: Schedule, job_tcp_ports: Mapping[int, Iterable[int]]
     ) -> SwitchTable:
-        """The table for ``schedule`` (of ``state``'s coflows), given each job's TCP ports."""
+        """The table for ``schedule`` (of ``state``'s coflows), given each job's TCP ports
+        (to change a job's ports, give them as a new object, as the registry's records do)."""
         levels = coflow_levels(schedule)
         caps = schedule.flow_rates_bps
+        coflows = state.coflows
+        # The coflows that may have changed, found at C speed: those whose level or object
+        # changed (by id: every marked coflow object, and every ports object seen last time,
+        # is kept alive here, so no new object can have its id), those of jobs whose TCP
+        # ports object changed, and every coflow with caps now or before.
+        seen = dict(zip(levels, map(id, map(coflows.__getitem__, levels)), strict=True))
+        ports_seen = dict(zip(job_tcp_ports, map(id, job_tcp_ports.values()), strict=True))
+        candidates = {c for c, _ in levels.items() ^ self._levels.items()}
+        candidates.update(c for c, _ in seen.items() ^ self._seen.items())
+        for job_id, _ in ports_seen.items() ^ self._ports_seen.items():
+            candidates.update(self._job_coflows.get(job_id, ()))
+        if caps or self._capped:
+            candidates.update(coflow_id for coflow_id, _ in caps)
+            candidates.update(self._capped)
+        self._levels, self._seen = levels, seen
+        self._ports_seen, self._ports_kept = ports_seen, dict(job_tcp_ports)
         touched: set[Pair] = set()
-        for coflow_id in [c for c in self._marks if c not in levels]:
-            touched.update(self._unmark(coflow_id))
-        for coflow_id, level in levels.items():
-            coflow = state.coflows[coflow_id]
+        for coflow_id in candidates:
+            level = levels.get(coflow_id)
+            old = self._marks.get(coflow_id)
+            if level is None:
+                if old is not None:
+                    touched.update(self._unmark(coflow_id))
+                continue
+            coflow = coflows[coflow_id]
             if coflow.job_id is not None:
                 cookie = owner_cookie(OWNER_JOB, coflow.job_id)
                 ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
             else:
                 cookie, ports = owner_cookie(OWNER_COFLOW, coflow_id), ()
-            old = self._marks.get(coflow_id)
             if (
                 old is not None
                 and old.coflow is coflow
@@ -286,6 +312,10 @@ class MarkingTable:
             )
             capped = any(cap is not None for _, _, cap in flows)
             self._marks[coflow_id] = _Marks(coflow, level, cookie, ports, flows, capped)
+            if coflow.job_id is not None:
+                self._job_coflows.setdefault(coflow.job_id, set()).add(coflow_id)
+            if capped:
+                self._capped.add(coflow_id)
             for pair, flow_id, cap in flows:
                 self._users.setdefault(pair, {})[coflow_id] = level
                 self._ports[pair] = ports
@@ -298,6 +328,12 @@ class MarkingTable:
     def _unmark(self, coflow_id: int) -> list[Pair]:
         """Take a coflow's marks out of its pairs; returns the pairs."""
         marks = self._marks.pop(coflow_id)
+        job_id = marks.coflow.job_id
+        if job_id is not None:
+            self._job_coflows[job_id].discard(coflow_id)
+            if not self._job_coflows[job_id]:
+                del self._job_coflows[job_id]
+        self._capped.discard(coflow_id)
         pairs = []
         for pair, flow_id, cap in marks.flows:
             users = self._users.get(pair)

@@ -1,0 +1,108 @@
+"""What a controller reorder spends, part by part, without a switch (issue #19).
+
+    .venv/bin/python benchmarks/reorder_parts.py [--policy beamer] [--active 1000]
+                                                 [--registrations 300]
+
+The workload of ``benchmarks/controller_latency.py`` (``--active`` coflows of jobs in stages
+between 13 hosts; each registration adds a coflow and deletes the oldest), driven straight into
+the registry and the engine in this process: every registration and every deletion is followed
+by ``Engine.reorder()``. Prints p50 / p99 / max of the whole reorder and of its parts: the
+registry's view (``cluster_state``), the policy's schedule, and the marking rules
+(``MarkingTable.update``). No OVS, no Ryu, no REST: what is left of the controller's reorder
+compute once the event loop, the client and the switch are out of the picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.engine import Engine  # noqa: E402
+from controller.metrics import percentile  # noqa: E402
+from controller.policies import POLICIES  # noqa: E402
+from controller.registry import Registry  # noqa: E402
+from controller.rules import MarkingTable  # noqa: E402
+
+HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]
+
+
+def coflow_body(rng: random.Random, coflow_id: int, n_jobs: int) -> dict:
+    """One coflow of ``controller_latency.py``'s workload."""
+    src, dst = rng.sample(HOSTS, 2)
+    flows = [{"src": src, "dst": dst, "bytes": rng.uniform(1e5, 1e8)}]
+    if rng.random() < 0.5:
+        a, b = rng.sample(HOSTS, 2)
+        flows.append({"src": a, "dst": b, "bytes": rng.uniform(1e5, 1e8)})
+    return {"flows": flows, "job_id": coflow_id % n_jobs + 1}
+
+
+class _Timed:
+    """Wraps a callable and keeps the wall time of every call."""
+
+    def __init__(self, call):
+        self.call, self.seconds = call, []
+
+    def __call__(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            self.seconds.append(time.perf_counter() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default="beamer", choices=sorted(POLICIES))
+    parser.add_argument("--active", type=int, default=1000)
+    parser.add_argument("--registrations", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    if args.active < 1 or args.registrations < 1:
+        parser.error("--active and --registrations must be >= 1")
+
+    registry = Registry(":memory:")
+    engine = Engine(registry, policy=args.policy, port_bps=1e9)
+    rng = random.Random(args.seed)
+    n_jobs = max(1, args.active // 2)
+    for stage in range(1, n_jobs // 8 + 2):
+        registry.put("stages", stage, {})
+    for job in range(1, n_jobs + 1):
+        registry.put("jobs", job, {"stage_id": job // 8 + 1, "tcp_ports": [5000 + job],
+                                   "iteration_budget": rng.randint(5, 50)})  # fmt: skip
+    for coflow in range(1, args.active + 1):
+        registry.put("coflows", coflow, coflow_body(rng, coflow, n_jobs))
+    engine.reorder()
+
+    parts = {
+        "registry view": _Timed(registry.cluster_state),
+        "schedule": _Timed(engine.policy.schedule),
+    }
+    registry.cluster_state = parts["registry view"]
+    engine.policy.schedule = parts["schedule"]
+    update = parts["marking rules"] = _Timed(MarkingTable.update)
+    MarkingTable.update = lambda table, *a: update(table, *a)
+    whole = parts["whole reorder"] = _Timed(engine.reorder)
+    oldest, newest = 1, args.active
+    for _ in range(args.registrations):
+        newest += 1
+        registry.put("coflows", newest, coflow_body(rng, newest, n_jobs))
+        whole()
+        registry.delete("coflows", oldest)
+        oldest += 1
+        whole()
+    print(f"{args.policy}, {args.active} coflows of {n_jobs} jobs active, "
+          f"{len(whole.seconds)} reorders; {len(engine.plan.table.rules)} rules")  # fmt: skip
+    for name, timed in parts.items():
+        ms = [s * 1e3 for s in timed.seconds]
+        print(f"  {name:<14} p50 {percentile(ms, 50):6.2f} ms   p99 {percentile(ms, 99):6.2f} ms"
+              f"   max {max(ms):6.2f} ms")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
