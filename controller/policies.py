@@ -43,7 +43,7 @@ from controller.model import (
     port_seconds,
 )
 from controller.schedule import Schedule
-from controller.stage_loads import UnitsOfWork, offsets, stage_loads, stage_loads_flat
+from controller.stage_loads import UnitsOfWork, job_stage_order, offsets, stage_loads
 
 # a list of coflows' ids or weights at C speed (a reorder reads every active coflow's)
 _COFLOW_ID = operator.attrgetter("coflow_id")
@@ -752,7 +752,7 @@ class _JobStages:
             map(self.index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
         )
         counts = list(map(len, self.sources))
-        self.extra_counts = np.asarray(counts, dtype=np.int64)
+        self.extra_ptr = offsets(counts)
         self.extra_column = sparse.columns(chain.from_iterable(self.sources), sum(counts))
         self.extra_bytes = np.fromiter(
             chain.from_iterable(map(_VALUES, self.sources)), float, sum(counts)
@@ -835,46 +835,20 @@ def _job_stage_ranks(
     unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
     ids = list(map(_COFLOW_ID, active))
     coflow_rows = _rows(sparse, ids)
-    in_flight = np.bincount(unit_of, minlength=n_units)
     budget = np.fromiter(map(_BUDGET, filled), np.int64, n_units)
     done = np.fromiter(map(_DONE, filled), np.int64, n_units)
-    future = np.maximum(budget - done - in_flight, 0)
-    with_future = future > 0
-    keep = np.repeat(with_future, structure.extra_counts)
-    # the stages with active coflows, in order, and their units
     stage_pos = np.fromiter(map(structure.position.__getitem__, stage_of), np.int64, n)
-    present = np.flatnonzero(np.bincount(stage_pos, minlength=len(structure.position)))
-    first, last = structure.stage_ptr[present], structure.stage_ptr[present + 1]
-    lengths = last - first
-    stage_ptr = offsets(lengths)
-    stage_units = structure.stage_units[
-        np.repeat(first - stage_ptr[:-1], lengths) + np.arange(stage_ptr[-1])
-    ]
-    loads = stage_loads_flat(
-        sparse,
-        state.column_bps(sparse),
-        UnitsOfWork(
-            offsets(in_flight),
-            coflow_rows[np.argsort(unit_of, kind="stable")],
-            future.astype(float),
-            offsets(np.where(with_future, structure.extra_counts, 0)),
-            structure.extra_column[keep],
-            structure.extra_bytes[keep],
-        ),
-        stage_ptr,
-        stage_units,
-    )
-    rank_of_stage = np.empty(len(structure.position), dtype=np.int64)
-    rank_of_stage[present[bssi_order(loads.demands, structure.weights[present])]] = np.arange(
-        len(present)
-    )
-    coflow_rank = rank_of_stage[stage_pos]
-    # by rank, then the most remaining work first, then arrival (lexsort is stable)
-    order = np.lexsort((-loads.unit_bottleneck_s[unit_of], coflow_rank))
+    order, rank_counts, weights_ok = job_stage_order(
+        sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,
+        stage_pos, coflow_rows, budget, done, structure.extra_ptr, structure.extra_column,
+        structure.extra_bytes, structure.stage_ptr, structure.stage_units, structure.weights,
+    )  # fmt: skip
+    if not weights_ok:
+        raise ValueError("weights must be > 0")  # (as bssi_order says it)
     ordered = np.asarray(ids, dtype=np.int64)[order].tolist()
-    if len(present) == n:  # one coflow per stage
+    if len(rank_counts) == n:  # one coflow per stage
         return tuple(zip(ordered)), structure
-    bounds = offsets(np.bincount(coflow_rank, minlength=len(present))).tolist()
+    bounds = offsets(rank_counts).tolist()
     return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))), structure
 
 

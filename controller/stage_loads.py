@@ -23,7 +23,7 @@ from itertools import chain
 import numpy as np
 from numba import njit
 
-from controller.bssi import DemandMatrix
+from controller.bssi import DemandMatrix, _bssi
 from controller.model import SparsePortBytes
 
 
@@ -224,3 +224,106 @@ def _stage_loads(
                 n_out += 1
         out_ptr[s + 1] = n_out
     return out_ptr, out_port[:n_out].copy(), out_seconds[:n_out].copy(), n_ports, unit_bottleneck
+
+
+@njit(cache=True)
+def job_stage_order(
+    load_ptr, load_column, load_bytes, column_bps, unit_of, stage_pos, coflow_rows, budget,
+    done, extra_ptr, extra_column, extra_bytes, stage_ptr, stage_units, weights,
+):  # pragma: no cover - compiled  # fmt: skip
+    """Beamer's order of the active coflows where every one belongs to a job its stage lists
+    (:func:`controller.policies._job_stage_ranks`), in one compiled call: each job's in-flight
+    rows and future iterations, the stages with active coflows and their units, the stage
+    demands (:func:`_stage_loads`), BSSI over the stages (:func:`controller.bssi._bssi`), and
+    the coflows by stage rank, then their job's bottleneck (most first), then arrival.
+
+    Args:
+        load_ptr, load_column, load_bytes: the sparse loads (:class:`SparsePortBytes`).
+        column_bps: each column's capacity in bit/s.
+        unit_of: each active coflow's job (unit), in arrival order.
+        stage_pos: each active coflow's stage position (stages in (arrival, id) order).
+        coflow_rows: each active coflow's row of the loads.
+        budget, done: each job's iteration budget and iterations done.
+        extra_ptr, extra_column, extra_bytes: each job's traffic per iteration.
+        stage_ptr, stage_units: each stage position's jobs, in the order its sum adds them.
+        weights: each stage position's weight.
+
+    Returns:
+        The coflows' order (indices into the active coflows), the number of coflows of each
+        rank, and whether every ranked stage's weight is > 0 (else the order is not made).
+    """
+    n = unit_of.shape[0]
+    n_units = budget.shape[0]
+    n_positions = stage_ptr.shape[0] - 1
+    # each job's in-flight rows, in arrival order (a counting sort keeps it)
+    row_ptr = np.zeros(n_units + 1, dtype=np.int64)
+    for i in range(n):
+        row_ptr[unit_of[i] + 1] += 1
+    for u in range(n_units):
+        row_ptr[u + 1] += row_ptr[u]
+    fill = row_ptr[:-1].copy()
+    rows = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        rows[fill[unit_of[i]]] = coflow_rows[i]
+        fill[unit_of[i]] += 1
+    # the iterations whose synchronisation has not started, and their traffic
+    future = np.zeros(n_units)
+    kept_ptr = np.zeros(n_units + 1, dtype=np.int64)
+    for u in range(n_units):
+        left = budget[u] - done[u] - (row_ptr[u + 1] - row_ptr[u])
+        if left > 0:
+            future[u] = left
+            kept_ptr[u + 1] = kept_ptr[u] + extra_ptr[u + 1] - extra_ptr[u]
+        else:
+            kept_ptr[u + 1] = kept_ptr[u]
+    kept_column = np.empty(kept_ptr[-1], dtype=np.int64)
+    kept_bytes = np.empty(kept_ptr[-1])
+    for u in range(n_units):
+        if future[u] > 0:
+            k = kept_ptr[u]
+            for j in range(extra_ptr[u], extra_ptr[u + 1]):
+                kept_column[k] = extra_column[j]
+                kept_bytes[k] = extra_bytes[j]
+                k += 1
+    # the stages with active coflows, in order, and their units
+    active_stage = np.zeros(n_positions, dtype=np.bool_)
+    for i in range(n):
+        active_stage[stage_pos[i]] = True
+    present = np.flatnonzero(active_stage)
+    n_present = present.shape[0]
+    present_ptr = np.zeros(n_present + 1, dtype=np.int64)
+    for s in range(n_present):
+        p = present[s]
+        present_ptr[s + 1] = present_ptr[s] + stage_ptr[p + 1] - stage_ptr[p]
+    present_units = np.empty(present_ptr[-1], dtype=np.int64)
+    present_weights = np.empty(n_present)
+    weights_ok = True
+    for s in range(n_present):
+        p = present[s]
+        present_weights[s] = weights[p]
+        weights_ok = weights_ok and weights[p] > 0
+        k = present_ptr[s]
+        for j in range(stage_ptr[p], stage_ptr[p + 1]):
+            present_units[k] = stage_units[j]
+            k += 1
+    rank_counts = np.zeros(n_present, dtype=np.int64)
+    if not weights_ok:
+        return np.arange(n), rank_counts, False
+    d_ptr, d_port, d_seconds, n_ports, bottleneck = _stage_loads(
+        load_ptr, load_column, load_bytes, column_bps, row_ptr, rows, future, kept_ptr,
+        kept_column, kept_bytes, present_ptr, present_units,
+    )  # fmt: skip
+    stage_order = _bssi(d_ptr, d_port, d_seconds, n_ports, present_weights)
+    rank_of_position = np.empty(n_positions, dtype=np.int64)
+    for r in range(n_present):
+        rank_of_position[present[stage_order[r]]] = r
+    coflow_rank = np.empty(n, dtype=np.int64)
+    most_work_first = np.empty(n)
+    for i in range(n):
+        coflow_rank[i] = rank_of_position[stage_pos[i]]
+        rank_counts[coflow_rank[i]] += 1
+        most_work_first[i] = -bottleneck[unit_of[i]]
+    # by rank, then the most remaining work, then arrival: two stable sorts
+    by_work = np.argsort(most_work_first, kind="mergesort")
+    by_rank = np.argsort(coflow_rank[by_work], kind="mergesort")
+    return by_work[by_rank], rank_counts, True

@@ -343,3 +343,22 @@ def test_sparse_rows_of_coflows_wide_and_narrow_equal_the_dense_bits():
         assert sparse.column[lo:hi].tolist() == np.flatnonzero(bits[row]).tolist()
         assert sparse.size_bytes[lo:hi].tolist() == (bits[row][bits[row] != 0] / 8.0).tolist()
     assert sparse.row_ptr[sparse.row_of[1] + 1] - sparse.row_ptr[sparse.row_of[1]] == 40
+
+
+def test_a_stage_weight_not_above_zero_is_refused_only_where_it_is_ranked():
+    # the general path's BSSI refuses a ranked stage of weight <= 0; the array path says the
+    # same, and a stage without active coflows is not ranked, whatever its weight
+    state = tied_instance(3, jobs_only=True)
+    active, sparse = state.active_coflows(), state.sparse_port_bytes()
+    ranked = {c.stage_id or state.jobs[c.job_id].stage_id for c in active}
+    idle = [s for s in state.stages.values() if s.stage_id not in ranked]
+    assert idle
+    for stage in idle:
+        stage.weight = 0.0
+    fast, _ = _job_stage_ranks(state, active, sparse, None)
+    assert fast == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
+    state.stages[sorted(ranked)[0]].weight = 0.0
+    for path in (lambda: _job_stage_ranks(state, active, sparse, None),
+                 lambda: Beamer()._ranks(state, active, sparse)):  # fmt: skip
+        with pytest.raises(ValueError, match="weights must be > 0"):
+            path()
