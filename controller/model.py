@@ -506,6 +506,10 @@ class ClusterState:
             reorders); the state then lists its active coflows and offers their loads as
             arrays from it (:meth:`sparse_port_bytes`). Its hosts must include those of the
             jobs' ports.
+        stages_version: an object the state's maker replaces by a new one whenever the
+            stages (ids, listed jobs, arrivals, weights), the set of jobs or a job's
+            ``bytes_per_iteration`` change (``None``: not tracked). While it is the same
+            object, a policy may keep what it derived from them (Beamer does).
     """
 
     hosts: dict[HostId, Host] = field(default_factory=dict)
@@ -515,6 +519,7 @@ class ClusterState:
     now_s: float = 0.0
     default_port_bps: float = DEFAULT_PORT_BPS
     loads: CoflowLoads | None = None
+    stages_version: object | None = None
 
     @classmethod
     def build(

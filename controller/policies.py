@@ -55,6 +55,7 @@ _DONE = operator.attrgetter("iterations_done")
 _PER_ITERATION = operator.attrgetter("bytes_per_iteration")
 _JOB_IDS = operator.attrgetter("job_ids")
 _ARRIVAL = operator.attrgetter("arrival_s")
+_ID_JOB_STAGE = operator.attrgetter("coflow_id", "job_id", "stage_id")
 _VALUES = operator.methodcaller("values")
 
 
@@ -723,6 +724,7 @@ class _JobStages:
 
     def __init__(self, state: ClusterState, sparse: SparsePortBytes, key: tuple) -> None:
         self.key = key
+        self.version: object | None = None  # the state's stages_version it was checked at
         stage_ids, (listed, per_stage), arrivals, weights, _ = key
         n_stages = len(stage_ids)
         by_arrival = np.lexsort((np.asarray(stage_ids, dtype=np.int64), np.asarray(arrivals)))
@@ -745,6 +747,10 @@ class _JobStages:
         # (a job listed by two stages is in the last one's)
         stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
         self.listed_in = dict(zip(listed, stage_of_listed, strict=True))
+        self.unit_position = np.fromiter(
+            map(self.position.__getitem__, map(self.listed_in.__getitem__, self.units)),
+            np.int64, len(self.units),
+        )  # fmt: skip
         self.filled = list(map(state.jobs.get, self.units, repeat(_UNREGISTERED)))
         self.sources = list(map(_PER_ITERATION, self.filled))
         self.stage_ptr = offsets(np.bincount(listing_stage[first], minlength=n_stages))
@@ -778,10 +784,19 @@ class _JobStages:
     ) -> tuple[_JobStages, list[Job]]:
         """``kept`` if the state's stages and jobs are still what it was made of, else a new
         one; and each unit's job (:data:`_UNREGISTERED` if the state has none)."""
+        version = state.stages_version
+        if (
+            kept is not None
+            and version is not None
+            and kept.version is version
+            and kept.key[-1] == (sparse.n_hosts, sparse.hosts)
+        ):  # the state's maker vouches that the stages and the jobs' loads are the same
+            return kept, list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
         key = cls.key_of(state.stages, sparse)
         if kept is not None and kept.key == key:
             filled = list(map(state.jobs.get, kept.units, repeat(_UNREGISTERED)))
             if all(map(operator.is_, map(_PER_ITERATION, filled), kept.sources)):
+                kept.version = version
                 return kept, filled
             # (a job replaced by one with equal per-iteration loads, as a progress report
             # does, changes nothing kept: the same ports in the same order, the same bytes)
@@ -790,9 +805,10 @@ class _JobStages:
                 list(kept.sources[k].items()) == list(sources[k].items())
                 for k in compress(count(), map(operator.is_not, sources, kept.sources))
             ):
-                kept.sources = sources
+                kept.sources, kept.version = sources, version
                 return kept, filled
         made = cls(state, sparse, key)
+        made.version = version
         return made, made.filled
 
 
@@ -813,10 +829,11 @@ def _job_stage_ranks(
     order, and the ranks sort a stage's coflows by their unit's bottleneck, ties by arrival:
     the sums and orders of the general path, term for term."""
     n = len(active)
-    job_of = list(map(_JOB_ID, active))
-    if not n or None in job_of:
+    if not n:
         return None, kept
-    stage_of = list(map(_STAGE_ID, active))
+    ids, job_of, stage_of = map(list, zip(*map(_ID_JOB_STAGE, active), strict=True))
+    if None in job_of:
+        return None, kept
     if None in stage_of:  # a coflow without a stage of its own is in its job's
         jobs_stage = list(map(_STAGE_ID, map(state.jobs.get, job_of, repeat(_UNREGISTERED))))
         if any(map(operator.is_not, stage_of, repeat(None))):
@@ -833,22 +850,22 @@ def _job_stage_ranks(
         return None, structure  # a coflow whose job its stage does not list (or no stage)
     n_units = len(structure.units)
     unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
-    ids = list(map(_COFLOW_ID, active))
     coflow_rows = _rows(sparse, ids)
     budget = np.fromiter(map(_BUDGET, filled), np.int64, n_units)
     done = np.fromiter(map(_DONE, filled), np.int64, n_units)
-    stage_pos = np.fromiter(map(structure.position.__getitem__, stage_of), np.int64, n)
-    order, rank_counts, weights_ok = job_stage_order(
+    # (every coflow is in the stage that lists its job, checked above)
+    order, bounds, weights_ok = job_stage_order(
         sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,
-        stage_pos, coflow_rows, budget, done, structure.extra_ptr, structure.extra_column,
-        structure.extra_bytes, structure.stage_ptr, structure.stage_units, structure.weights,
+        structure.unit_position, coflow_rows, budget, done, structure.extra_ptr,
+        structure.extra_column, structure.extra_bytes, structure.stage_ptr,
+        structure.stage_units, structure.weights,
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
     ordered = np.asarray(ids, dtype=np.int64)[order].tolist()
-    if len(rank_counts) == n:  # one coflow per stage
+    if len(bounds) == n + 1:  # one coflow per stage
         return tuple(zip(ordered)), structure
-    bounds = offsets(rank_counts).tolist()
+    bounds = bounds.tolist()
     return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))), structure
 
 

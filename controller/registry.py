@@ -266,6 +266,7 @@ class Registry:
         self._busy_job: dict[int, int] = {}  # coflow id -> the job it keeps busy
         self._jobs_view: dict[int, Job] = {}
         self._stages_view: dict[int, Stage] | None = None  # None: to be made
+        self._stages_version = object()  # see ClusterState.stages_version
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
@@ -337,13 +338,16 @@ class Registry:
                 changed[kind].append((ident, self.records[kind].get(ident)))
                 self.records[kind][ident] = record
             self._reindex([c for c, _ in changed["coflows"]], [j for j, _ in changed["jobs"]])
+            jobs = self.records["jobs"]
             # a stage lists its jobs: made again when a stage or a job's stage changes
             if changed["stages"] or any(
-                old is None or self.records["jobs"].get(j) is None
-                or self.records["jobs"][j].stage_id != old.stage_id
+                old is None or jobs.get(j) is None or jobs[j].stage_id != old.stage_id
                 for j, old in changed["jobs"]
-            ):  # fmt: skip
+            ):
                 self._stages_view = None
+                self._stages_version = object()
+            elif any(jobs[j].flows is not old.flows for j, old in changed["jobs"]):
+                self._stages_version = object()  # a job's loads per iteration may differ
 
     def set_setting(self, key: str, value: Any) -> None:
         """Persist a controller setting (e.g. the policy) under ``key``."""
@@ -610,7 +614,7 @@ class Registry:
             self._stages_view = stages
         hosts = {ip: Host(ip, bps, bps) for ip, bps in (host_bps or {}).items()}
         return ClusterState(hosts, coflows, self._jobs_view, self._stages_view, self.clock(),
-                            port_bps, loads)  # fmt: skip
+                            port_bps, loads, self._stages_version)  # fmt: skip
 
     def _reindex(self, coflow_ids: list[int], job_ids: list[int]) -> None:
         """Bring the scheduling view up to date after the records of these coflows and jobs

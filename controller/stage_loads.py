@@ -228,7 +228,7 @@ def _stage_loads(
 
 @njit(cache=True)
 def job_stage_order(
-    load_ptr, load_column, load_bytes, column_bps, unit_of, stage_pos, coflow_rows, budget,
+    load_ptr, load_column, load_bytes, column_bps, unit_of, unit_position, coflow_rows, budget,
     done, extra_ptr, extra_column, extra_bytes, stage_ptr, stage_units, weights,
 ):  # pragma: no cover - compiled  # fmt: skip
     """Beamer's order of the active coflows where every one belongs to a job its stage lists
@@ -241,7 +241,8 @@ def job_stage_order(
         load_ptr, load_column, load_bytes: the sparse loads (:class:`SparsePortBytes`).
         column_bps: each column's capacity in bit/s.
         unit_of: each active coflow's job (unit), in arrival order.
-        stage_pos: each active coflow's stage position (stages in (arrival, id) order).
+        unit_position: each job's stage position (stages in (arrival, id) order): its
+            coflows' stage.
         coflow_rows: each active coflow's row of the loads.
         budget, done: each job's iteration budget and iterations done.
         extra_ptr, extra_column, extra_bytes: each job's traffic per iteration.
@@ -249,8 +250,8 @@ def job_stage_order(
         weights: each stage position's weight.
 
     Returns:
-        The coflows' order (indices into the active coflows), the number of coflows of each
-        rank, and whether every ranked stage's weight is > 0 (else the order is not made).
+        The coflows' order (indices into the active coflows), the offsets of each rank's
+        coflows in it, and whether every ranked stage's weight is > 0 (else no order is made).
     """
     n = unit_of.shape[0]
     n_units = budget.shape[0]
@@ -286,8 +287,10 @@ def job_stage_order(
                 kept_bytes[k] = extra_bytes[j]
                 k += 1
     # the stages with active coflows, in order, and their units
+    stage_pos = np.empty(n, dtype=np.int64)
     active_stage = np.zeros(n_positions, dtype=np.bool_)
     for i in range(n):
+        stage_pos[i] = unit_position[unit_of[i]]
         active_stage[stage_pos[i]] = True
     present = np.flatnonzero(active_stage)
     n_present = present.shape[0]
@@ -306,9 +309,9 @@ def job_stage_order(
         for j in range(stage_ptr[p], stage_ptr[p + 1]):
             present_units[k] = stage_units[j]
             k += 1
-    rank_counts = np.zeros(n_present, dtype=np.int64)
+    rank_ptr = np.zeros(n_present + 1, dtype=np.int64)
     if not weights_ok:
-        return np.arange(n), rank_counts, False
+        return np.arange(n), rank_ptr, False
     d_ptr, d_port, d_seconds, n_ports, bottleneck = _stage_loads(
         load_ptr, load_column, load_bytes, column_bps, row_ptr, rows, future, kept_ptr,
         kept_column, kept_bytes, present_ptr, present_units,
@@ -321,9 +324,11 @@ def job_stage_order(
     most_work_first = np.empty(n)
     for i in range(n):
         coflow_rank[i] = rank_of_position[stage_pos[i]]
-        rank_counts[coflow_rank[i]] += 1
+        rank_ptr[coflow_rank[i] + 1] += 1
         most_work_first[i] = -bottleneck[unit_of[i]]
+    for r in range(n_present):
+        rank_ptr[r + 1] += rank_ptr[r]
     # by rank, then the most remaining work, then arrival: two stable sorts
     by_work = np.argsort(most_work_first, kind="mergesort")
     by_rank = np.argsort(coflow_rank[by_work], kind="mergesort")
-    return by_work[by_rank], rank_counts, True
+    return by_work[by_rank], rank_ptr, True

@@ -195,6 +195,8 @@ class Simulator:
         self.mode = mode
         self.n_levels = n_levels
         self.jobs_and_stages = jobs_and_stages or (lambda: ({}, {}))
+        # the states' stages_version (see ClusterState): the workload driver's, if it keeps one
+        self.stages_version: Callable[[], object | None] = lambda: None
         self.now_s = 0.0
         self._heap: list = []
         self._seq = itertools.count()
@@ -479,6 +481,7 @@ class Simulator:
             stages,
             self.now_s,
             self.fabric.host_bps,
+            stages_version=self.stages_version(),
             port_bits=port_bits,
             by_arrival=self._views.by_arrival(),
             all_left=port_bits.all_left,

@@ -77,6 +77,9 @@ class HpoDriver:
         self._stage_listeners: list[Callable[[], None]] = []
         self.n_stages = sum(task.n_stages for task in tasks)  # stages the workload will run
         sim.jobs_and_stages = lambda: (self._model_jobs, self._model_stages)
+        # replaced whenever a stage or a job comes or goes (ClusterState.stages_version)
+        self._stages_version = object()
+        sim.stages_version = lambda: self._stages_version
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
             sim.at(task.arrival_s, lambda task=task: self._arrive(task.task_id))
@@ -93,6 +96,8 @@ class HpoDriver:
 
     def _carry_out(self, actions: Actions) -> None:
         """Start the jobs the core started, then apply its GPU decisions."""
+        if actions.started:
+            self._stages_version = object()
         for job in actions.started:
             self._progress[job.job_id] = _Progress(resume_delay_s=self.job_startup_s)
             if job.stage_id not in self._model_stages:
@@ -166,6 +171,7 @@ class HpoDriver:
                 self._compute(job)
             return
         del self._model_jobs[job_id]
+        self._stages_version = object()
         actions = self.core.job_done(job_id, now)
         for stage in actions.finished_stages:
             self._model_stages.pop(stage.stage_id, None)

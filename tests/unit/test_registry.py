@@ -10,6 +10,8 @@ from controller.api import ApiError
 from controller.policies import make_policy
 from controller.registry import IMPLICIT_COFLOW_BASE, Registry, RegistryError
 
+from .instances import VersionCheck
+
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
 
 
@@ -251,8 +253,16 @@ def rebuilt_state(registry: Registry, port_bps: float = 20e6):
     return ClusterState({}, coflows, jobs, stages, 0.0, port_bps)
 
 
-def assert_view_is_the_records(registry: Registry) -> None:
+_last_version = VersionCheck()
+
+
+def assert_view_is_the_records(registry: Registry, beamer=None) -> None:
+    """The kept view is the records'; ``beamer``, a policy kept from one call to the next
+    (what it keeps rests on the view's stages_version), orders it as a new one does."""
     kept, want = registry.cluster_state(20e6), rebuilt_state(registry)
+    _last_version.check(kept)
+    if beamer is not None:
+        assert beamer.schedule(kept) == make_policy("beamer").schedule(want)
     assert kept.coflows == want.coflows
     assert kept.jobs == want.jobs and list(kept.jobs) == list(want.jobs)
     assert kept.stages == want.stages
@@ -275,7 +285,7 @@ def test_the_kept_scheduling_view_is_the_records_after_every_change(tmp_path, se
         return [{"src": a, "dst": b, "bytes": rng.choice((10, 1e6))}
                 for a, b in (rng.sample(hosts, 2) for _ in range(rng.randint(1, 2)))]  # fmt: skip
 
-    older = []
+    older, beamer = [], make_policy("beamer")
     for _ in range(300):
         action = rng.random()
         stages, jobs = list(registry.records["stages"]), list(registry.records["jobs"])
@@ -315,7 +325,7 @@ def test_the_kept_scheduling_view_is_the_records_after_every_change(tmp_path, se
             continue
         if rng.random() < 0.1:  # a state made now shows the same later
             older.append((registry.cluster_state(20e6), rebuilt_state(registry)))
-        assert_view_is_the_records(registry)
+        assert_view_is_the_records(registry, beamer)
     for kept, want in older:
         assert kept.coflows == want.coflows and kept.jobs == want.jobs
         assert kept.stages == want.stages and kept.active_coflows() == want.active_coflows()
