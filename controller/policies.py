@@ -16,6 +16,7 @@ always broken by arrival time, then id, so every order is deterministic.
 
 from __future__ import annotations
 
+import bisect
 import math
 import operator
 from collections import defaultdict
@@ -217,6 +218,10 @@ class Fair(Policy):
         return Schedule.from_groups([[c.coflow_id for c in state.active_coflows()]])
 
 
+# new sizes beyond which FIFO-LM merges them into its sorted list instead of inserting each
+_MERGE_AT = 64
+
+
 class FifoLM(Policy):
     """FIFO with limited multiplexing (Baraat).
 
@@ -276,8 +281,12 @@ class FifoLM(Policy):
         new = [k for k, coflow_id in enumerate(ids) if coflow_id not in seen]
         if new:
             seen.update(map(ids.__getitem__, new))
-            self._sizes.extend(map(sizes.__getitem__, new))
-            self._sizes.sort()  # (a sort of runs: the new sizes are merged in)
+            if len(new) > _MERGE_AT:  # (many: merged in, one pass over the sizes seen)
+                self._sizes.extend(map(sizes.__getitem__, new))
+                self._sizes.sort()
+            else:
+                for k in new:
+                    bisect.insort(self._sizes, sizes[k])
         threshold = self.threshold_bytes()
         if threshold == math.inf:
             return Schedule.from_order(ids)

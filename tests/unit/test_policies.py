@@ -386,3 +386,21 @@ def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed, jobless):
     state = ClusterState.build(coflows, jobs)
     assert list(Jpas().schedule(state).ranks) == _jpas_by_key(state)
     assert Jpas().schedule(state).ranks == Jpas._ranks(state, state.active_coflows())
+
+
+def test_fifo_lm_keeps_every_size_seen_in_order_however_many_arrive_at_once():
+    # many new coflows at one call are merged into the sorted sizes, a few are inserted; the
+    # threshold is the percentile of every size seen either way
+    import random
+
+    from controller.metrics import nearest_rank_index
+
+    rng = random.Random(3)
+    coflows = [Coflow(k, [Flow("a", "b", rng.randint(1, 10_000))], arrival_s=k)
+               for k in range(300)]  # fmt: skip
+    policy = FifoLM(heavy_percentile=75, min_history=1)
+    for batch in (coflows[:200], coflows[200:203], coflows[203:]):
+        policy.schedule(state_of(batch))
+    sizes = sorted(c.size_bytes for c in coflows)
+    assert policy._sizes == sizes
+    assert policy.threshold_bytes() == sizes[nearest_rank_index(len(sizes), 75)]
