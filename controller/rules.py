@@ -435,12 +435,18 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     that still use it, so they go last); then a barrier. Nothing is sent for what is unchanged.
     """
     flow_deletes, flow_adds, flow_mods = [], [], []
+    # (a rule left as it was is usually the very object installed: the identity test spares
+    # comparing its fields, thousands of times a reorder)
+    wanted = desired.rules.get
     for key, rule in installed.rules.items():
-        want = desired.rules.get(key)
-        if want is None or want.cookie != rule.cookie:
+        want = wanted(key)
+        if want is not rule and (want is None or want.cookie != rule.cookie):
             flow_deletes.append(Op(OpKind.FLOW_DELETE, rule=rule))
+    had = installed.rules.get
     for key, rule in desired.rules.items():
-        have = installed.rules.get(key)
+        have = had(key)
+        if have is rule:
+            continue
         if have is None or have.cookie != rule.cookie:
             flow_adds.append(Op(OpKind.FLOW_ADD, rule=rule))
         elif have != rule:
@@ -487,27 +493,43 @@ def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
     """What a switch holding ``table`` holds after ``ops`` (the controller's record of it)."""
     rules = dict(table.rules)
     meters = dict(table.meters)
+    # each cookie's rules, made at the first owner-wide modify and kept up to date after it
+    # (a reorder may fold the modifies of dozens of owners, each over thousands of rules)
+    by_cookie: dict[int, set[tuple]] | None = None
     for op in ops:
         match op.kind:
             case OpKind.FLOW_DELETE:
-                rules.pop(op.rule.key, None)
+                old = rules.pop(op.rule.key, None)
+                if by_cookie is not None and old is not None:
+                    by_cookie[old.cookie].discard(op.rule.key)
             case OpKind.FLOW_ADD | OpKind.FLOW_MODIFY:
                 if op.kind == OpKind.FLOW_MODIFY and op.rule.key not in rules:
                     raise ValueError(f"modify of a rule that is not installed: {op.rule}")
                 _check_meter(op.rule, meters)
+                old = rules.get(op.rule.key)
                 rules[op.rule.key] = op.rule
+                if by_cookie is not None:
+                    if old is not None:
+                        by_cookie[old.cookie].discard(op.rule.key)
+                    by_cookie.setdefault(op.rule.cookie, set()).add(op.rule.key)
             case OpKind.OWNER_MODIFY:
                 _check_meter(op.rule, meters)
-                for key, rule in rules.items():
-                    if rule.cookie == op.rule.cookie:
-                        rules[key] = replace(rule, dscp=op.rule.dscp, meter_id=op.rule.meter_id)
+                if by_cookie is None:
+                    by_cookie = {}
+                    for key, rule in rules.items():
+                        by_cookie.setdefault(rule.cookie, set()).add(key)
+                for key in by_cookie.get(op.rule.cookie, ()):
+                    rules[key] = replace(rules[key], dscp=op.rule.dscp, meter_id=op.rule.meter_id)
             case OpKind.METER_ADD | OpKind.METER_MODIFY:
                 if (op.kind == OpKind.METER_ADD) == (op.meter_id in meters):
                     raise ValueError(f"{op.kind} of meter {op.meter_id}: wrong state")
                 meters[op.meter_id] = op.rate_kbps
             case OpKind.METER_DELETE:
                 meters.pop(op.meter_id)
-                rules = {k: r for k, r in rules.items() if r.meter_id != op.meter_id}
+                for key in [k for k, r in rules.items() if r.meter_id == op.meter_id]:
+                    old = rules.pop(key)
+                    if by_cookie is not None:
+                        by_cookie[old.cookie].discard(key)
             case OpKind.BARRIER:
                 pass
             case _:
