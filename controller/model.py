@@ -325,7 +325,7 @@ class CoflowIndex:
         self._done: dict[CoflowId, _Indexed] = {}
         self._hosts: list[HostId] = []
         self._host_number: dict[HostId, int] = {}
-        self._view: tuple[list[Coflow], SparsePortBytes] | None = None
+        self._view: CoflowLoads | None = None  # the snapshot, until the next change
         for coflow in coflows:
             self.put(coflow)
 
