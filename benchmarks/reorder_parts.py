@@ -8,8 +8,10 @@ between 13 hosts; each registration adds a coflow and deletes the oldest), drive
 the registry and the engine in this process: every registration and every deletion is followed
 by ``Engine.reorder()``. Prints p50 / p99 / max of the whole reorder and of its parts: the
 registry's view (``cluster_state``), the policy's schedule, and the marking rules
-(``MarkingTable.update``). No OVS, no Ryu, no REST: what is left of the controller's reorder
-compute once the event loop, the client and the switch are out of the picture.
+(``MarkingTable.update``); and of what follows a reorder before anything is sent, the
+operations for one switch (``Engine.ops_for``: the diff against the switch's recorded table,
+and the record's update). No OVS, no Ryu, no REST: what is left of the controller's work once
+the event loop, the client and the switch are out of the picture.
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                                    "iteration_budget": rng.randint(5, 50)})  # fmt: skip
     for coflow in range(1, args.active + 1):
         registry.put("coflows", coflow, coflow_body(rng, coflow, n_jobs))
+    engine.switch_connected(1)
     engine.reorder()
+    engine.ops_for(1)
 
     parts = {
         "registry view": _Timed(registry.cluster_state),
@@ -87,14 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     update = parts["marking rules"] = _Timed(MarkingTable.update)
     MarkingTable.update = lambda table, *a: update(table, *a)
     whole = parts["whole reorder"] = _Timed(engine.reorder)
+    ops = parts["switch ops"] = _Timed(engine.ops_for)
     oldest, newest = 1, args.active
     for _ in range(args.registrations):
         newest += 1
         registry.put("coflows", newest, coflow_body(rng, newest, n_jobs))
         whole()
+        ops(1)
         registry.delete("coflows", oldest)
         oldest += 1
         whole()
+        ops(1)
     print(f"{args.policy}, {args.active} coflows of {n_jobs} jobs active, "
           f"{len(whole.seconds)} reorders; {len(engine.plan.table.rules)} rules")  # fmt: skip
     for name, timed in parts.items():
