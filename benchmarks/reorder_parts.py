@@ -24,23 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller_latency import coflow_body  # noqa: E402
+
 from controller.engine import Engine  # noqa: E402
 from controller.metrics import percentile  # noqa: E402
 from controller.policies import POLICIES  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.rules import MarkingTable  # noqa: E402
-
-HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]
-
-
-def coflow_body(rng: random.Random, coflow_id: int, n_jobs: int) -> dict:
-    """One coflow of ``controller_latency.py``'s workload."""
-    src, dst = rng.sample(HOSTS, 2)
-    flows = [{"src": src, "dst": dst, "bytes": rng.uniform(1e5, 1e8)}]
-    if rng.random() < 0.5:
-        a, b = rng.sample(HOSTS, 2)
-        flows.append({"src": a, "dst": b, "bytes": rng.uniform(1e5, 1e8)})
-    return {"flows": flows, "job_id": coflow_id % n_jobs + 1}
 
 
 class _Timed:

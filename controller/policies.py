@@ -537,8 +537,6 @@ class Beamer(Policy):
         if ranks is None:
             ranks = self._ranks(state, active, sparse)
         if not self.use_rates:
-            if isinstance(ranks, tuple):  # (the array path's: tuples, none empty)
-                return Schedule(ranks)
             return Schedule.from_groups(ranks)
         order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
         if sparse is None:
