@@ -295,9 +295,49 @@ class _Indexed:
     n_ports: int
     ports: bytes
     load_bytes: bytes
+    keys: bytes | None  # its id, job and stage as a CoflowKeys row; None if one is not an int64
+
+
+def _packed_keys(coflow: Coflow) -> bytes | None:
+    """A coflow's :class:`CoflowKeys` row (None for an absent job or stage is 0 with a 0 flag),
+    packed; ``None`` if an id does not fit an int64."""
+    job, stage = coflow.job_id, coflow.stage_id
+    try:
+        return array("q", [coflow.coflow_id, job is not None, job or 0, stage is not None,
+                           stage or 0]).tobytes()  # fmt: skip
+    except (OverflowError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class CoflowKeys:
+    """The ids of a snapshot's active coflows and of their jobs and stages, as arrays in the
+    snapshot's order, for policies that group coflows at C speed (Beamer by job and stage).
+
+    Args:
+        coflow_id: each coflow's id.
+        job_id: its job's id (0 where it has none).
+        has_job: whether it has a job.
+        stage_id: its own stage's id (0 where it has none).
+        has_stage: whether it has a stage of its own.
+    """
+
+    coflow_id: np.ndarray
+    job_id: np.ndarray
+    has_job: np.ndarray
+    stage_id: np.ndarray
+    has_stage: np.ndarray
+
+    @classmethod
+    def unpack(cls, packed: bytes) -> CoflowKeys:
+        """The keys from the packed rows of :func:`_packed_keys`, one after the other."""
+        rows = np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)
+        return cls(rows[:, 0].copy(), rows[:, 2].copy(), rows[:, 1] != 0, rows[:, 4].copy(),
+                   rows[:, 3] != 0)  # fmt: skip
 
 
 _ENTRY_COFLOW = operator.attrgetter("coflow")
+_KEYS = operator.attrgetter("keys")
 _N_PORTS = operator.attrgetter("n_ports")
 _PORTS = operator.attrgetter("ports")
 _LOAD_BYTES = operator.attrgetter("load_bytes")
@@ -326,6 +366,7 @@ class CoflowIndex:
         self._hosts: list[HostId] = []
         self._host_number: dict[HostId, int] = {}
         self._view: CoflowLoads | None = None  # the snapshot, until the next change
+        self._unkeyed: set[CoflowId] = set()  # active coflows whose keys are not packed
         for coflow in coflows:
             self.put(coflow)
 
@@ -350,14 +391,18 @@ class CoflowIndex:
             len(load),
             array("q", [2 * number[host] + way for host, way in load]).tobytes(),
             array("d", load.values()).tobytes(),
+            _packed_keys(coflow),
         )
         coflow_id, active = coflow.coflow_id, self._active
         self._view = None
         self._done.pop(coflow_id, None)
+        self._unkeyed.discard(coflow_id)
         if entry.remaining_bytes <= 0:  # (Coflow.done)
             active.pop(coflow_id, None)
             self._done[coflow_id] = entry
             return
+        if entry.keys is None:
+            self._unkeyed.add(coflow_id)
         old = active.get(coflow_id)
         if old is not None and old.arrival_key == entry.arrival_key:
             active[coflow_id] = entry  # keeps its place
@@ -373,6 +418,7 @@ class CoflowIndex:
         if self._active.pop(coflow_id, None) is not None:
             self._view = None
         self._done.pop(coflow_id, None)
+        self._unkeyed.discard(coflow_id)
 
     def __contains__(self, coflow_id: object) -> bool:
         return coflow_id in self._active or coflow_id in self._done
@@ -403,6 +449,7 @@ class CoflowIndex:
             sparse,
             list(map(_SIZE, entries)),
             list(map(_LEFT, entries)),
+            None if self._unkeyed else CoflowKeys.unpack(b"".join(map(_KEYS, entries))),
         )
         return self._view
 
@@ -417,12 +464,14 @@ class CoflowLoads:
         sparse: their bytes left per port, one row each in that order.
         size_bytes: each one's size.
         remaining_bytes: each one's bytes left.
+        keys: their ids, jobs and stages as arrays (``None`` if an id does not fit an int64).
     """
 
     coflows: tuple[Coflow, ...]
     sparse: SparsePortBytes
     size_bytes: list[float]
     remaining_bytes: list[float]
+    keys: CoflowKeys | None = None
 
     def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
         """Each of ``coflows``' (active ones) size and bytes left."""
@@ -579,6 +628,12 @@ class ClusterState:
         loads in arrays (:attr:`loads`); else ``None`` (policies then read each
         :meth:`Coflow.port_bytes`)."""
         return self.loads.sparse if self.loads is not None else None
+
+    def coflow_keys(self) -> CoflowKeys | None:
+        """The ids of the active coflows (in :meth:`active_coflows` order) and of their jobs
+        and stages as arrays, if the state keeps its loads in arrays (:attr:`loads`) that
+        have them; else ``None``."""
+        return self.loads.keys if self.loads is not None else None
 
     def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
         """Each of ``coflows``' (active ones) size and bytes left (:attr:`Coflow.size_bytes`,

@@ -754,10 +754,15 @@ class _JobStages:
         # (a job listed by two stages is in the last one's)
         stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
         self.listed_in = dict(zip(listed, stage_of_listed, strict=True))
+        self.unit_stage = np.fromiter(
+            map(self.listed_in.__getitem__, self.units), np.int64, len(self.units)
+        )  # the stage that lists each unit's job
         self.unit_position = np.fromiter(
-            map(self.position.__getitem__, map(self.listed_in.__getitem__, self.units)),
-            np.int64, len(self.units),
-        )  # fmt: skip
+            map(self.position.__getitem__, self.unit_stage.tolist()), np.int64, len(self.units)
+        )
+        units = np.asarray(self.units, dtype=np.int64)
+        self.units_by_job = np.argsort(units, kind="stable")  # to find units by job id
+        self.sorted_jobs = units[self.units_by_job]
         self.filled = list(map(state.jobs.get, self.units, repeat(_UNREGISTERED)))
         self.sources = list(map(_PER_ITERATION, self.filled))
         self.stage_ptr = offsets(np.bincount(listing_stage[first], minlength=n_stages))
@@ -770,6 +775,15 @@ class _JobStages:
         self.extra_bytes = np.fromiter(
             chain.from_iterable(map(_VALUES, self.sources)), float, sum(counts)
         )
+
+    def units_of(self, job_ids: np.ndarray) -> np.ndarray:
+        """The unit of each of ``job_ids`` (-1 for a job no stage lists)."""
+        at = np.searchsorted(self.sorted_jobs, job_ids)
+        found = at < len(self.sorted_jobs)
+        found[found] = self.sorted_jobs[at[found]] == job_ids[found]
+        units = np.full(len(job_ids), -1, dtype=np.int64)
+        units[found] = self.units_by_job[at[found]]
+        return units
 
     @staticmethod
     def key_of(stages: Mapping[StageId, Stage], sparse: SparsePortBytes) -> tuple:
@@ -838,26 +852,47 @@ def _job_stage_ranks(
     n = len(active)
     if not n:
         return None, kept
-    ids, job_of, stage_of = map(list, zip(*map(_ID_JOB_STAGE, active), strict=True))
-    if None in job_of:
-        return None, kept
-    if None in stage_of:  # a coflow without a stage of its own is in its job's
-        jobs_stage = list(map(_STAGE_ID, map(state.jobs.get, job_of, repeat(_UNREGISTERED))))
-        if any(map(operator.is_not, stage_of, repeat(None))):
-            stage_of = [
-                own if own is not None else of_job
-                for own, of_job in zip(stage_of, jobs_stage, strict=True)
-            ]
-        else:
-            stage_of = jobs_stage
-        if None in stage_of:
+    keys = state.coflow_keys()
+    if keys is None:
+        ids, job_of, stage_of = map(list, zip(*map(_ID_JOB_STAGE, active), strict=True))
+        if None in job_of:
             return None, kept
-    structure, filled = _JobStages.current(kept, state, sparse)
-    if list(map(structure.listed_in.get, job_of)) != stage_of:
-        return None, structure  # a coflow whose job its stage does not list (or no stage)
+        if None in stage_of:  # a coflow without a stage of its own is in its job's
+            jobs_stage = list(map(_STAGE_ID, map(state.jobs.get, job_of, repeat(_UNREGISTERED))))
+            if any(map(operator.is_not, stage_of, repeat(None))):
+                stage_of = [
+                    own if own is not None else of_job
+                    for own, of_job in zip(stage_of, jobs_stage, strict=True)
+                ]
+            else:
+                stage_of = jobs_stage
+            if None in stage_of:
+                return None, kept
+        structure, filled = _JobStages.current(kept, state, sparse)
+        if list(map(structure.listed_in.get, job_of)) != stage_of:
+            return None, structure  # a coflow whose job its stage does not list (or no stage)
+        unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
+        coflow_rows = _rows(sparse, ids)
+    else:  # the same checks on the snapshot's arrays (its rows are the coflows in order)
+        if not keys.has_job.all():
+            return None, kept
+        structure, filled = _JobStages.current(kept, state, sparse)
+        unit_of = structure.units_of(keys.job_id)
+        if (unit_of < 0).any():
+            return None, structure
+        stage_of, has_stage = keys.stage_id, keys.has_stage
+        if not has_stage.all():  # a coflow without a stage of its own is in its job's
+            jobs_stage = list(map(_STAGE_ID, filled))
+            has_job_stage = np.fromiter(map(operator.is_not, jobs_stage, repeat(None)), bool)
+            of_job = np.array([0 if s is None else s for s in jobs_stage] if not
+                              has_job_stage.all() else jobs_stage, dtype=np.int64)  # fmt: skip
+            if not (has_stage | has_job_stage[unit_of]).all():
+                return None, structure
+            stage_of = np.where(has_stage, stage_of, of_job[unit_of])
+        if not np.array_equal(structure.unit_stage[unit_of], stage_of):
+            return None, structure  # a coflow whose job its stage does not list
+        coflow_rows = np.arange(n, dtype=np.int64)
     n_units = len(structure.units)
-    unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
-    coflow_rows = _rows(sparse, ids)
     budget = np.fromiter(map(_BUDGET, filled), np.int64, n_units)
     done = np.fromiter(map(_DONE, filled), np.int64, n_units)
     # (every coflow is in the stage that lists its job, checked above)
@@ -869,7 +904,10 @@ def _job_stage_ranks(
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
-    ordered = np.asarray(ids, dtype=np.int64)[order].tolist()
+    if keys is None:
+        ordered = list(map(ids.__getitem__, order.tolist()))
+    else:
+        ordered = keys.coflow_id[order].tolist()
     if len(bounds) == n + 1:  # one coflow per stage
         return tuple(zip(ordered)), structure
     bounds = bounds.tolist()

@@ -21,9 +21,10 @@ from controller.model import (
     Flow,
     Host,
     Job,
+    Stage,
     port_seconds,
 )
-from controller.policies import POLICIES, make_policy
+from controller.policies import POLICIES, _job_stage_ranks, make_policy
 
 from .test_policies import cluster_states
 
@@ -96,6 +97,12 @@ def assert_same_view(plain: ClusterState, fast: ClusterState) -> None:
         [c.size_bytes for c in active],
         [c.remaining_bytes for c in active],
     )
+    keys = fast.coflow_keys()
+    assert keys.coflow_id.tolist() == [c.coflow_id for c in active]
+    assert keys.has_job.tolist() == [c.job_id is not None for c in active]
+    assert keys.job_id.tolist() == [c.job_id or 0 for c in active]
+    assert keys.has_stage.tolist() == [c.stage_id is not None for c in active]
+    assert keys.stage_id.tolist() == [c.stage_id or 0 for c in active]
     assert fast.column_bps(sparse).tolist() == [
         plain.port_bps((hosts[k % n_hosts], k // n_hosts)) for k in range(2 * n_hosts)
     ]
@@ -174,3 +181,60 @@ def test_a_port_of_a_host_the_index_does_not_know_is_named():
     index = CoflowIndex([Coflow(1, [Flow("a", "b", 10.0)])])
     with pytest.raises(ValueError, match=r"\('c', 0\) is not one of hosts \['a', 'b'\]"):
         index.snapshot().sparse.columns([("c", EGRESS)])
+
+
+def hpo_state(seed: int, change: str) -> ClusterState:
+    """An HPO-like state (every coflow's job listed by its stage: Beamer's array path), or one
+    with a ``change`` that makes some coflow leave it."""
+    rng = random.Random(seed)
+    jobs, stages, coflows = [], {}, []
+    for j in range(12):
+        stage_id = j // 4  # (stage 0: an absent id is packed as 0 with a flag)
+        per_iteration = {(rng.randrange(6), rng.choice((EGRESS, INGRESS))): 3.0 * (j + 1)}
+        jobs.append(Job(100 - j, per_iteration, 5, rng.randrange(5), stage_id, arrival_s=j))
+        stages.setdefault(stage_id, Stage(stage_id, [], arrival_s=rng.choice((0.0, 1.0))))
+        stages[stage_id].job_ids.append(100 - j)
+    for k in range(30):
+        job = jobs[rng.randrange(len(jobs))]
+        src, dst = rng.sample(range(6), 2)
+        own_stage = job.stage_id if change == "own stages" and k % 2 else None
+        coflows.append(Coflow(k, [Flow(src, dst, rng.randint(1, 99))], float(rng.randrange(4)),
+                              job_id=job.job_id, stage_id=own_stage))  # fmt: skip
+    last = coflows[-1]
+    if change == "no job":
+        coflows[-1] = Coflow(last.coflow_id, last.flows, last.arrival_s)
+    elif change == "unlisted job":
+        coflows[-1] = Coflow(last.coflow_id, last.flows, last.arrival_s, job_id=7)
+        jobs.append(Job(7, {}, 1, 0, 0))
+    elif change == "other stage":
+        listed = next(j.stage_id for j in jobs if j.job_id == last.job_id)
+        coflows[-1] = Coflow(last.coflow_id, last.flows, last.arrival_s, job_id=last.job_id,
+                             stage_id=1 if listed != 1 else 2)  # fmt: skip
+    elif change == "job without stage":  # a job of stage 0 that does not say so itself
+        coflows[-1] = Coflow(last.coflow_id, last.flows, last.arrival_s, job_id=100)
+        jobs = [Job(j.job_id, j.bytes_per_iteration, 5, 0, None) if j.job_id == 100 else j
+                for j in jobs]  # fmt: skip
+    elif change == "huge id":
+        coflows[-1] = Coflow(2**70, last.flows, last.arrival_s, job_id=last.job_id)
+    return ClusterState.build(coflows, jobs, stages.values(), default_port_bps=1e3)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["none", "own stages", "no job", "unlisted job", "other stage", "job without stage",
+     "huge id"],
+)  # fmt: skip
+def test_beamer_orders_an_indexed_hpo_state_from_its_keys(change):
+    for seed in range(5):
+        plain = hpo_state(seed, change)
+        fast = indexed(plain)
+        assert (fast.coflow_keys() is None) == (change == "huge id")
+        ranks, _ = _job_stage_ranks(fast, fast.active_coflows(), fast.sparse_port_bytes(), None)
+        # the array path takes the HPO states and leaves the others to the general one
+        assert (ranks is not None) == (change in ("none", "own stages", "huge id"))
+        for options in ({}, {"use_rates": True}):
+            want = make_policy("beamer", **options).schedule(plain)
+            assert make_policy("beamer", **options).schedule(fast) == want
+            kept = make_policy("beamer", **options)
+            kept.schedule(fast)
+            assert kept.schedule(fast) == want
