@@ -15,6 +15,7 @@ import operator
 from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -298,21 +299,11 @@ class _Indexed:
     keys: bytes | None  # its id, job and stage as a CoflowKeys row; None if one is not an int64
 
 
-def _packed_keys(coflow: Coflow) -> bytes | None:
-    """A coflow's :class:`CoflowKeys` row (None for an absent job or stage is 0 with a 0 flag),
-    packed; ``None`` if an id does not fit an int64."""
-    job, stage = coflow.job_id, coflow.stage_id
-    try:
-        return array("q", [coflow.coflow_id, job is not None, job or 0, stage is not None,
-                           stage or 0]).tobytes()  # fmt: skip
-    except (OverflowError, TypeError):
-        return None
-
-
 @dataclass(frozen=True)
 class CoflowKeys:
-    """The ids of a snapshot's active coflows and of their jobs and stages, as arrays in the
-    snapshot's order, for policies that group coflows at C speed (Beamer by job and stage).
+    """The ids of a state's active coflows and of their jobs and stages, as arrays in
+    :meth:`ClusterState.active_coflows` order, for policies that group coflows at C speed
+    (Beamer by job and stage); a :class:`CoflowIndex` and the simulator keep them packed.
 
     Args:
         coflow_id: each coflow's id.
@@ -328,9 +319,20 @@ class CoflowKeys:
     stage_id: np.ndarray
     has_stage: np.ndarray
 
+    @staticmethod
+    def pack(coflow: Coflow) -> bytes | None:
+        """A coflow's row, packed (an absent job or stage is 0 with a 0 flag); ``None`` if an
+        id does not fit an int64."""
+        job, stage = coflow.job_id, coflow.stage_id
+        try:
+            return array("q", [coflow.coflow_id, job is not None, job or 0, stage is not None,
+                               stage or 0]).tobytes()  # fmt: skip
+        except (OverflowError, TypeError):
+            return None
+
     @classmethod
     def unpack(cls, packed: bytes) -> CoflowKeys:
-        """The keys from the packed rows of :func:`_packed_keys`, one after the other."""
+        """The keys from rows packed by :meth:`pack`, one after the other."""
         rows = np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)
         return cls(rows[:, 0].copy(), rows[:, 2].copy(), rows[:, 1] != 0, rows[:, 4].copy(),
                    rows[:, 3] != 0)  # fmt: skip
@@ -391,7 +393,7 @@ class CoflowIndex:
             len(load),
             array("q", [2 * number[host] + way for host, way in load]).tobytes(),
             array("d", load.values()).tobytes(),
-            _packed_keys(coflow),
+            CoflowKeys.pack(coflow),
         )
         coflow_id, active = coflow.coflow_id, self._active
         self._view = None
@@ -651,12 +653,25 @@ class ClusterState:
         ports = ((names[k % n_hosts], k // n_hosts) for k in range(2 * n_hosts))
         return np.fromiter(map(self.port_bps, ports), float, 2 * n_hosts)
 
+    def job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each of ``job_ids``' iteration budget and iterations done, as int64 arrays (1 and
+        1, nothing left, for a job the state does not have). A state whose maker keeps them
+        in arrays may answer without reading every job (the simulator's does)."""
+        jobs = list(map(self.jobs.get, job_ids.tolist(), repeat(_NO_JOB)))
+        return (np.fromiter(map(_BUDGET, jobs), np.int64, len(jobs)),
+                np.fromiter(map(_DONE, jobs), np.int64, len(jobs)))  # fmt: skip
+
     def stage_of(self, coflow: Coflow) -> StageId | None:
         """The coflow's stage: its own ``stage_id``, else its job's."""
         if coflow.stage_id is not None:
             return coflow.stage_id
         job = self.jobs.get(coflow.job_id) if coflow.job_id is not None else None
         return job.stage_id if job is not None else None
+
+
+_NO_JOB = Job(-1, iteration_budget=1, iterations_done=1)  # (job_iterations of an unknown job)
+_BUDGET = operator.attrgetter("iteration_budget")
+_DONE = operator.attrgetter("iterations_done")
 
 
 def port_bytes(flows: Iterable[Flow], remaining: bool = True) -> dict[Port, float]:

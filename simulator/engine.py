@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.model import ClusterState, Coflow, Job, SparsePortBytes, Stage
+from controller.model import ClusterState, Coflow, CoflowKeys, Job, SparsePortBytes, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, Schedule
 from controller.timeline import CoflowLevel, Timeline
@@ -197,6 +197,9 @@ class Simulator:
         self.jobs_and_stages = jobs_and_stages or (lambda: ({}, {}))
         # the states' stages_version (see ClusterState): the workload driver's, if it keeps one
         self.stages_version: Callable[[], object | None] = lambda: None
+        # the states' job_iterations from the workload driver's arrays, if it keeps them
+        # (None from it: read the jobs)
+        self.job_iterations: JobIterations | None = None
         self.now_s = 0.0
         self._heap: list = []
         self._seq = itertools.count()
@@ -485,6 +488,8 @@ class Simulator:
             port_bits=port_bits,
             by_arrival=self._views.by_arrival(),
             all_left=port_bits.all_left,
+            packed_keys=self._views.packed_keys(),
+            iterations_of=self.job_iterations,
         )
 
     def _reserve_buckets(self, extra: int) -> None:
@@ -882,6 +887,8 @@ class _CoflowViews:
         # releases come in clock order, so only ids released out of order at one instant
         # call for a sort
         self._by_arrival: dict[int, Coflow] = {}
+        self._keys: dict[int, bytes | None] = {}  # each one's packed CoflowKeys row, same order
+        self._unkeyed = 0  # active coflows whose keys do not pack
         self._last_key: tuple[float, int] | None = None
         self._sorted = True
 
@@ -899,6 +906,8 @@ class _CoflowViews:
         )
         self.by_slot[record.coflow_id] = coflow
         self._by_arrival[record.coflow_id] = coflow
+        packed = self._keys[record.coflow_id] = CoflowKeys.pack(coflow)
+        self._unkeyed += packed is None
         key = (record.arrival_s, record.coflow_id)
         if self._last_key is None or key > self._last_key:
             self._last_key = key
@@ -909,14 +918,25 @@ class _CoflowViews:
         """Forget a coflow that finished."""
         del self.by_slot[coflow_id]
         del self._by_arrival[coflow_id]
+        self._unkeyed -= self._keys.pop(coflow_id) is None
 
     def by_arrival(self) -> list[Coflow]:
         """The objects in (arrival time, id) order."""
         if not self._sorted:
             ordered = sorted(self._by_arrival.values(), key=lambda c: (c.arrival_s, c.coflow_id))
             self._by_arrival = {c.coflow_id: c for c in ordered}
+            self._keys = {c.coflow_id: self._keys[c.coflow_id] for c in ordered}
             self._sorted = True
         return list(self._by_arrival.values())
+
+    def packed_keys(self) -> bytes | None:
+        """Their :class:`~controller.model.CoflowKeys` rows in :meth:`by_arrival`'s order,
+        packed (``None`` if one does not pack); call it after :meth:`by_arrival`."""
+        return None if self._unkeyed else b"".join(self._keys.values())
+
+
+# job ids -> their iteration budgets and iterations done, or None (see _SimulatorState)
+JobIterations = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
 
 
 @dataclass
@@ -930,11 +950,17 @@ class _SimulatorState(ClusterState):
         port_bits: the active coflows' loads.
         by_arrival: the coflows in (arrival time, id) order.
         all_left: whether every coflow has bytes left (none is done).
+        packed_keys: the :class:`CoflowKeys` rows of ``by_arrival``, packed (``None``: not
+            offered).
+        iterations_of: the workload driver's :meth:`job_iterations`, if it keeps them (it
+            returns ``None`` for jobs it does not know).
     """
 
     port_bits: _PortBits | None = None
     by_arrival: list[Coflow] = field(default_factory=list)
     all_left: bool = True
+    packed_keys: bytes | None = None
+    iterations_of: JobIterations | None = None
 
     @property
     def row_of(self) -> dict[int, int]:
@@ -951,6 +977,22 @@ class _SimulatorState(ClusterState):
         """The active coflows' bytes left per port as sparse rows (rows as ``row_of``), the
         arrays every coflow's mapping is read from."""
         return self.port_bits.sparse
+
+    def job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`ClusterState.job_iterations` from the workload driver's arrays if it keeps
+        them and knows every job, else from the jobs."""
+        if self.iterations_of is not None:
+            counts = self.iterations_of(job_ids)
+            if counts is not None:
+                return counts
+        return super().job_iterations(job_ids)
+
+    def coflow_keys(self) -> CoflowKeys | None:
+        """The active coflows' ids, jobs and stages as arrays, in :meth:`active_coflows`
+        order (while every coflow has bytes left)."""
+        if not self.all_left or self.packed_keys is None:
+            return None
+        return CoflowKeys.unpack(self.packed_keys)
 
 
 _warm = False

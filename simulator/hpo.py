@@ -21,6 +21,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from controller.model import Job, Stage
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
 from workloads.gpu import Decision, GpuManager
@@ -80,6 +82,13 @@ class HpoDriver:
         # replaced whenever a stage or a job comes or goes (ClusterState.stages_version)
         self._stages_version = object()
         sim.stages_version = lambda: self._stages_version
+        # each job's iteration budget and iterations done, by job id, as arrays (what the
+        # states' job_iterations reads: Beamer's reorders read no job object); a job that
+        # ended has none left (1 and 1, as for a job the state does not have)
+        self._budget = np.zeros(0, dtype=np.int64)
+        self._done = np.zeros(0, dtype=np.int64)
+        self._known = np.zeros(0, dtype=bool)
+        sim.job_iterations = self._job_iterations
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
             sim.at(task.arrival_s, lambda task=task: self._arrive(task.task_id))
@@ -110,6 +119,7 @@ class HpoDriver:
                 job.job_id, job.sync_bytes, job.iterations, 0, job.stage_id, job.task_id,
                 job.start_s,
             )  # fmt: skip
+            self._count(job.job_id, job.iterations, 0)
             if self.gpus is None:
                 self._compute(job)
         for decision in actions.gpu:
@@ -119,6 +129,24 @@ class HpoDriver:
                 self._ticking = True
                 self.sim.at(self.sim.now_s + self.gpus.quantum_s, self._tick)
             self.sim.request_reorder()
+
+    def _count(self, job_id: int, budget: int, done: int) -> None:
+        """Note a job's iteration budget and iterations done in the arrays."""
+        if job_id >= len(self._known):
+            grow = max(job_id + 1, 2 * len(self._known)) - len(self._known)
+            self._budget = np.concatenate([self._budget, np.zeros(grow, dtype=np.int64)])
+            self._done = np.concatenate([self._done, np.zeros(grow, dtype=np.int64)])
+            self._known = np.concatenate([self._known, np.zeros(grow, dtype=bool)])
+        self._budget[job_id], self._done[job_id], self._known[job_id] = budget, done, True
+
+    def _job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The budgets and iterations done of ``job_ids`` (``None`` unless this driver started
+        every one)."""
+        if len(job_ids) and not (
+            job_ids.min() >= 0 and job_ids.max() < len(self._known) and self._known[job_ids].all()
+        ):
+            return None
+        return self._budget[job_ids], self._done[job_ids]
 
     def _compute(self, job: JobRun) -> None:
         progress = self._progress[job.job_id]
@@ -166,11 +194,13 @@ class HpoDriver:
         self._progress[job_id].in_iteration = False
         self.core.iteration_done(job_id, now)
         self._model_jobs[job_id].iterations_done = job.done
+        self._done[job_id] = job.done
         if job.done < job.iterations:
             if job.holding:
                 self._compute(job)
             return
         del self._model_jobs[job_id]
+        self._count(job_id, 1, 1)
         self._stages_version = object()
         actions = self.core.job_done(job_id, now)
         for stage in actions.finished_stages:

@@ -5,6 +5,7 @@ ring all-reduce's equal per-port loads."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict
 from dataclasses import dataclass
@@ -243,6 +244,13 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
                                         state.sparse_port_bytes(), None)  # fmt: skip
             assert ranks is not None  # an HPO state: every coflow's job listed by its stage
             kept.add(id(self._job_stages))
+            # the driver's arrays answer for every job a stage lists, as the jobs do
+            listed = np.array([j for s in state.stages.values() for j in s.job_ids], np.int64)
+            assert len(listed) and state.iterations_of(listed) is not None
+            by_jobs = ClusterState.job_iterations(state, listed)
+            assert all(map(np.array_equal, state.job_iterations(listed), by_jobs))
+            keys = state.coflow_keys()
+            assert keys.coflow_id.tolist() == [c.coflow_id for c in state.active_coflows()]
             assert super().schedule(mapping_state(state)).ranks == schedule.ranks
             checked.append(len(schedule.order))
             return schedule
@@ -367,3 +375,31 @@ def test_a_stage_weight_not_above_zero_is_refused_only_where_it_is_ranked():
                  lambda: Beamer()._ranks(state, active, sparse)):  # fmt: skip
         with pytest.raises(ValueError, match="weights must be > 0"):
             path()
+
+
+def test_the_simulators_coflow_keys_follow_its_coflows():
+    # released out of id order at one instant, and some ending: the keys stay in the order
+    # of the state's active coflows, with each one's job and stage
+    seen = []
+
+    class Watch(type(make_policy("fair"))):
+        def schedule(self, state):
+            active = state.active_coflows()
+            keys = state.coflow_keys()
+            if state.all_left:
+                assert keys.coflow_id.tolist() == [c.coflow_id for c in active]
+                assert keys.job_id.tolist() == [c.job_id or 0 for c in active]
+                assert keys.has_job.tolist() == [c.job_id is not None for c in active]
+                assert keys.stage_id.tolist() == [c.stage_id or 0 for c in active]
+                assert keys.has_stage.tolist() == [c.stage_id is not None for c in active]
+                seen.append(keys.coflow_id.tolist())
+                # (while a coflow is done, the active coflows skip it: no keys then)
+                assert dataclasses.replace(state, all_left=False).coflow_keys() is None
+            return super().schedule(state)
+
+    sim = Simulator(Fabric(4, 1e9), Watch())
+    for coflow_id, job, stage in ((9, 2, 1), (3, None, None), (5, 4, None), (4, 1, 7)):
+        sim.release(CoflowSpec(coflow_id, np.array([0]), np.array([coflow_id % 3 + 1]),
+                               np.array([1e5 * coflow_id]), job, stage))  # fmt: skip
+    sim.run()
+    assert seen[0] == [3, 4, 5, 9] and len(seen) > 2
