@@ -44,7 +44,13 @@ from controller.model import (
     port_seconds,
 )
 from controller.schedule import Schedule
-from controller.stage_loads import UnitsOfWork, job_stage_order, offsets, stage_loads
+from controller.stage_loads import (
+    UnitsOfWork,
+    job_stage_order,
+    offsets,
+    stage_loads,
+    units_of_jobs,
+)
 
 # a list of coflows' ids or weights at C speed (a reorder reads every active coflow's)
 _COFLOW_ID = operator.attrgetter("coflow_id")
@@ -777,12 +783,7 @@ class _JobStages:
 
     def units_of(self, job_ids: np.ndarray) -> np.ndarray:
         """The unit of each of ``job_ids`` (-1 for a job no stage lists)."""
-        at = np.searchsorted(self.sorted_jobs, job_ids)
-        found = at < len(self.sorted_jobs)
-        found[found] = self.sorted_jobs[at[found]] == job_ids[found]
-        units = np.full(len(job_ids), -1, dtype=np.int64)
-        units[found] = self.units_by_job[at[found]]
-        return units
+        return units_of_jobs(self.sorted_jobs, self.units_by_job, job_ids)
 
     @staticmethod
     def key_of(stages: Mapping[StageId, Stage], sparse: SparsePortBytes) -> tuple:

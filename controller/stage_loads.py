@@ -138,6 +138,23 @@ def offsets(counts: Sequence[int] | np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
+def units_of_jobs(sorted_jobs, units_by_job, job_ids):  # pragma: no cover - compiled
+    """The unit of each of ``job_ids`` (-1 for a job that is not one), by binary search.
+
+    Args:
+        sorted_jobs: the units' job ids, ascending.
+        units_by_job: the unit of each entry of ``sorted_jobs``.
+        job_ids: the jobs to look up.
+    """
+    units = np.empty(job_ids.shape[0], dtype=np.int64)
+    for i in range(job_ids.shape[0]):
+        at = np.searchsorted(sorted_jobs, job_ids[i])
+        found = at < sorted_jobs.shape[0] and sorted_jobs[at] == job_ids[i]
+        units[i] = units_by_job[at] if found else -1
+    return units
+
+
+@njit(cache=True)
 def _stage_loads(
     load_ptr, load_column, load_bytes, column_bps, row_ptr, rows, future, extra_ptr,
     extra_column, extra_bytes, stage_ptr, stage_units,
