@@ -25,7 +25,6 @@ from controller.rules import (
     MeterIds,
     Op,
     SwitchTable,
-    apply_ops,
     diff,
     rule_source_ip,
 )
@@ -255,8 +254,11 @@ class Engine:
         """Operations that bring switch ``dpid`` to the current plan (and record them)."""
         if self.plan is None or dpid not in self.switches:
             return []
-        ops = diff(self.switches[dpid], self.table_for(dpid))
-        self.switches[dpid] = apply_ops(self.switches[dpid], ops)
+        desired = self.table_for(dpid)
+        ops = diff(self.switches[dpid], desired)
+        # what the switch holds once they are done (apply_ops of them, without its copy; the
+        # next diff then looks only at what the marking table changes)
+        self.switches[dpid] = desired
         self.stats.ops_sent += len(ops)
         return ops
 

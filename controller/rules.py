@@ -18,8 +18,9 @@ from __future__ import annotations
 import enum
 import functools
 import operator
+import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from controller.model import ClusterState, Coflow
 from controller.schedule import Schedule, coflow_levels, dscp_of_level
@@ -123,10 +124,26 @@ class Op:
 
 @dataclass
 class SwitchTable:
-    """What this controller has installed on one switch (rules by key, meters by id)."""
+    """What this controller has installed on one switch (rules by key, meters by id).
+
+    A table made by :meth:`MarkingTable.update` also knows the table the same marking table
+    made before it (``base``, held weakly) and the rule keys and meter ids whose values differ
+    from it (``changed_rules``, ``changed_meters``), so that :func:`diff` from that table looks
+    at those only. Neither counts in comparisons.
+    """
 
     rules: dict[tuple, FlowRule]
     meters: dict[int, int]
+    base: weakref.ref | None = field(default=None, compare=False, repr=False)
+    changed_rules: tuple[tuple, ...] = field(default=(), compare=False, repr=False)
+    changed_meters: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    def changes_from(self, installed: SwitchTable) -> tuple[tuple, tuple] | None:
+        """The rule keys and meter ids that may differ from ``installed``, if this table was
+        made right after it by the same marking table; else ``None`` (everything may)."""
+        if self.base is None or self.base() is not installed:
+            return None
+        return self.changed_rules, self.changed_meters
 
     @classmethod
     def empty(cls) -> SwitchTable:
@@ -253,6 +270,10 @@ class MarkingTable:
         self._rule_pairs: dict[tuple, set[Pair]] = {}  # rule key -> the pairs that make it
         self.rules: dict[tuple, FlowRule] = {}
         self.meters: dict[int, int] = {}
+        # the rule keys and meter ids this update changed (ordered sets), and its table
+        self._changed_rules: dict[tuple, None] = {}
+        self._changed_meters: dict[int, None] = {}
+        self._last: SwitchTable | None = None
 
     def update(
         self, state: ClusterState, schedule: Schedule, job_tcp_ports: Mapping[int, Iterable[int]]
@@ -262,6 +283,7 @@ class MarkingTable:
         levels = coflow_levels(schedule)
         caps = schedule.flow_rates_bps
         coflows = state.coflows
+        self._changed_rules, self._changed_meters = {}, {}
         # The coflows that may have changed, found at C speed: those whose level or object
         # changed (by id: every marked coflow object, and every ports object seen last time,
         # is kept alive here, so no new object can have its id), those of jobs whose TCP
@@ -323,7 +345,13 @@ class MarkingTable:
                     self._caps.setdefault(pair, {})[(coflow_id, flow_id)] = cap
                 touched.add(pair)
         self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
-        return SwitchTable(dict(self.rules), dict(self.meters))
+        table = SwitchTable(dict(self.rules), dict(self.meters))
+        if self._last is not None:
+            table.base = weakref.ref(self._last)
+            table.changed_rules = tuple(self._changed_rules)
+            table.changed_meters = tuple(self._changed_meters)
+        self._last = table
+        return table
 
     def _unmark(self, coflow_id: int) -> list[Pair]:
         """Take a coflow's marks out of its pairs; returns the pairs."""
@@ -371,13 +399,16 @@ class MarkingTable:
             if want is not None and want[2] is not None:
                 self._rated[pair] = want[2]
             elif self._rated.pop(pair, None) is not None:
-                del self.meters[self._meter_of.pop(pair)]
+                meter_id = self._meter_of.pop(pair)
+                del self.meters[meter_id]
+                self._changed_meters[meter_id] = None
         self.meter_ids.keep_only(self._rated)
         for pair in sorted(
             p for p, want in wanted.items() if want is not None and want[2] is not None
         ):
             meter_id = self._meter_of[pair] = self.meter_ids.id_for(pair)
             self.meters[meter_id] = rate_kbps(wanted[pair][2])
+            self._changed_meters[meter_id] = None
         changed_keys = set()
         for pair, want in wanted.items():
             if want is None:
@@ -398,6 +429,7 @@ class MarkingTable:
                 for rule in rules:
                     if len(self._rule_pairs[rule.key]) == 1:
                         self.rules[rule.key] = rule
+                        self._changed_rules[rule.key] = None
                     else:
                         changed_keys.add(rule.key)
                 continue
@@ -412,6 +444,7 @@ class MarkingTable:
             else:
                 self._pair_rules.pop(pair, None)
         for key in changed_keys:
+            self._changed_rules[key] = None
             makers = self._rule_pairs.get(key)
             if not makers:
                 self._rule_pairs.pop(key, None)
@@ -435,30 +468,41 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     that still use it, so they go last); then a barrier. Nothing is sent for what is unchanged.
     """
     flow_deletes, flow_adds, flow_mods = [], [], []
+    # Only the keys and meters that may differ are looked at: those the marking table changed
+    # since ``installed``, if it made ``desired`` right after it; else all of them.
+    changes = desired.changes_from(installed)
+    if changes is None:
+        old_keys, new_keys = installed.rules, desired.rules
+        old_meters, new_meters = installed.meters, desired.meters
+    else:
+        old_keys = new_keys = changes[0]
+        old_meters = new_meters = changes[1]
     # (a rule left as it was is usually the very object installed: the identity test spares
     # comparing its fields, thousands of times a reorder)
-    wanted = desired.rules.get
-    for key, rule in installed.rules.items():
-        want = wanted(key)
-        if want is not rule and (want is None or want.cookie != rule.cookie):
+    wanted, had = desired.rules.get, installed.rules.get
+    for key in old_keys:
+        rule, want = had(key), wanted(key)
+        if rule is not None and want is not rule and (want is None or want.cookie != rule.cookie):
             flow_deletes.append(Op(OpKind.FLOW_DELETE, rule=rule))
-    had = installed.rules.get
-    for key, rule in desired.rules.items():
-        have = had(key)
-        if have is rule:
+    for key in new_keys:
+        rule, have = wanted(key), had(key)
+        if rule is None or have is rule:
             continue
         if have is None or have.cookie != rule.cookie:
             flow_adds.append(Op(OpKind.FLOW_ADD, rule=rule))
         elif have != rule:
             flow_mods.append(Op(OpKind.FLOW_MODIFY, rule=rule))
     meter_puts, meter_deletes = [], []
-    for meter_id, kbps in desired.meters.items():
+    for meter_id in new_meters:
+        kbps = desired.meters.get(meter_id)
+        if kbps is None:
+            continue
         if meter_id not in installed.meters:
             meter_puts.append(Op(OpKind.METER_ADD, meter_id=meter_id, rate_kbps=kbps))
         elif installed.meters[meter_id] != kbps:
             meter_puts.append(Op(OpKind.METER_MODIFY, meter_id=meter_id, rate_kbps=kbps))
-    for meter_id in installed.meters:
-        if meter_id not in desired.meters:
+    for meter_id in old_meters:
+        if meter_id in installed.meters and meter_id not in desired.meters:
             meter_deletes.append(Op(OpKind.METER_DELETE, meter_id=meter_id))
     ops = flow_deletes + meter_puts + flow_adds + _by_owner(flow_mods, desired) + meter_deletes
     return [*ops, Op(OpKind.BARRIER)] if ops else []
@@ -470,6 +514,8 @@ def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
     A reorder usually moves whole owners (jobs) between levels; one non-strict MODIFY limited
     by the owner's cookie then replaces a MODIFY_STRICT per rule.
     """
+    if not flow_mods:
+        return []
     by_cookie: dict[int, list[Op]] = {}
     for op in flow_mods:
         by_cookie.setdefault(op.rule.cookie, []).append(op)

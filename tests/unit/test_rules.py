@@ -12,6 +12,7 @@ from controller.rules import (
     PRIORITY_TCP,
     MeterIds,
     Op,
+    OpKind,
     SwitchTable,
     apply_ops,
     cookie_owner,
@@ -202,6 +203,14 @@ def reference_table(state, schedule, job_tcp_ports, meter_ids) -> SwitchTable:
     return table
 
 
+def _phase(op: Op) -> str:
+    """An operation's place in a diff's order (modifies of one rule or of an owner's rules
+    come in one phase, meter adds and modifies in another)."""
+    if op.kind in (OpKind.FLOW_MODIFY, OpKind.OWNER_MODIFY):
+        return "flow modify"
+    return "meter put" if op.kind in (OpKind.METER_ADD, OpKind.METER_MODIFY) else op.kind.name
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed):
     # coflows come, go, change flows and levels, get caps; jobs change TCP ports; owners share
@@ -218,7 +227,8 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
     table = MarkingTable(kept_ids)
     coflows: dict[int, Coflow] = {}
     job_ports = {job: [5000 + job % 2] for job in range(4)}
-    for _ in range(150):
+    installed = older = SwitchTable.empty()
+    for step in range(150):
         for _ in range(rng.randint(1, 3)):
             coflow_id = rng.randrange(12)
             if rng.random() < 0.3:
@@ -249,6 +259,22 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
         want = reference_table(state, schedule, job_ports, fresh_ids)
         assert got.rules == want.rules
         assert got.meters == want.meters
+        # the diff from the table before looks only at what changed, and gives the operations
+        # the whole diff gives (in another order within a kind) and what the switch ends with
+        assert (got.changes_from(installed) is None) == (step == 0)
+        quick = diff(installed, got)
+        whole = diff(SwitchTable(dict(installed.rules), dict(installed.meters)), got)
+        assert list(map(_phase, quick)) == list(map(_phase, whole))  # kinds come in order
+        assert sorted(map(repr, quick)) == sorted(map(repr, whole))
+        assert apply_ops(installed, quick) == got
+        # from an older table (a switch that missed an update) the whole diff is taken
+        assert apply_ops(older, diff(older, got)) == got
+        older, installed = installed, got
+        if step % 10 == 0:  # the same update again changes nothing
+            again = table.update(state, schedule, job_ports)
+            assert again.changed_rules == again.changed_meters == ()
+            assert diff(installed, again) == []
+            installed = again
         assert (
             desired_table(state, schedule, job_ports, MeterIds()).rules.keys() == want.rules.keys()
         )
