@@ -311,6 +311,8 @@ class CoflowKeys:
         has_job: whether it has a job.
         stage_id: its own stage's id (0 where it has none).
         has_stage: whether it has a stage of its own.
+        in_row_order: whether coflow ``i`` is row ``i`` of the state's sparse loads (a
+            :class:`CoflowIndex`'s are), else its row is looked up by id.
     """
 
     coflow_id: np.ndarray
@@ -318,6 +320,7 @@ class CoflowKeys:
     has_job: np.ndarray
     stage_id: np.ndarray
     has_stage: np.ndarray
+    in_row_order: bool = False
 
     @staticmethod
     def pack(coflow: Coflow) -> bytes | None:
@@ -331,11 +334,11 @@ class CoflowKeys:
             return None
 
     @classmethod
-    def unpack(cls, packed: bytes) -> CoflowKeys:
+    def unpack(cls, packed: bytes, in_row_order: bool = False) -> CoflowKeys:
         """The keys from rows packed by :meth:`pack`, one after the other."""
         rows = np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)
         return cls(rows[:, 0].copy(), rows[:, 2].copy(), rows[:, 1] != 0, rows[:, 4].copy(),
-                   rows[:, 3] != 0)  # fmt: skip
+                   rows[:, 3] != 0, in_row_order)  # fmt: skip
 
 
 _ENTRY_COFLOW = operator.attrgetter("coflow")
@@ -451,7 +454,7 @@ class CoflowIndex:
             sparse,
             list(map(_SIZE, entries)),
             list(map(_LEFT, entries)),
-            None if self._unkeyed else CoflowKeys.unpack(b"".join(map(_KEYS, entries))),
+            None if self._unkeyed else CoflowKeys.unpack(b"".join(map(_KEYS, entries)), True),
         )
         return self._view
 

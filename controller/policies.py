@@ -769,7 +769,8 @@ class _JobStages:
         self.unit_jobs = np.asarray(self.units, dtype=np.int64)
         self.units_by_job = np.argsort(self.unit_jobs, kind="stable")  # to find units by job id
         self.sorted_jobs = self.unit_jobs[self.units_by_job]
-        self.sources = list(map(_PER_ITERATION, self.jobs(state)))
+        self.jobs_read: list[Job] | None = self.jobs(state)  # (handed out once by current)
+        self.sources = list(map(_PER_ITERATION, self.jobs_read))
         self.stage_ptr = offsets(np.bincount(listing_stage[first], minlength=n_stages))
         self.stage_units = np.fromiter(
             map(self.index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
@@ -802,9 +803,10 @@ class _JobStages:
     @classmethod
     def current(
         cls, kept: _JobStages | None, state: ClusterState, sparse: SparsePortBytes
-    ) -> _JobStages:
+    ) -> tuple[_JobStages, list[Job] | None]:
         """``kept`` if the state's stages and jobs are still what it was made of, else a new
-        one."""
+        one; and each unit's job if that took reading them (``None`` where the state's
+        ``stages_version`` vouched for them)."""
         version = state.stages_version
         if (
             kept is not None
@@ -812,13 +814,13 @@ class _JobStages:
             and kept.version is version
             and kept.key[-1] == (sparse.n_hosts, sparse.hosts)
         ):  # the state's maker vouches that the stages and the jobs' loads are the same
-            return kept
+            return kept, None
         key = cls.key_of(state.stages, sparse)
         if kept is not None and kept.key == key:
             filled = kept.jobs(state)
             if all(map(operator.is_, map(_PER_ITERATION, filled), kept.sources)):
                 kept.version = version
-                return kept
+                return kept, filled
             # (a job replaced by one with equal per-iteration loads, as a progress report
             # does, changes nothing kept: the same ports in the same order, the same bytes)
             sources = list(map(_PER_ITERATION, filled))
@@ -827,10 +829,11 @@ class _JobStages:
                 for k in compress(count(), map(operator.is_not, sources, kept.sources))
             ):
                 kept.sources, kept.version = sources, version
-                return kept
+                return kept, filled
         made = cls(state, sparse, key)
         made.version = version
-        return made
+        filled, made.jobs_read = made.jobs_read, None
+        return made, filled
 
     def jobs(self, state: ClusterState) -> list[Job]:
         """Each unit's job in ``state`` (:data:`_UNREGISTERED` if it has none)."""
@@ -872,7 +875,7 @@ def _job_stage_ranks(
                 stage_of = jobs_stage
             if None in stage_of:
                 return None, kept
-        structure = _JobStages.current(kept, state, sparse)
+        structure, filled = _JobStages.current(kept, state, sparse)
         if list(map(structure.listed_in.get, job_of)) != stage_of:
             return None, structure  # a coflow whose job its stage does not list (or no stage)
         unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
@@ -880,13 +883,13 @@ def _job_stage_ranks(
     else:  # the same checks on the state's arrays
         if not keys.has_job.all():
             return None, kept
-        structure = _JobStages.current(kept, state, sparse)
+        structure, filled = _JobStages.current(kept, state, sparse)
         unit_of = structure.units_of(keys.job_id)
         if (unit_of < 0).any():
             return None, structure
         stage_of, has_stage = keys.stage_id, keys.has_stage
         if not has_stage.all():  # a coflow without a stage of its own is in its job's
-            jobs_stage = list(map(_STAGE_ID, structure.jobs(state)))
+            jobs_stage = list(map(_STAGE_ID, filled or structure.jobs(state)))
             has_job_stage = np.fromiter(map(operator.is_not, jobs_stage, repeat(None)), bool)
             of_job = np.array([0 if s is None else s for s in jobs_stage] if not
                               has_job_stage.all() else jobs_stage, dtype=np.int64)  # fmt: skip
@@ -895,8 +898,15 @@ def _job_stage_ranks(
             stage_of = np.where(has_stage, stage_of, of_job[unit_of])
         if not np.array_equal(structure.unit_stage[unit_of], stage_of):
             return None, structure  # a coflow whose job its stage does not list
-        coflow_rows = _rows(sparse, keys.coflow_id.tolist())
-    budget, done = state.job_iterations(structure.unit_jobs)
+        if keys.in_row_order:
+            coflow_rows = np.arange(n, dtype=np.int64)
+        else:
+            coflow_rows = _rows(sparse, keys.coflow_id.tolist())
+    if filled is None:
+        budget, done = state.job_iterations(structure.unit_jobs)
+    else:  # (read already: the same numbers)
+        budget = np.fromiter(map(_BUDGET, filled), np.int64, len(filled))
+        done = np.fromiter(map(_DONE, filled), np.int64, len(filled))
     # (every coflow is in the stage that lists its job, checked above)
     order, bounds, weights_ok = job_stage_order(
         sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,

@@ -99,6 +99,7 @@ def assert_same_view(plain: ClusterState, fast: ClusterState) -> None:
     )
     keys = fast.coflow_keys()
     assert keys.coflow_id.tolist() == [c.coflow_id for c in active]
+    assert keys.in_row_order and keys.coflow_id.tolist() == list(sparse.ids)
     assert keys.has_job.tolist() == [c.job_id is not None for c in active]
     assert keys.job_id.tolist() == [c.job_id or 0 for c in active]
     assert keys.has_stage.tolist() == [c.stage_id is not None for c in active]
