@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, count, repeat
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -537,13 +537,16 @@ class Beamer(Policy):
         """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
-        ranks = None
+        staged = None
         if sparse is not None:
-            ranks, self._job_stages = _job_stage_ranks(state, active, sparse, self._job_stages)
-        if ranks is None:
-            ranks = self._ranks(state, active, sparse)
+            staged, self._job_stages = _job_stage_order(state, active, sparse, self._job_stages)
+        ranks = self._ranks(state, active, sparse) if staged is None else staged.ranks
         if not self.use_rates:
             return Schedule.from_groups(ranks)
+        if staged is not None:  # (the coflows in rank order, by their index, not their id)
+            order = list(map(active.__getitem__, staged.positions.tolist()))
+            rates, gammas = _sparse_madd(state, sparse, order, staged.rows)
+            return Schedule.from_groups(ranks, rates, gammas)
         order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
         if sparse is None:
             rates, gammas = madd(state, order)
@@ -840,12 +843,32 @@ class _JobStages:
         return list(map(state.jobs.get, self.units, repeat(_UNREGISTERED)))
 
 
+class _StageOrder(NamedTuple):
+    """Beamer's ranks from :func:`_job_stage_order`, with the order they list the coflows in
+    as arrays (for the MADD rates that follow it)."""
+
+    ranks: tuple[tuple[CoflowId, ...], ...]
+    positions: np.ndarray  # each coflow of the ranks in turn, as its index in the active list
+    rows: np.ndarray  # and its row of the sparse loads
+
+
 def _job_stage_ranks(
     state: ClusterState,
     active: list[Coflow],
     sparse: SparsePortBytes,
     kept: _JobStages | None,
 ) -> tuple[tuple[tuple[CoflowId, ...], ...] | None, _JobStages | None]:
+    """:func:`_job_stage_order`'s ranks (``None`` for a state it does not take)."""
+    ordered, structure = _job_stage_order(state, active, sparse, kept)
+    return (None if ordered is None else ordered.ranks), structure
+
+
+def _job_stage_order(
+    state: ClusterState,
+    active: list[Coflow],
+    sparse: SparsePortBytes,
+    kept: _JobStages | None,
+) -> tuple[_StageOrder | None, _JobStages | None]:
     """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
     job that its own stage lists (HPO workloads), from arrays: each step is a pass at C speed
     over the active coflows or the units, none a Python step per unit, and what depends on
@@ -921,9 +944,11 @@ def _job_stage_ranks(
     else:
         ordered = keys.coflow_id[order].tolist()
     if len(bounds) == n + 1:  # one coflow per stage
-        return tuple(zip(ordered)), structure
-    bounds = bounds.tolist()
-    return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))), structure
+        ranks = tuple(zip(ordered))
+    else:
+        bounds = bounds.tolist()
+        ranks = tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
+    return _StageOrder(ranks, order, coflow_rows[order]), structure
 
 
 def _unit(coflow: Coflow) -> tuple:
