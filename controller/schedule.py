@@ -59,7 +59,7 @@ class Schedule:
     ) -> Schedule:
         """A schedule from groups of tied coflows (empty groups are dropped)."""
         return cls(
-            tuple(tuple(g) for g in groups if len(g)),
+            tuple(map(tuple, filter(len, groups))),  # (at C speed: 10,000 stages are 10,000)
             dict(flow_rates_bps or {}),
             dict(coflow_gamma_s or {}),
         )
