@@ -914,8 +914,11 @@ def _job_stage_order(
         if not has_stage.all():  # a coflow without a stage of its own is in its job's
             jobs_stage = list(map(_STAGE_ID, filled or structure.jobs(state)))
             has_job_stage = np.fromiter(map(operator.is_not, jobs_stage, repeat(None)), bool)
-            of_job = np.array([0 if s is None else s for s in jobs_stage] if not
-                              has_job_stage.all() else jobs_stage, dtype=np.int64)  # fmt: skip
+            try:
+                of_job = np.array([0 if s is None else s for s in jobs_stage] if not
+                                  has_job_stage.all() else jobs_stage, dtype=np.int64)  # fmt: skip
+            except (OverflowError, TypeError, ValueError):  # a job's stage is not an int64
+                return None, structure
             if not (has_stage | has_job_stage[unit_of]).all():
                 return None, structure
             stage_of = np.where(has_stage, stage_of, of_job[unit_of])

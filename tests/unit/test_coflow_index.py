@@ -217,13 +217,16 @@ def hpo_state(seed: int, change: str) -> ClusterState:
                 for j in jobs]  # fmt: skip
     elif change == "huge id":
         coflows[-1] = Coflow(2**70, last.flows, last.arrival_s, job_id=last.job_id)
+    elif change == "huge job stage":  # a job's own stage that no int64 holds, no stage lists
+        jobs = [Job(j.job_id, j.bytes_per_iteration, 5, 0, 2**70) if j.job_id == last.job_id
+                else j for j in jobs]  # fmt: skip
     return ClusterState.build(coflows, jobs, stages.values(), default_port_bps=1e3)
 
 
 @pytest.mark.parametrize(
     "change",
     ["none", "own stages", "no job", "unlisted job", "other stage", "job without stage",
-     "huge id"],
+     "huge id", "huge job stage"],
 )  # fmt: skip
 def test_beamer_orders_an_indexed_hpo_state_from_its_keys(change):
     for seed in range(5):
