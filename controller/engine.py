@@ -256,8 +256,8 @@ class Engine:
             return []
         desired = self.table_for(dpid)
         ops = diff(self.switches[dpid], desired)
-        # what the switch holds once they are done (apply_ops of them, without its copy; the
-        # next diff then looks only at what the marking table changes)
+        # what the switch holds once they are done (the next diff then looks only at what the
+        # marking table changes)
         self.switches[dpid] = desired
         self.stats.ops_sent += len(ops)
         return ops

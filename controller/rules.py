@@ -536,46 +536,31 @@ def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
 
 
 def apply_ops(table: SwitchTable, ops: Iterable[Op]) -> SwitchTable:
-    """What a switch holding ``table`` holds after ``ops`` (the controller's record of it)."""
+    """What a switch holding ``table`` holds after ``ops`` (the model :func:`diff` is checked
+    against; the engine records the desired table itself)."""
     rules = dict(table.rules)
     meters = dict(table.meters)
-    # each cookie's rules, made at the first owner-wide modify and kept up to date after it
-    # (a reorder may fold the modifies of dozens of owners, each over thousands of rules)
-    by_cookie: dict[int, set[tuple]] | None = None
     for op in ops:
         match op.kind:
             case OpKind.FLOW_DELETE:
-                old = rules.pop(op.rule.key, None)
-                if by_cookie is not None and old is not None:
-                    by_cookie[old.cookie].discard(op.rule.key)
+                rules.pop(op.rule.key, None)
             case OpKind.FLOW_ADD | OpKind.FLOW_MODIFY:
                 if op.kind == OpKind.FLOW_MODIFY and op.rule.key not in rules:
                     raise ValueError(f"modify of a rule that is not installed: {op.rule}")
                 _check_meter(op.rule, meters)
-                old = rules.get(op.rule.key)
                 rules[op.rule.key] = op.rule
-                if by_cookie is not None:
-                    if old is not None:
-                        by_cookie[old.cookie].discard(op.rule.key)
-                    by_cookie.setdefault(op.rule.cookie, set()).add(op.rule.key)
             case OpKind.OWNER_MODIFY:
                 _check_meter(op.rule, meters)
-                if by_cookie is None:
-                    by_cookie = {}
-                    for key, rule in rules.items():
-                        by_cookie.setdefault(rule.cookie, set()).add(key)
-                for key in by_cookie.get(op.rule.cookie, ()):
-                    rules[key] = replace(rules[key], dscp=op.rule.dscp, meter_id=op.rule.meter_id)
+                for key, rule in rules.items():
+                    if rule.cookie == op.rule.cookie:
+                        rules[key] = replace(rule, dscp=op.rule.dscp, meter_id=op.rule.meter_id)
             case OpKind.METER_ADD | OpKind.METER_MODIFY:
                 if (op.kind == OpKind.METER_ADD) == (op.meter_id in meters):
                     raise ValueError(f"{op.kind} of meter {op.meter_id}: wrong state")
                 meters[op.meter_id] = op.rate_kbps
             case OpKind.METER_DELETE:
                 meters.pop(op.meter_id)
-                for key in [k for k, r in rules.items() if r.meter_id == op.meter_id]:
-                    old = rules.pop(key)
-                    if by_cookie is not None:
-                        by_cookie[old.cookie].discard(key)
+                rules = {k: r for k, r in rules.items() if r.meter_id != op.meter_id}
             case OpKind.BARRIER:
                 pass
             case _:
