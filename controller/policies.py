@@ -34,6 +34,7 @@ from controller.model import (
     ClusterState,
     Coflow,
     CoflowId,
+    CoflowKeys,
     FlowKey,
     Job,
     Port,
@@ -41,6 +42,7 @@ from controller.model import (
     Stage,
     StageId,
     bottleneck_s,
+    int64_ids,
     port_seconds,
 )
 from controller.schedule import Schedule
@@ -62,7 +64,6 @@ _DONE = operator.attrgetter("iterations_done")
 _PER_ITERATION = operator.attrgetter("bytes_per_iteration")
 _JOB_IDS = operator.attrgetter("job_ids")
 _ARRIVAL = operator.attrgetter("arrival_s")
-_ID_JOB_STAGE = operator.attrgetter("coflow_id", "job_id", "stage_id")
 _VALUES = operator.methodcaller("values")
 
 
@@ -882,52 +883,30 @@ def _job_stage_order(
     n = len(active)
     if not n:
         return None, kept
-    keys = state.coflow_keys()
-    if keys is None:
-        ids, job_of, stage_of = map(list, zip(*map(_ID_JOB_STAGE, active), strict=True))
-        if None in job_of:
-            return None, kept
-        if None in stage_of:  # a coflow without a stage of its own is in its job's
-            jobs_stage = list(map(_STAGE_ID, map(state.jobs.get, job_of, repeat(_UNREGISTERED))))
-            if any(map(operator.is_not, stage_of, repeat(None))):
-                stage_of = [
-                    own if own is not None else of_job
-                    for own, of_job in zip(stage_of, jobs_stage, strict=True)
-                ]
-            else:
-                stage_of = jobs_stage
-            if None in stage_of:
-                return None, kept
-        structure, filled = _JobStages.current(kept, state, sparse)
-        if list(map(structure.listed_in.get, job_of)) != stage_of:
-            return None, structure  # a coflow whose job its stage does not list (or no stage)
-        unit_of = np.fromiter(map(structure.index.__getitem__, job_of), np.int64, n)
-        coflow_rows = _rows(sparse, ids)
-    else:  # the same checks on the state's arrays
-        if not keys.has_job.all():
-            return None, kept
-        structure, filled = _JobStages.current(kept, state, sparse)
-        unit_of = structure.units_of(keys.job_id)
-        if (unit_of < 0).any():
+    keys = state.coflow_keys() or CoflowKeys.of(active)
+    if keys is None or not keys.has_job.all():
+        return None, kept
+    structure, filled = _JobStages.current(kept, state, sparse)
+    unit_of = structure.units_of(keys.job_id)
+    if (unit_of < 0).any():
+        return None, structure  # a coflow whose job no stage lists
+    stage_of, has_stage = keys.stage_id, keys.has_stage
+    if not has_stage.all():  # a coflow without a stage of its own is in its job's
+        jobs_stage = list(map(_STAGE_ID, filled or structure.jobs(state)))
+        has_job_stage = np.fromiter(map(operator.is_not, jobs_stage, repeat(None)), bool)
+        try:
+            of_job = int64_ids(jobs_stage)
+        except (OverflowError, TypeError):  # a job's stage is not an int64
             return None, structure
-        stage_of, has_stage = keys.stage_id, keys.has_stage
-        if not has_stage.all():  # a coflow without a stage of its own is in its job's
-            jobs_stage = list(map(_STAGE_ID, filled or structure.jobs(state)))
-            has_job_stage = np.fromiter(map(operator.is_not, jobs_stage, repeat(None)), bool)
-            try:
-                of_job = np.array([0 if s is None else s for s in jobs_stage] if not
-                                  has_job_stage.all() else jobs_stage, dtype=np.int64)  # fmt: skip
-            except (OverflowError, TypeError, ValueError):  # a job's stage is not an int64
-                return None, structure
-            if not (has_stage | has_job_stage[unit_of]).all():
-                return None, structure
-            stage_of = np.where(has_stage, stage_of, of_job[unit_of])
-        if not np.array_equal(structure.unit_stage[unit_of], stage_of):
-            return None, structure  # a coflow whose job its stage does not list
-        if keys.in_row_order:
-            coflow_rows = np.arange(n, dtype=np.int64)
-        else:
-            coflow_rows = _rows(sparse, keys.coflow_id.tolist())
+        if not (has_stage | has_job_stage[unit_of]).all():
+            return None, structure
+        stage_of = np.where(has_stage, stage_of, of_job[unit_of])
+    if not np.array_equal(structure.unit_stage[unit_of], stage_of):
+        return None, structure  # a coflow whose job its stage does not list
+    if keys.in_row_order:
+        coflow_rows = np.arange(n, dtype=np.int64)
+    else:
+        coflow_rows = _rows(sparse, keys.coflow_id.tolist())
     if filled is None:
         budget, done = state.job_iterations(structure.unit_jobs)
     else:  # (read already: the same numbers)
@@ -942,10 +921,7 @@ def _job_stage_order(
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
-    if keys is None:
-        ordered = list(map(ids.__getitem__, order.tolist()))
-    else:
-        ordered = keys.coflow_id[order].tolist()
+    ordered = keys.coflow_id[order].tolist()
     if len(bounds) == n + 1:  # one coflow per stage
         ranks = tuple(zip(ordered))
     else:
