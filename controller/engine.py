@@ -227,8 +227,7 @@ class Engine:
         try:
             state = self.registry.cluster_state(self.port_bps, self.host_bps)
             schedule = self.policy.schedule(state)
-            job_ports = {j: r.tcp_ports for j, r in self.registry.records["jobs"].items()}
-            table = self.marking.update(state, schedule, job_ports)
+            table = self.marking.update(state, schedule, self.registry.job_tcp_ports())
         except Exception as exc:
             # (the kept rules may be half updated: the next reorder makes them from scratch)
             self.marking = MarkingTable(self.meter_ids)

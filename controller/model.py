@@ -10,12 +10,14 @@ Units are in the names: ``*_bytes``, ``*_bps`` (bits per second), ``*_s`` (secon
 
 from __future__ import annotations
 
+import bisect
 import functools
 import operator
 from array import array
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import islice, repeat
+from typing import Any
 
 import numpy as np
 
@@ -350,7 +352,11 @@ class CoflowKeys:
     @classmethod
     def unpack(cls, packed: bytes, in_row_order: bool = False) -> CoflowKeys:
         """The keys from rows packed by :meth:`pack`, one after the other."""
-        rows = np.frombuffer(packed, dtype=np.int64).reshape(-1, 5)
+        return cls.from_rows(np.frombuffer(packed, dtype=np.int64).reshape(-1, 5), in_row_order)
+
+    @classmethod
+    def from_rows(cls, rows: np.ndarray, in_row_order: bool = False) -> CoflowKeys:
+        """The keys from packed rows as an ``n x 5`` int64 array."""
         return cls(rows[:, 0].copy(), rows[:, 2].copy(), rows[:, 1] != 0, rows[:, 4].copy(),
                    rows[:, 3] != 0, in_row_order)  # fmt: skip
 
@@ -372,6 +378,7 @@ _LOAD_BYTES = operator.attrgetter("load_bytes")
 _LEFT = operator.attrgetter("remaining_bytes")
 _SIZE = operator.attrgetter("size_bytes")
 _COFLOW_ID = operator.attrgetter("coflow_id")
+_ENTRY_ID = operator.attrgetter("coflow.coflow_id")
 
 
 class CoflowIndex:
@@ -395,6 +402,12 @@ class CoflowIndex:
         self._host_number: dict[HostId, int] = {}
         self._view: CoflowLoads | None = None  # the snapshot, until the next change
         self._unkeyed: set[CoflowId] = set()  # active coflows whose keys are not packed
+        # the last snapshot's rows, and what changed since: each coflow put or removed (and
+        # whether it was active then), and those taken out of the active order (deleted, or
+        # put back at its end); the next snapshot splices the changed rows into the last one's
+        self._rows: _Rows | None = None
+        self._touched: dict[CoflowId, bool] = {}
+        self._moved: set[CoflowId] = set()
         for coflow in coflows:
             self.put(coflow)
 
@@ -423,10 +436,12 @@ class CoflowIndex:
         )
         coflow_id, active = coflow.coflow_id, self._active
         self._view = None
+        self._touch(coflow_id)
         self._done.pop(coflow_id, None)
         self._unkeyed.discard(coflow_id)
         if entry.remaining_bytes <= 0:  # (Coflow.done)
-            active.pop(coflow_id, None)
+            if active.pop(coflow_id, None) is not None:
+                self._moved.add(coflow_id)
             self._done[coflow_id] = entry
             return
         if entry.keys is None:
@@ -437,16 +452,24 @@ class CoflowIndex:
             return
         if old is not None:
             del active[coflow_id]
+            self._moved.add(coflow_id)
         if active and next(reversed(active.values())).arrival_key > entry.arrival_key:
             self._ordered = False
         active[coflow_id] = entry
 
     def remove(self, coflow_id: CoflowId) -> None:
         """Forget a coflow (no error if it is not there)."""
-        if self._active.pop(coflow_id, None) is not None:
+        if coflow_id in self._active:
+            self._touch(coflow_id)
+            del self._active[coflow_id]
+            self._moved.add(coflow_id)
             self._view = None
         self._done.pop(coflow_id, None)
         self._unkeyed.discard(coflow_id)
+
+    def _touch(self, coflow_id: CoflowId) -> None:
+        if coflow_id not in self._touched:  # (active now = in the last snapshot)
+            self._touched[coflow_id] = coflow_id in self._active
 
     def __contains__(self, coflow_id: object) -> bool:
         return coflow_id in self._active or coflow_id in self._done
@@ -463,23 +486,133 @@ class CoflowIndex:
             ordered = sorted(self._active.values(), key=operator.attrgetter("arrival_key"))
             self._active = {entry.coflow.coflow_id: entry for entry in ordered}
             self._ordered = True
-        entries = list(self._active.values())
-        row_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(_N_PORTS, entries), np.int64, len(entries)), out=row_ptr[1:])
-        ports = np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64)
-        size_bytes = np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float).copy()
+            self._rows = None
+        rows = self._rows
+        if (
+            rows is None
+            or rows.keys is None
+            or self._unkeyed
+            or len(self._touched) > max(SPLICE_LIMIT, len(rows.ids) // 8)
+        ):
+            rows = self._rows = _Rows.of(list(self._active.values()))
+        else:
+            rows = self._rows = rows.spliced(self._active, self._touched, self._moved)
+        self._touched, self._moved = {}, set()
         n_hosts = len(self._hosts)
-        column = (ports & 1) * n_hosts + (ports >> 1)
-        sparse = SparsePortBytes(row_ptr, column, size_bytes, list(self._active), n_hosts,
-                                 tuple(self._hosts))  # fmt: skip
+        column = (rows.ports & 1) * n_hosts + (rows.ports >> 1)
+        sparse = SparsePortBytes(rows.row_ptr, column, rows.load_bytes.copy(), rows.ids,
+                                 n_hosts, tuple(self._hosts))  # fmt: skip
         self._view = CoflowLoads(
-            tuple(map(_ENTRY_COFLOW, entries)),
+            tuple(rows.coflows),
             sparse,
-            list(map(_SIZE, entries)),
-            list(map(_LEFT, entries)),
-            None if self._unkeyed else CoflowKeys.unpack(b"".join(map(_KEYS, entries)), True),
+            rows.size_bytes,
+            rows.remaining_bytes,
+            None if rows.keys is None else CoflowKeys.from_rows(rows.keys.view(np.int64), True),
         )
         return self._view
+
+
+# a snapshot with more coflows changed than this (and than an eighth of its rows) is made anew
+SPLICE_LIMIT = 32
+_KEY_ROW = np.dtype((np.void, 40))  # a CoflowKeys row, moved as one item
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What a :class:`CoflowIndex` snapshot is made of, per active coflow in row order: the
+    next snapshot is this with the changed coflows' rows spliced in (every list and array is
+    new, so older snapshots keep what they showed)."""
+
+    ids: list[CoflowId]
+    coflows: list[Coflow]
+    size_bytes: list[float]
+    remaining_bytes: list[float]
+    row_ptr: np.ndarray  # the rows' offsets into the entries
+    ports: np.ndarray  # per entry, packed as ``2 * host number + direction``
+    load_bytes: np.ndarray  # per entry
+    keys: np.ndarray | None  # the CoflowKeys rows (n x 1 of 5 int64); None if one has none
+
+    @classmethod
+    def of(cls, entries: list[_Indexed]) -> _Rows:
+        """The rows of ``entries``, joined at C speed."""
+        keys = list(map(_KEYS, entries))
+        row_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(_N_PORTS, entries), np.int64, len(entries)), out=row_ptr[1:])
+        return cls(
+            list(map(_COFLOW_ID, map(_ENTRY_COFLOW, entries))),
+            list(map(_ENTRY_COFLOW, entries)),
+            list(map(_SIZE, entries)),
+            list(map(_LEFT, entries)),
+            row_ptr,
+            np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64),
+            np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float),
+            None if None in keys else np.frombuffer(b"".join(keys), _KEY_ROW).reshape(-1, 1),
+        )
+
+    def spliced(
+        self, active: dict[CoflowId, _Indexed], touched: dict[CoflowId, bool], moved: set
+    ) -> _Rows:
+        """These rows after the changes to ``touched`` (each with whether it was one of these
+        rows): a row whose coflow left the active order (``moved``, or not active) goes, one
+        put again in its place is replaced, and the coflows appended since follow the rest
+        (an active coflow that was not touched kept its place, before every appended one)."""
+        gone, replaced = [], []
+        for coflow_id, was_row in touched.items():
+            if was_row:
+                row = self.ids.index(coflow_id)
+                stays = coflow_id in active and coflow_id not in moved
+                (replaced if stays else gone).append(row)
+        gone.sort()
+        n_rows = len(self.ids) - len(gone)
+        appended = list(map(active.__getitem__, islice(active, n_rows, None)))
+        # each replaced row's place once the gone rows are out
+        replaced = [(row - bisect.bisect(gone, row), row) for row in sorted(replaced)]
+        fresh_rows = [new for new, _ in replaced] + list(range(n_rows, n_rows + len(appended)))
+        fresh = [active[self.ids[old]] for _, old in replaced] + appended
+        kept = np.ones(len(self.ids), dtype=bool)
+        kept[gone] = False
+        kept[[old for _, old in replaced]] = False
+        from_kept = np.ones(n_rows + len(appended), dtype=bool)
+        from_kept[fresh_rows] = False
+        old_n_ports = np.diff(self.row_ptr)
+        n_ports = np.empty(len(from_kept), dtype=np.int64)
+        n_ports[from_kept] = old_n_ports[kept]
+        n_ports[fresh_rows] = list(map(_N_PORTS, fresh))
+        row_ptr = np.zeros(len(from_kept) + 1, dtype=np.int64)
+        np.cumsum(n_ports, out=row_ptr[1:])
+        kept_entries = np.repeat(kept, old_n_ports)
+        entry_from_kept = np.repeat(from_kept, n_ports)
+        ports = np.empty(len(entry_from_kept), dtype=np.int64)
+        load_bytes = np.empty(len(entry_from_kept))
+        ports[entry_from_kept] = self.ports[kept_entries]
+        load_bytes[entry_from_kept] = self.load_bytes[kept_entries]
+        keys = np.empty((len(from_kept), 1), dtype=_KEY_ROW)
+        keys[from_kept] = self.keys[kept]
+        for row, entry in zip(fresh_rows, fresh, strict=True):
+            start, end = row_ptr[row], row_ptr[row + 1]
+            ports[start:end] = np.frombuffer(entry.ports, dtype=np.int64)
+            load_bytes[start:end] = np.frombuffer(entry.load_bytes)
+            keys[row] = np.frombuffer(entry.keys, dtype=_KEY_ROW)
+
+        def splice(values: list, field: Callable[[_Indexed], Any]) -> list:
+            values = values.copy()
+            for row in reversed(gone):
+                del values[row]
+            for new, old in replaced:
+                values[new] = field(active[self.ids[old]])
+            values.extend(map(field, appended))
+            return values
+
+        return _Rows(
+            splice(self.ids, _ENTRY_ID),
+            splice(self.coflows, _ENTRY_COFLOW),
+            splice(self.size_bytes, _SIZE),
+            splice(self.remaining_bytes, _LEFT),
+            row_ptr,
+            ports,
+            load_bytes,
+            keys,
+        )
 
 
 @dataclass(frozen=True)

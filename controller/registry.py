@@ -267,6 +267,7 @@ class Registry:
         self._jobs_view: dict[int, Job] = {}
         self._stages_view: dict[int, Stage] | None = None  # None: to be made
         self._stages_version = object()  # see ClusterState.stages_version
+        self._job_ports: dict[int, list[int]] | None = None  # None: to be made
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None)
@@ -339,6 +340,8 @@ class Registry:
                 self.records[kind][ident] = record
             self._reindex([c for c, _ in changed["coflows"]], [j for j, _ in changed["jobs"]])
             jobs = self.records["jobs"]
+            if changed["jobs"]:
+                self._job_ports = None
             # a stage lists its jobs: made again when a stage or a job's stage changes
             if changed["stages"] or any(
                 old is None or jobs.get(j) is None or jobs[j].stage_id != old.stage_id
@@ -602,7 +605,7 @@ class Registry:
         must not mutate them.
         """
         loads = self._index.snapshot()
-        coflows = dict(zip(map(_COFLOW_ID, loads.coflows), loads.coflows, strict=True))
+        coflows = dict(zip(loads.sparse.ids, loads.coflows, strict=True))
         if self._stages_view is None:
             stages = {
                 rec.stage_id: Stage(rec.stage_id, [], rec.task_id, rec.weight, rec.arrival_s)
@@ -615,6 +618,13 @@ class Registry:
         hosts = {ip: Host(ip, bps, bps) for ip, bps in (host_bps or {}).items()}
         return ClusterState(hosts, coflows, self._jobs_view, self._stages_view, self.clock(),
                             port_bps, loads, self._stages_version)  # fmt: skip
+
+    def job_tcp_ports(self) -> dict[int, list[int]]:
+        """Each job's TCP ports (the record's list), kept until a job changes; the dict is
+        shared between calls: do not mutate it."""
+        if self._job_ports is None:
+            self._job_ports = {j: rec.tcp_ports for j, rec in self.records["jobs"].items()}
+        return self._job_ports
 
     def _reindex(self, coflow_ids: list[int], job_ids: list[int]) -> None:
         """Bring the scheduling view up to date after the records of these coflows and jobs

@@ -257,8 +257,7 @@ class MarkingTable:
         self._marks: dict[int, _Marks] = {}
         self._levels: dict[int, int] = {}  # the last update's levels,
         self._seen: dict[int, int] = {}  # its coflow objects' ids,
-        self._ports_seen: dict[int, int] = {}  # its jobs' TCP ports objects' ids,
-        self._ports_kept: dict = {}  # and those objects (so their ids stay theirs)
+        self._ports_kept: dict = {}  # its jobs' TCP ports,
         self._job_coflows: dict[int, set[int]] = {}  # job id -> its marked coflows
         self._capped: set[int] = set()  # coflows with caps
         self._users: dict[Pair, dict[int, int]] = {}  # forward pair -> {coflow id: level}
@@ -285,20 +284,22 @@ class MarkingTable:
         coflows = state.coflows
         self._changed_rules, self._changed_meters = {}, {}
         # The coflows that may have changed, found at C speed: those whose level or object
-        # changed (by id: every marked coflow object, and every ports object seen last time,
-        # is kept alive here, so no new object can have its id), those of jobs whose TCP
-        # ports object changed, and every coflow with caps now or before.
+        # changed (by id: every marked coflow object is kept alive here, so no new object can
+        # have its id), those of jobs whose TCP ports changed, and every coflow with caps now
+        # or before.
         seen = dict(zip(levels, map(id, map(coflows.__getitem__, levels)), strict=True))
-        ports_seen = dict(zip(job_tcp_ports, map(id, job_tcp_ports.values()), strict=True))
         candidates = {c for c, _ in levels.items() ^ self._levels.items()}
         candidates.update(c for c, _ in seen.items() ^ self._seen.items())
-        for job_id, _ in ports_seen.items() ^ self._ports_seen.items():
-            candidates.update(self._job_coflows.get(job_id, ()))
+        if job_tcp_ports != self._ports_kept:  # (C speed: the same objects compare at once)
+            kept = self._ports_kept
+            for job_id in job_tcp_ports.keys() | kept.keys():
+                if job_tcp_ports.get(job_id) != kept.get(job_id):
+                    candidates.update(self._job_coflows.get(job_id, ()))
+            self._ports_kept = dict(job_tcp_ports)
         if caps or self._capped:
             candidates.update(coflow_id for coflow_id, _ in caps)
             candidates.update(self._capped)
         self._levels, self._seen = levels, seen
-        self._ports_seen, self._ports_kept = ports_seen, dict(job_tcp_ports)
         touched: set[Pair] = set()
         for coflow_id in candidates:
             level = levels.get(coflow_id)
@@ -345,7 +346,8 @@ class MarkingTable:
                     self._caps.setdefault(pair, {})[(coflow_id, flow_id)] = cap
                 touched.add(pair)
         self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
-        table = SwitchTable(dict(self.rules), dict(self.meters))
+        # (copy() clones a dict with few deleted entries at C speed; dict() inserts one by one)
+        table = SwitchTable(self.rules.copy(), self.meters.copy())
         if self._last is not None:
             table.base = weakref.ref(self._last)
             table.changed_rules = tuple(self._changed_rules)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 from controller.model import CoflowId, FlowKey
 
@@ -86,13 +87,13 @@ def coflow_levels(schedule: Schedule, n_levels: int = N_LEVELS) -> dict[CoflowId
     if n_levels < 1:
         raise ValueError("n_levels must be >= 1")
     lowest = n_levels - 1
-    # one level per rank, not per coflow: a reorder of thousands of tied coflows makes this
-    # call often (JPAS ties all of a job's coflows)
-    return {
-        c: rank if rank < lowest else lowest
-        for rank, group in enumerate(schedule.ranks)
-        for c in group
-    }
+    # at C speed, a rank at a time (a later listing of a coflow sets its level, as a loop
+    # over the coflows would): every reorder of the controller makes this call
+    levels: dict[CoflowId, int] = {}
+    for rank, group in enumerate(schedule.ranks[:lowest]):
+        levels.update(dict.fromkeys(group, rank))
+    levels.update(dict.fromkeys(chain.from_iterable(schedule.ranks[lowest:]), lowest))
+    return levels
 
 
 def dscp_of_level(level: int) -> int:

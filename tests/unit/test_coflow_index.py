@@ -18,10 +18,12 @@ from controller.model import (
     ClusterState,
     Coflow,
     CoflowIndex,
+    CoflowLoads,
     Flow,
     Host,
     Job,
     Stage,
+    _Rows,
     port_seconds,
 )
 from controller.policies import POLICIES, _job_stage_ranks, make_policy
@@ -176,6 +178,80 @@ def test_puts_and_removals_keep_the_arrival_order_and_loads():
                 want = make_policy(name, **options).schedule(plain)
                 assert make_policy(name, **options).schedule(fast) == want
     assert len(older) > 20
+
+
+def assert_same_snapshot(got: CoflowLoads, want: CoflowLoads) -> None:
+    """Two snapshots list the same coflow objects with the same numbers, array for array."""
+    assert [id(c) for c in got.coflows] == [id(c) for c in want.coflows]
+    assert list(got.sparse.ids) == list(want.sparse.ids)
+    assert (got.sparse.n_hosts, got.sparse.hosts) == (want.sparse.n_hosts, want.sparse.hosts)
+    for name in ("row_ptr", "column", "size_bytes"):
+        a, b = getattr(got.sparse, name), getattr(want.sparse, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    assert (got.size_bytes, got.remaining_bytes) == (want.size_bytes, want.remaining_bytes)
+    for name in ("coflow_id", "job_id", "has_job", "stage_id", "has_stage", "in_row_order"):
+        assert np.array_equal(getattr(got.keys, name), getattr(want.keys, name)), name
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatch):
+    """Coflows arrive in order (new ones at the end of the rows), report progress (replaced
+    in their place), finish, leave, come back, and a host is added, a few changes at a time:
+    each snapshot, spliced from the one before, equals a snapshot made anew, and older
+    snapshots keep showing what they showed."""
+    spliced = []
+    splice = _Rows.spliced
+    monkeypatch.setattr(_Rows, "spliced", lambda *a: spliced.append(1) or splice(*a))
+    rng = random.Random(seed)
+    index, coflows, clock, older = CoflowIndex(), {}, 0.0, []
+    hosts = [f"h{h}" for h in range(6)]
+
+    def new_coflow(coflow_id, arrival_s):
+        flows = []
+        for _ in range(rng.randint(1, 3)):
+            src, dst = rng.sample(hosts, 2)
+            size = float(rng.choice((10, 25, 40)))
+            flows.append(Flow(src, dst, size, rng.choice((size / 4, size / 2, size))))
+        job = rng.choice((None, coflow_id % 4))
+        return Coflow(coflow_id, flows, arrival_s, job_id=job, stage_id=rng.choice((None, 2)))
+
+    for _ in range(300):
+        for _ in range(rng.choice((1, 1, 2, 3, 5, 40))):
+            action, active = rng.random(), [c for c in coflows if c in index._active]
+            if action < 0.35 or not active:
+                clock += 1.0
+                coflow_id = rng.randrange(10**6)
+                coflows[coflow_id] = new_coflow(coflow_id, clock)
+            elif action < 0.6:  # progress: the same arrival, fewer bytes left
+                coflow_id = rng.choice(active)
+                coflows[coflow_id] = new_coflow(coflow_id, coflows[coflow_id].arrival_s)
+            elif action < 0.7:  # finished: no bytes left
+                old = coflows[coflow_id := rng.choice(active)]
+                coflows[coflow_id] = Coflow(
+                    coflow_id, [Flow(f.src, f.dst, f.size_bytes, 0.0) for f in old.flows],
+                    old.arrival_s)  # fmt: skip
+            elif action < 0.9:
+                index.remove(coflows.pop(rng.choice(active)).coflow_id)
+                continue
+            elif action < 0.95:  # back again, later
+                clock += 1.0
+                coflow_id = rng.choice(list(coflows))
+                coflows[coflow_id] = new_coflow(coflow_id, clock)
+            else:
+                hosts.append(f"n{len(hosts)}")
+                index.add_hosts(hosts[-1:])
+                continue
+            index.put(coflows[coflow_id])
+        fresh = CoflowIndex()
+        fresh.add_hosts(index._hosts)
+        for entry in index._active.values():
+            fresh.put(entry.coflow)
+        view = index.snapshot()
+        assert_same_snapshot(view, fresh.snapshot())
+        older.append((view, fresh.snapshot()))
+    for got, want in older:
+        assert_same_snapshot(got, want)
+    assert len(spliced) > 150  # most snapshots were spliced
 
 
 def test_a_port_of_a_host_the_index_does_not_know_is_named():

@@ -267,6 +267,9 @@ def assert_view_is_the_records(registry: Registry, beamer=None) -> None:
     assert kept.jobs == want.jobs and list(kept.jobs) == list(want.jobs)
     assert kept.stages == want.stages
     assert kept.active_coflows() == want.active_coflows()
+    ports = registry.job_tcp_ports()
+    assert ports == {j: rec.tcp_ports for j, rec in registry.records["jobs"].items()}
+    assert list(ports) == list(registry.records["jobs"])
     for name in ("fifo-lm", "sincronia", "jpas", "beamer", "varys"):
         assert make_policy(name).schedule(kept) == make_policy(name).schedule(want)
 
@@ -295,7 +298,8 @@ def test_the_kept_scheduling_view_is_the_records_after_every_change(tmp_path, se
                 registry.put("stages", rng.randrange(4), {"weight": rng.choice((1, 2))})
             elif action < 0.3:
                 body = job_body(rng.randrange(8), flows=flows(), iteration_budget=3,
-                                iterations_done=rng.randint(0, 3))  # fmt: skip
+                                iterations_done=rng.randint(0, 3),
+                                tcp_ports=rng.choice(([], [5001], [5001, 6000])))  # fmt: skip
                 if stages and rng.random() < 0.7:
                     body["stage_id"] = rng.choice(stages)
                 if rng.random() < 0.2:
