@@ -441,7 +441,7 @@ class CoflowIndex:
         self._unkeyed.discard(coflow_id)
         if entry.remaining_bytes <= 0:  # (Coflow.done)
             if active.pop(coflow_id, None) is not None:
-                self._moved.add(coflow_id)
+                self._left(coflow_id)
             self._done[coflow_id] = entry
             return
         if entry.keys is None:
@@ -452,7 +452,7 @@ class CoflowIndex:
             return
         if old is not None:
             del active[coflow_id]
-            self._moved.add(coflow_id)
+            self._left(coflow_id)
         if active and next(reversed(active.values())).arrival_key > entry.arrival_key:
             self._ordered = False
         active[coflow_id] = entry
@@ -462,14 +462,25 @@ class CoflowIndex:
         if coflow_id in self._active:
             self._touch(coflow_id)
             del self._active[coflow_id]
-            self._moved.add(coflow_id)
+            self._left(coflow_id)
             self._view = None
         self._done.pop(coflow_id, None)
         self._unkeyed.discard(coflow_id)
 
     def _touch(self, coflow_id: CoflowId) -> None:
-        if coflow_id not in self._touched:  # (active now = in the last snapshot)
-            self._touched[coflow_id] = coflow_id in self._active
+        """Note that a coflow is about to change (before it does)."""
+        if self._rows is None or coflow_id in self._touched:
+            return
+        if len(self._touched) >= max(SPLICE_LIMIT, len(self._rows.ids) // 8):
+            # too many changes to splice: the next snapshot is made anew
+            self._rows, self._touched, self._moved = None, {}, set()
+            return
+        self._touched[coflow_id] = coflow_id in self._active  # (active now = in the rows)
+
+    def _left(self, coflow_id: CoflowId) -> None:
+        """Note that a coflow was taken out of the active order."""
+        if self._rows is not None:
+            self._moved.add(coflow_id)
 
     def __contains__(self, coflow_id: object) -> bool:
         return coflow_id in self._active or coflow_id in self._done
@@ -488,12 +499,7 @@ class CoflowIndex:
             self._ordered = True
             self._rows = None
         rows = self._rows
-        if (
-            rows is None
-            or rows.keys is None
-            or self._unkeyed
-            or len(self._touched) > max(SPLICE_LIMIT, len(rows.ids) // 8)
-        ):
+        if rows is None or rows.keys is None or self._unkeyed:
             rows = self._rows = _Rows.of(list(self._active.values()))
         else:
             rows = self._rows = rows.spliced(self._active, self._touched, self._moved)

@@ -15,6 +15,7 @@ from controller.bssi import DemandMatrix
 from controller.model import (
     EGRESS,
     INGRESS,
+    SPLICE_LIMIT,
     ClusterState,
     Coflow,
     CoflowIndex,
@@ -215,7 +216,7 @@ def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatc
         job = rng.choice((None, coflow_id % 4))
         return Coflow(coflow_id, flows, arrival_s, job_id=job, stage_id=rng.choice((None, 2)))
 
-    for _ in range(300):
+    for _round in range(300):
         for _ in range(rng.choice((1, 1, 2, 3, 5, 40))):
             action, active = rng.random(), [c for c in coflows if c in index._active]
             if action < 0.35 or not active:
@@ -242,6 +243,9 @@ def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatc
                 index.add_hosts(hosts[-1:])
                 continue
             index.put(coflows[coflow_id])
+        rows = index._rows  # (what is noted for the next splice stays small)
+        assert rows is None or len(index._touched) <= max(SPLICE_LIMIT, len(rows.ids) // 8)
+        assert rows is not None or not (index._touched or index._moved)
         fresh = CoflowIndex()
         fresh.add_hosts(index._hosts)
         for entry in index._active.values():
