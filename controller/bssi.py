@@ -192,6 +192,8 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
     # the ports whose load goes down after a step, and by how much
     lowered = np.empty(max(n_ports, 1), dtype=np.int64)
     lowered_by = np.empty(max(n_ports, 1))
+    # each live item's w / v on the bottleneck, divided once a step and read twice
+    ratio = np.empty(max(len(port), 1))
     while n_ports > 0:
         b = tree[1]
         if load[b] <= _EPS_S:
@@ -200,7 +202,8 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         hi = lo + col_live[b]
         best = np.inf
         for j in range(lo, hi):
-            best = min(best, w[col_item[j]] / col_seconds[j])
+            ratio[j] = w[col_item[j]] / col_seconds[j]
+            best = min(best, ratio[j])
         if best == np.inf:
             # only rounding residue was left on this port: it goes (x - x is exactly 0.0)
             lowered[0], lowered_by[0] = b, load[b]
@@ -210,8 +213,7 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
             tie = best + abs(best) * _TIE_REL
             pick = -1
             for j in range(lo, hi):
-                k = col_item[j]
-                if w[k] / col_seconds[j] <= tie and (pick < 0 or k > col_item[pick]):
+                if ratio[j] <= tie and (pick < 0 or col_item[j] > col_item[pick]):
                     pick = j
             sigma = col_item[pick]
             w_sigma, v_sigma = w[sigma], col_seconds[pick]
