@@ -640,9 +640,11 @@ class CoflowLoads:
     remaining_bytes: list[float]
     keys: CoflowKeys | None = None
 
-    def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
-        """Each of ``coflows``' (active ones) size and bytes left."""
-        rows = self.sparse.rows_of(list(map(_COFLOW_ID, coflows)))
+    def byte_counts(
+        self, coflows: Sequence[Coflow], ids: list[CoflowId] | None = None
+    ) -> tuple[list[float], list[float]]:
+        """Each of ``coflows``' (active ones, with ``ids`` if known) size and bytes left."""
+        rows = self.sparse.rows_of(list(map(_COFLOW_ID, coflows)) if ids is None else ids)
         if rows is None:
             return list(self.size_bytes), list(self.remaining_bytes)
         rows = rows.tolist()
@@ -779,15 +781,24 @@ class ClusterState:
             key=lambda c: (c.arrival_s, c.coflow_id),
         )
 
-    def demand_matrix(self, coflows: Sequence[Coflow]) -> DemandMatrix:
-        """The coflows' remaining demands in seconds of port time (bytes at each port's
-        capacity), one row per coflow in the given order, as BSSI takes them: from the sparse
-        loads when the state keeps them (the same numbers, compiled), else from each coflow's
-        mapping."""
+    def active_ids(self, active: Sequence[Coflow] | None = None) -> list[CoflowId]:
+        """The ids of :meth:`active_coflows`, in that order: from the loads when the state
+        keeps them (no coflow read), else from ``active`` (that list, if the caller has it)."""
+        if self.loads is not None:
+            return list(self.loads.sparse.ids)
+        return list(map(_COFLOW_ID, self.active_coflows() if active is None else active))
+
+    def demand_matrix(
+        self, coflows: Sequence[Coflow], ids: list[CoflowId] | None = None
+    ) -> DemandMatrix:
+        """The coflows' (with ``ids`` if known) remaining demands in seconds of port time
+        (bytes at each port's capacity), one row per coflow in the given order, as BSSI takes
+        them: from the sparse loads when the state keeps them (the same numbers, compiled),
+        else from each coflow's mapping."""
         sparse = self.sparse_port_bytes()
         if sparse is None:
             return DemandMatrix.from_mappings([port_seconds(self, c.port_bytes()) for c in coflows])
-        rows = sparse.rows_of(list(map(_COFLOW_ID, coflows)))
+        rows = sparse.rows_of(list(map(_COFLOW_ID, coflows)) if ids is None else ids)
         return DemandMatrix(*port_seconds_matrix(*sparse.rows(rows), self.column_bps(sparse)))
 
     def sparse_port_bytes(self) -> SparsePortBytes | None:
@@ -802,11 +813,13 @@ class ClusterState:
         have them; else ``None``."""
         return self.loads.keys if self.loads is not None else None
 
-    def byte_counts(self, coflows: Sequence[Coflow]) -> tuple[list[float], list[float]]:
-        """Each of ``coflows``' (active ones) size and bytes left (:attr:`Coflow.size_bytes`,
-        :attr:`Coflow.remaining_bytes`)."""
+    def byte_counts(
+        self, coflows: Sequence[Coflow], ids: list[CoflowId] | None = None
+    ) -> tuple[list[float], list[float]]:
+        """Each of ``coflows``' (active ones, with ``ids`` if known) size and bytes left
+        (:attr:`Coflow.size_bytes`, :attr:`Coflow.remaining_bytes`)."""
         if self.loads is not None:
-            return self.loads.byte_counts(coflows)
+            return self.loads.byte_counts(coflows, ids)
         return list(map(_SIZE, coflows)), list(map(_LEFT, coflows))
 
     def column_bps(self, sparse: SparsePortBytes) -> np.ndarray:

@@ -282,10 +282,12 @@ class FifoLM(Policy):
         """Arrival order, one rank each; coflows that sent more than the heavy threshold share a
         last rank."""
         active = state.active_coflows()
-        ids = list(map(_COFLOW_ID, active))
-        sizes, left = state.byte_counts(active)
+        ids = state.active_ids(active)
+        sizes, left = state.byte_counts(active, ids)
         seen = self._seen
-        new = [k for k, coflow_id in enumerate(ids) if coflow_id not in seen]
+        new = []
+        if not seen.issuperset(ids):  # (the positions of those not seen yet, at C speed)
+            new = list(compress(count(), map(operator.not_, map(seen.__contains__, ids))))
         if new:
             seen.update(map(ids.__getitem__, new))
             if len(new) > _MERGE_AT:  # (many: merged in, one pass over the sizes seen)
@@ -312,8 +314,8 @@ class Sincronia(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """BSSI order of the active coflows (weighted port loads in seconds)."""
         active = state.active_coflows()
-        order = bssi_order(state.demand_matrix(active), list(map(_WEIGHT, active)))
-        ids = list(map(_COFLOW_ID, active))
+        ids = state.active_ids(active)
+        order = bssi_order(state.demand_matrix(active, ids), list(map(_WEIGHT, active)))
         return Schedule.from_order(map(ids.__getitem__, order))
 
 
@@ -345,7 +347,7 @@ class Varys(Policy):
     ) -> Schedule:
         """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
         the same bottlenecks, order and MADD times, bit for bit."""
-        ids = list(map(_COFLOW_ID, active))
+        ids = state.active_ids(active)
         rows = _rows(sparse, ids)
         bps = state.column_bps(sparse)
         gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
@@ -411,9 +413,16 @@ class Jpas(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """Jobs (and coflows without a job) by least attained progress first, ties by arrival."""
         active = state.active_coflows()
-        job_of = list(map(_JOB_ID, active))
-        if active and None not in job_of:
-            return Schedule(_jobs_by_progress(state.jobs, active, job_of))
+        keys = state.coflow_keys()
+        if keys is not None:  # (the ids packed: no coflow read for them)
+            if active and keys.has_job.all():
+                return Schedule(_jobs_by_progress(state.jobs, active, keys.job_id, keys.coflow_id))
+        else:
+            job_of = list(map(_JOB_ID, active))
+            if active and None not in job_of:
+                ids = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
+                job_of = np.asarray(job_of, dtype=np.int64)
+                return Schedule(_jobs_by_progress(state.jobs, active, job_of, ids))
         return Schedule(self._ranks(state, active))
 
     @staticmethod
@@ -452,19 +461,19 @@ class Jpas(Policy):
 
 
 def _jobs_by_progress(
-    jobs: Mapping[int, Job], active: list[Coflow], job_of: list[int]
+    jobs: Mapping[int, Job], active: list[Coflow], job_of: np.ndarray, ids: np.ndarray
 ) -> tuple[tuple[CoflowId, ...], ...]:
-    """:class:`Jpas`' ranks where every active coflow has a job, from arrays: the same keys
-    (progress, arrival, job id; 0.0 and the first coflow's arrival for a job not registered)
-    sorted the same way, each job's coflows in arrival order, without a Python step per job."""
+    """:class:`Jpas`' ranks where every active coflow has a job (``job_of``, by the coflows
+    ``ids``), from arrays: the same keys (progress, arrival, job id; 0.0 and the first
+    coflow's arrival for a job not registered) sorted the same way, each job's coflows in
+    arrival order, without a Python step per job."""
     n = len(active)
-    job_ids = list(dict.fromkeys(job_of))  # in order of their first coflow
-    index = dict(zip(job_ids, range(len(job_ids)), strict=True))
-    coflow_job = np.fromiter(map(index.__getitem__, job_of), np.int64, n)
+    # the jobs (by id: the keys are unique, so the listing order does not matter), each one's
+    # first coflow, and each coflow's job
+    job_id_array, first, coflow_job = np.unique(job_of, return_index=True, return_inverse=True)
+    job_ids = job_id_array.tolist()
     registered = list(map(jobs.get, job_ids))
     arrival = np.fromiter(map(_ARRIVAL, active), float, n)
-    first = np.full(len(job_ids), n, dtype=np.int64)
-    np.minimum.at(first, coflow_job, np.arange(n))
     job_arrival = arrival[first]
     progress = np.zeros(len(job_ids))
     if not all(map(operator.is_not, registered, repeat(None))):  # (`in` would call __eq__)
@@ -478,12 +487,9 @@ def _jobs_by_progress(
         progress[known] = np.minimum(1.0, done / budget)  # Job.progress
         job_arrival[known] = np.fromiter(map(_ARRIVAL, registered), float, len(registered))
     rank = np.empty(len(job_ids), dtype=np.int64)
-    rank[np.lexsort((np.asarray(job_ids, dtype=np.int64), job_arrival, progress))] = np.arange(
-        len(job_ids)
-    )
-    coflow_rank = rank[coflow_job]
-    ordered = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
-    ordered = ordered[np.argsort(coflow_rank, kind="stable")].tolist()
+    rank[np.lexsort((job_id_array, job_arrival, progress))] = np.arange(len(job_ids))
+    coflow_rank = rank[coflow_job.reshape(-1)]
+    ordered = ids[np.argsort(coflow_rank, kind="stable")].tolist()
     if len(job_ids) == n:  # one coflow per job
         return tuple(zip(ordered))
     bounds = offsets(np.bincount(coflow_rank, minlength=len(job_ids))).tolist()
