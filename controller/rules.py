@@ -21,9 +21,10 @@ import operator
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain, compress
 
 from controller.model import ClusterState, Coflow
-from controller.schedule import Schedule, coflow_levels, dscp_of_level
+from controller.schedule import N_LEVELS, Schedule, dscp_of_level
 
 MARK_TABLE = 0
 FORWARD_TABLE = 1
@@ -255,9 +256,12 @@ class MarkingTable:
     def __init__(self, meter_ids: MeterIds) -> None:
         self.meter_ids = meter_ids
         self._marks: dict[int, _Marks] = {}
-        self._levels: dict[int, int] = {}  # the last update's levels,
-        self._seen: dict[int, int] = {}  # its coflow objects' ids,
-        self._ports_kept: dict = {}  # its jobs' TCP ports,
+        self._coflow_of: dict[int, Coflow] = {}  # each marked coflow's object
+        # the last update's levels: of the coflows of the first ranks (a level each), and the
+        # coflows that share the lowest; and its jobs' TCP ports
+        self._top: dict[int, int] = {}
+        self._lowest: set[int] = set()
+        self._ports_kept: dict = {}
         self._job_coflows: dict[int, set[int]] = {}  # job id -> its marked coflows
         self._capped: set[int] = set()  # coflows with caps
         self._users: dict[Pair, dict[int, int]] = {}  # forward pair -> {coflow id: level}
@@ -279,17 +283,32 @@ class MarkingTable:
     ) -> SwitchTable:
         """The table for ``schedule`` (of ``state``'s coflows), given each job's TCP ports
         (to change a job's ports, give them as a new object, as the registry's records do)."""
-        levels = coflow_levels(schedule)
         caps = schedule.flow_rates_bps
         coflows = state.coflows
         self._changed_rules, self._changed_meters = {}, {}
-        # The coflows that may have changed, found at C speed: those whose level or object
-        # changed (by id: every marked coflow object is kept alive here, so no new object can
-        # have its id), those of jobs whose TCP ports changed, and every coflow with caps now
-        # or before.
-        seen = dict(zip(levels, map(id, map(coflows.__getitem__, levels)), strict=True))
-        candidates = {c for c, _ in levels.items() ^ self._levels.items()}
-        candidates.update(c for c, _ in seen.items() ^ self._seen.items())
+        # The levels (as coflow_levels gives them: a coflow's last listing sets its level)
+        # without a dict of every coflow: the few of the first ranks, and a set of the others.
+        lowest = N_LEVELS - 1
+        top: dict[int, int] = {}
+        for rank, group in enumerate(schedule.ranks[:lowest]):
+            top.update(dict.fromkeys(group, rank))
+        shared = set(chain.from_iterable(schedule.ranks[lowest:]))
+        # The coflows that may have changed, found at C speed: those whose level changed or
+        # that came or went, those whose object is not the one marked, those of jobs whose
+        # TCP ports changed, and every coflow with caps now or before.
+        candidates = {c for c, _ in top.items() ^ self._top.items()}
+        candidates.update(shared ^ self._lowest)
+        scheduled = [*top, *shared]
+        candidates.update(
+            compress(
+                scheduled,
+                map(
+                    operator.is_not,
+                    map(coflows.__getitem__, scheduled),
+                    map(self._coflow_of.get, scheduled),
+                ),
+            )
+        )
         if job_tcp_ports != self._ports_kept:  # (C speed: the same objects compare at once)
             kept = self._ports_kept
             for job_id in job_tcp_ports.keys() | kept.keys():
@@ -299,10 +318,10 @@ class MarkingTable:
         if caps or self._capped:
             candidates.update(coflow_id for coflow_id, _ in caps)
             candidates.update(self._capped)
-        self._levels, self._seen = levels, seen
+        self._top, self._lowest = top, shared
         touched: set[Pair] = set()
         for coflow_id in candidates:
-            level = levels.get(coflow_id)
+            level = lowest if coflow_id in shared else top.get(coflow_id)
             old = self._marks.get(coflow_id)
             if level is None:
                 if old is not None:
@@ -335,6 +354,7 @@ class MarkingTable:
             )
             capped = any(cap is not None for _, _, cap in flows)
             self._marks[coflow_id] = _Marks(coflow, level, cookie, ports, flows, capped)
+            self._coflow_of[coflow_id] = coflow
             if coflow.job_id is not None:
                 self._job_coflows.setdefault(coflow.job_id, set()).add(coflow_id)
             if capped:
@@ -358,6 +378,7 @@ class MarkingTable:
     def _unmark(self, coflow_id: int) -> list[Pair]:
         """Take a coflow's marks out of its pairs; returns the pairs."""
         marks = self._marks.pop(coflow_id)
+        del self._coflow_of[coflow_id]
         job_id = marks.coflow.job_id
         if job_id is not None:
             self._job_coflows[job_id].discard(coflow_id)
