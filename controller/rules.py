@@ -222,7 +222,6 @@ def desired_table(
 
 
 Pair = tuple  # (owner cookie, source host, destination host)
-_KEY = operator.attrgetter("key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +269,7 @@ class MarkingTable:
         self._rated: dict[Pair, float] = {}  # metered pair -> its rate
         self._meter_of: dict[Pair, int] = {}
         self._pair_rules: dict[Pair, tuple[FlowRule, ...]] = {}
+        self._made_from: dict[Pair, tuple] = {}  # pair -> the (ports, dscp, meter) of its rules
         self._rule_pairs: dict[tuple, set[Pair]] = {}  # rule key -> the pairs that make it
         self.rules: dict[tuple, FlowRule] = {}
         self.meters: dict[int, int] = {}
@@ -433,39 +433,42 @@ class MarkingTable:
             self.meters[meter_id] = rate_kbps(wanted[pair][2])
             self._changed_meters[meter_id] = None
         changed_keys = set()
+        made_from = self._made_from
         for pair, want in wanted.items():
             if want is None:
-                rules = ()
+                if pair not in made_from:
+                    continue  # no rules before, none now
+                made, rules = None, ()
             else:
                 level, ports, rate = want
                 meter_id = self._meter_of[pair] if rate is not None else None
-                rules = _pair_rules(*pair, ports, dscp_of_level(level), meter_id)
-            old = self._pair_rules.get(pair, ())
-            if rules == old:
-                continue
-            if (
-                rules
-                and len(rules) == len(old)
-                and all(map(operator.eq, map(_KEY, rules), map(_KEY, old)))
-            ):  # the same matches with other marks (a level moved): no maker changes
-                self._pair_rules[pair] = rules
-                for rule in rules:
-                    if len(self._rule_pairs[rule.key]) == 1:
-                        self.rules[rule.key] = rule
-                        self._changed_rules[rule.key] = None
-                    else:
-                        changed_keys.add(rule.key)
-                continue
-            for rule in old:
+                made = (ports, dscp_of_level(level), meter_id)
+                before = made_from.get(pair)
+                if made == before:
+                    continue  # (a pair's rules are made from these alone)
+                rules = _pair_rules(*pair, *made)
+                if before is not None and before[0] == ports:
+                    # the same matches with other marks (a level moved): no maker changes
+                    made_from[pair] = made
+                    self._pair_rules[pair] = rules
+                    for rule in rules:
+                        key = rule.key
+                        if len(self._rule_pairs[key]) == 1:
+                            self.rules[key] = rule
+                            self._changed_rules[key] = None
+                        else:
+                            changed_keys.add(key)
+                    continue
+            for rule in self._pair_rules.get(pair, ()):
                 self._rule_pairs[rule.key].discard(pair)
                 changed_keys.add(rule.key)
             for rule in rules:
                 self._rule_pairs.setdefault(rule.key, set()).add(pair)
                 changed_keys.add(rule.key)
             if rules:
-                self._pair_rules[pair] = rules
+                self._pair_rules[pair], made_from[pair] = rules, made
             else:
-                self._pair_rules.pop(pair, None)
+                del self._pair_rules[pair], made_from[pair]
         for key in changed_keys:
             self._changed_rules[key] = None
             makers = self._rule_pairs.get(key)
