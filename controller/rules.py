@@ -130,12 +130,14 @@ class SwitchTable:
     A table made by :meth:`MarkingTable.update` also knows the table the same marking table
     made before it (``base``, held weakly) and the rule keys and meter ids whose values differ
     from it (``changed_rules``, ``changed_meters``), so that :func:`diff` from that table looks
-    at those only. Neither counts in comparisons.
+    at those only; and the marking table (``maker``, held weakly), which knows each owner's
+    rules while this is its last table. None of these counts in comparisons.
     """
 
     rules: dict[tuple, FlowRule]
     meters: dict[int, int]
     base: weakref.ref | None = field(default=None, compare=False, repr=False)
+    maker: weakref.ref | None = field(default=None, compare=False, repr=False)
     changed_rules: tuple[tuple, ...] = field(default=(), compare=False, repr=False)
     changed_meters: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
@@ -271,6 +273,7 @@ class MarkingTable:
         self._pair_rules: dict[Pair, tuple[FlowRule, ...]] = {}
         self._made_from: dict[Pair, tuple] = {}  # pair -> the (ports, dscp, meter) of its rules
         self._rule_pairs: dict[tuple, set[Pair]] = {}  # rule key -> the pairs that make it
+        self._owner_keys: dict[int, set[tuple]] = {}  # cookie -> the keys its rules hold
         self.rules: dict[tuple, FlowRule] = {}
         self.meters: dict[int, int] = {}
         # the rule keys and meter ids this update changed (ordered sets), and its table
@@ -367,13 +370,27 @@ class MarkingTable:
                 touched.add(pair)
         self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
         # (copy() clones a dict with few deleted entries at C speed; dict() inserts one by one)
-        table = SwitchTable(self.rules.copy(), self.meters.copy())
+        table = SwitchTable(self.rules.copy(), self.meters.copy(), maker=weakref.ref(self))
         if self._last is not None:
             table.base = weakref.ref(self._last)
             table.changed_rules = tuple(self._changed_rules)
             table.changed_meters = tuple(self._changed_meters)
         self._last = table
         return table
+
+    def owner_marks(
+        self, table: SwitchTable, cookies: Iterable[int]
+    ) -> dict[int, set[tuple[int, int | None]]] | None:
+        """The marks (DSCP, meter) of the rules each of ``cookies`` owns in ``table``, read
+        from its rules alone, if ``table`` is the last one this made (else ``None``)."""
+        if table is not self._last:
+            return None
+        rules, owner_keys = table.rules, self._owner_keys
+        return {
+            cookie: {(r.dscp, r.meter_id) for r in map(rules.__getitem__, owner_keys[cookie])}
+            for cookie in cookies
+            if cookie in owner_keys
+        }
 
     def _unmark(self, coflow_id: int) -> list[Pair]:
         """Take a coflow's marks out of its pairs; returns the pairs."""
@@ -453,7 +470,8 @@ class MarkingTable:
                     self._pair_rules[pair] = rules
                     for rule in rules:
                         key = rule.key
-                        if len(self._rule_pairs[key]) == 1:
+                        # its own rule if it alone made it (and still does): else settled below
+                        if len(self._rule_pairs[key]) == 1 and key not in changed_keys:
                             self.rules[key] = rule
                             self._changed_rules[key] = None
                         else:
@@ -469,15 +487,25 @@ class MarkingTable:
                 self._pair_rules[pair], made_from[pair] = rules, made
             else:
                 del self._pair_rules[pair], made_from[pair]
+        owner_keys = self._owner_keys
         for key in changed_keys:
             self._changed_rules[key] = None
             makers = self._rule_pairs.get(key)
+            old = self.rules.get(key)
             if not makers:
                 self._rule_pairs.pop(key, None)
                 self.rules.pop(key, None)
-                continue
-            first = min(makers)
-            self.rules[key] = next(r for r in self._pair_rules[first] if r.key == key)
+                rule = None
+            else:
+                first = min(makers)
+                rule = self.rules[key] = next(r for r in self._pair_rules[first] if r.key == key)
+            if old is not None and (rule is None or rule.cookie != old.cookie):
+                keys = owner_keys[old.cookie]
+                keys.discard(key)
+                if not keys:
+                    del owner_keys[old.cookie]
+            if rule is not None and (old is None or rule.cookie != old.cookie):
+                owner_keys.setdefault(rule.cookie, set()).add(key)
 
 
 @functools.lru_cache(maxsize=CACHE_ENTRIES)
@@ -545,10 +573,13 @@ def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
     by_cookie: dict[int, list[Op]] = {}
     for op in flow_mods:
         by_cookie.setdefault(op.rule.cookie, []).append(op)
-    marks: dict[int, set] = {}
-    for rule in desired.rules.values():
-        if rule.cookie in by_cookie:
-            marks.setdefault(rule.cookie, set()).add((rule.dscp, rule.meter_id))
+    maker = desired.maker() if desired.maker is not None else None
+    marks = maker.owner_marks(desired, by_cookie) if maker is not None else None
+    if marks is None:  # (every rule read)
+        marks = {}
+        for rule in desired.rules.values():
+            if rule.cookie in by_cookie:
+                marks.setdefault(rule.cookie, set()).add((rule.dscp, rule.meter_id))
     out = []
     for cookie, ops in by_cookie.items():
         if len(ops) > 1 and len(marks[cookie]) == 1:

@@ -228,6 +228,7 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
     coflows: dict[int, Coflow] = {}
     job_ports = {job: [5000 + job % 2] for job in range(4)}
     installed = older = SwitchTable.empty()
+    kept = []  # tables of earlier updates
     for step in range(150):
         for _ in range(rng.randint(1, 3)):
             coflow_id = rng.randrange(12)
@@ -263,13 +264,21 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
         # the whole diff gives (in another order within a kind) and what the switch ends with
         assert (got.changes_from(installed) is None) == (step == 0)
         quick = diff(installed, got)
-        whole = diff(SwitchTable(dict(installed.rules), dict(installed.meters)), got)
+        # (plain copies: every rule read, the owners' marks too)
+        whole = diff(SwitchTable(dict(installed.rules), dict(installed.meters)),
+                     SwitchTable(dict(got.rules), dict(got.meters)))  # fmt: skip
+        owners = {}
+        for key, rule in got.rules.items():
+            owners.setdefault(rule.cookie, set()).add(key)
+        assert table._owner_keys == owners
         assert list(map(_phase, quick)) == list(map(_phase, whole))  # kinds come in order
         assert sorted(map(repr, quick)) == sorted(map(repr, whole))
         assert apply_ops(installed, quick) == got
         # from an older table (a switch that missed an update) the whole diff is taken
         assert apply_ops(older, diff(older, got)) == got
         older, installed = installed, got
+        if step % 10 == 5:
+            kept.append(got)
         if step % 10 == 0:  # the same update again changes nothing
             again = table.update(state, schedule, job_ports)
             assert again.changed_rules == again.changed_meters == ()
@@ -277,6 +286,15 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
             installed = again
         assert (
             desired_table(state, schedule, job_ports, MeterIds()).rules.keys() == want.rules.keys()
+        )
+
+    # a table the marking table made before its last is diffed to from its rules alone
+    def plain(t):
+        return SwitchTable(dict(t.rules), dict(t.meters))
+
+    for early in kept:
+        assert sorted(map(repr, diff(plain(installed), early))) == sorted(
+            map(repr, diff(plain(installed), plain(early)))
         )
     # nothing is kept of coflows gone (churn does not grow it)
     emptied = table.update(ClusterState(), Schedule(()), job_ports)
