@@ -545,7 +545,7 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
         if have is None or have.cookie != rule.cookie:
             flow_adds.append(Op(OpKind.FLOW_ADD, rule=rule))
         elif have != rule:
-            flow_mods.append(Op(OpKind.FLOW_MODIFY, rule=rule))
+            flow_mods.append(rule)
     meter_puts, meter_deletes = [], []
     for meter_id in new_meters:
         kbps = desired.meters.get(meter_id)
@@ -562,17 +562,18 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     return [*ops, Op(OpKind.BARRIER)] if ops else []
 
 
-def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
-    """Fold the modifies of an owner whose rules all end up with the same marks into one.
+def _by_owner(flow_mods: list[FlowRule], desired: SwitchTable) -> list[Op]:
+    """The modifies of the rules ``flow_mods``, those of an owner whose rules all end up with
+    the same marks folded into one.
 
     A reorder usually moves whole owners (jobs) between levels; one non-strict MODIFY limited
     by the owner's cookie then replaces a MODIFY_STRICT per rule.
     """
     if not flow_mods:
         return []
-    by_cookie: dict[int, list[Op]] = {}
-    for op in flow_mods:
-        by_cookie.setdefault(op.rule.cookie, []).append(op)
+    by_cookie: dict[int, list[FlowRule]] = {}
+    for rule in flow_mods:
+        by_cookie.setdefault(rule.cookie, []).append(rule)
     maker = desired.maker() if desired.maker is not None else None
     marks = maker.owner_marks(desired, by_cookie) if maker is not None else None
     if marks is None:  # (every rule read)
@@ -581,14 +582,14 @@ def _by_owner(flow_mods: list[Op], desired: SwitchTable) -> list[Op]:
             if rule.cookie in by_cookie:
                 marks.setdefault(rule.cookie, set()).add((rule.dscp, rule.meter_id))
     out = []
-    for cookie, ops in by_cookie.items():
-        if len(ops) > 1 and len(marks[cookie]) == 1:
-            first = ops[0].rule
+    for cookie, rules in by_cookie.items():
+        if len(rules) > 1 and len(marks[cookie]) == 1:
+            first = rules[0]
             # the match must name IP: set_field ip_dscp needs it as a prerequisite
             template = FlowRule(cookie, 0, OWNER_MATCH, first.dscp, first.meter_id)
             out.append(Op(OpKind.OWNER_MODIFY, rule=template))
         else:
-            out.extend(ops)
+            out.extend(Op(OpKind.FLOW_MODIFY, rule=rule) for rule in rules)
     return out
 
 
