@@ -10,14 +10,12 @@ Units are in the names: ``*_bytes``, ``*_bps`` (bits per second), ``*_s`` (secon
 
 from __future__ import annotations
 
-import bisect
 import functools
 import operator
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, repeat
-from typing import Any
 
 import numpy as np
 
@@ -562,62 +560,62 @@ class _Rows:
         rows): a row whose coflow left the active order (``moved``, or not active) goes, one
         put again in its place is replaced, and the coflows appended since follow the rest
         (an active coflow that was not touched kept its place, before every appended one)."""
-        gone, replaced = [], []
+        # each of these rows that changed: None if it goes, else the entry that replaces it
+        changed: dict[int, _Indexed | None] = {}
         for coflow_id, was_row in touched.items():
             if was_row:
-                row = self.ids.index(coflow_id)
                 stays = coflow_id in active and coflow_id not in moved
-                (replaced if stays else gone).append(row)
-        gone.sort()
-        n_rows = len(self.ids) - len(gone)
-        appended = list(map(active.__getitem__, islice(active, n_rows, None)))
-        # each replaced row's place once the gone rows are out
-        replaced = [(row - bisect.bisect(gone, row), row) for row in sorted(replaced)]
-        fresh_rows = [new for new, _ in replaced] + list(range(n_rows, n_rows + len(appended)))
-        fresh = [active[self.ids[old]] for _, old in replaced] + appended
-        kept = np.ones(len(self.ids), dtype=bool)
-        kept[gone] = False
-        kept[[old for _, old in replaced]] = False
-        from_kept = np.ones(n_rows + len(appended), dtype=bool)
-        from_kept[fresh_rows] = False
-        old_n_ports = np.diff(self.row_ptr)
-        n_ports = np.empty(len(from_kept), dtype=np.int64)
-        n_ports[from_kept] = old_n_ports[kept]
-        n_ports[fresh_rows] = list(map(_N_PORTS, fresh))
-        row_ptr = np.zeros(len(from_kept) + 1, dtype=np.int64)
-        np.cumsum(n_ports, out=row_ptr[1:])
-        kept_entries = np.repeat(kept, old_n_ports)
-        entry_from_kept = np.repeat(from_kept, n_ports)
-        ports = np.empty(len(entry_from_kept), dtype=np.int64)
-        load_bytes = np.empty(len(entry_from_kept))
-        ports[entry_from_kept] = self.ports[kept_entries]
-        load_bytes[entry_from_kept] = self.load_bytes[kept_entries]
-        keys = np.empty((len(from_kept), 1), dtype=_KEY_ROW)
-        keys[from_kept] = self.keys[kept]
-        for row, entry in zip(fresh_rows, fresh, strict=True):
-            start, end = row_ptr[row], row_ptr[row + 1]
-            ports[start:end] = np.frombuffer(entry.ports, dtype=np.int64)
-            load_bytes[start:end] = np.frombuffer(entry.load_bytes)
-            keys[row] = np.frombuffer(entry.keys, dtype=_KEY_ROW)
-
-        def splice(values: list, field: Callable[[_Indexed], Any]) -> list:
-            values = values.copy()
-            for row in reversed(gone):
-                del values[row]
-            for new, old in replaced:
-                values[new] = field(active[self.ids[old]])
-            values.extend(map(field, appended))
-            return values
-
+                changed[self.ids.index(coflow_id)] = active[coflow_id] if stays else None
+        n_kept = len(self.ids) - sum(entry is None for entry in changed.values())
+        appended = list(map(active.__getitem__, islice(reversed(active), len(active) - n_kept)))
+        # the new rows in order: runs (first, end) of these rows, and new entries
+        pieces: list[tuple[int, int] | _Indexed] = []
+        first = 0
+        for row in sorted(changed):
+            if first < row:
+                pieces.append((first, row))
+            if changed[row] is not None:
+                pieces.append(changed[row])
+            first = row + 1
+        if first < len(self.ids):
+            pieces.append((first, len(self.ids)))
+        pieces.extend(reversed(appended))
+        if not pieces:
+            return _Rows.of([])
+        ptr, old_n_ports = self.row_ptr, np.diff(self.row_ptr)
+        ids, coflows, size_bytes, remaining_bytes = [], [], [], []
+        n_ports, ports, load_bytes, keys = [], [], [], []
+        for piece in pieces:
+            if type(piece) is tuple:
+                a, b = piece
+                ids += self.ids[a:b]
+                coflows += self.coflows[a:b]
+                size_bytes += self.size_bytes[a:b]
+                remaining_bytes += self.remaining_bytes[a:b]
+                n_ports.append(old_n_ports[a:b])
+                ports.append(self.ports[ptr[a] : ptr[b]])
+                load_bytes.append(self.load_bytes[ptr[a] : ptr[b]])
+                keys.append(self.keys[a:b])
+            else:
+                ids.append(piece.coflow.coflow_id)
+                coflows.append(piece.coflow)
+                size_bytes.append(piece.size_bytes)
+                remaining_bytes.append(piece.remaining_bytes)
+                n_ports.append([piece.n_ports])
+                ports.append(np.frombuffer(piece.ports, dtype=np.int64))
+                load_bytes.append(np.frombuffer(piece.load_bytes))
+                keys.append(np.frombuffer(piece.keys, dtype=_KEY_ROW).reshape(1, 1))
+        row_ptr = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(n_ports), out=row_ptr[1:])
         return _Rows(
-            splice(self.ids, _ENTRY_ID),
-            splice(self.coflows, _ENTRY_COFLOW),
-            splice(self.size_bytes, _SIZE),
-            splice(self.remaining_bytes, _LEFT),
+            ids,
+            coflows,
+            size_bytes,
+            remaining_bytes,
             row_ptr,
-            ports,
-            load_bytes,
-            keys,
+            np.concatenate(ports),
+            np.concatenate(load_bytes),
+            np.concatenate(keys),
         )
 
 
