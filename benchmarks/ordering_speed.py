@@ -63,11 +63,11 @@ def random_state(n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int) -
 
 
 def index_of(state: ClusterState) -> CoflowIndex:
-    """The state's coflows (and its jobs' hosts) indexed, as the controller's registry keeps
-    them."""
+    """The state's coflows and its jobs' loads per iteration indexed, as the controller's
+    registry keeps them."""
     index = CoflowIndex(state.coflows.values())
     for job in state.jobs.values():
-        index.add_hosts(port[0] for port in job.bytes_per_iteration)
+        index.put_job(job)
     return index
 
 

@@ -284,6 +284,18 @@ def _host_port_columns(n_hosts: int) -> dict[Port, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class _PackedJob:
+    """A job's loads per iteration in a :class:`CoflowIndex`, packed as a coflow's are: the
+    ``bytes_per_iteration`` dict they were read from, its ports (``2 * host number +
+    direction``, int64) and its bytes (float64), in the dict's order."""
+
+    source: Mapping[Port, float]
+    n_ports: int
+    ports: bytes
+    load_bytes: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class _Indexed:
     """A coflow in a :class:`CoflowIndex`, as read when it was put: its totals, and its
     :meth:`Coflow.port_bytes` as packed arrays (one C-speed join lists every coflow's), each
@@ -376,6 +388,7 @@ _LOAD_BYTES = operator.attrgetter("load_bytes")
 _LEFT = operator.attrgetter("remaining_bytes")
 _SIZE = operator.attrgetter("size_bytes")
 _COFLOW_ID = operator.attrgetter("coflow_id")
+_SOURCE = operator.attrgetter("source")
 _ENTRY_ID = operator.attrgetter("coflow.coflow_id")
 
 
@@ -387,8 +400,9 @@ class CoflowIndex:
     finish.
 
     A coflow's loads are read when it is put: put it again after its flows change. Hosts are
-    numbered in the order they are first seen, in a coflow's flows or by :meth:`add_hosts`
-    (ports that only jobs use: Beamer looks their columns up).
+    numbered in the order they are first seen, in a coflow's flows, a job's loads per
+    iteration (:meth:`put_job`: packed the same way, Beamer reads them) or by
+    :meth:`add_hosts`.
     """
 
     def __init__(self, coflows: Iterable[Coflow] = ()) -> None:
@@ -406,6 +420,10 @@ class CoflowIndex:
         self._rows: _Rows | None = None
         self._touched: dict[CoflowId, bool] = {}
         self._moved: set[CoflowId] = set()
+        # each job's loads per iteration, packed (copied before a change once a snapshot
+        # holds the dict)
+        self._jobs: dict[JobId, _PackedJob] = {}
+        self._jobs_shared = False
         for coflow in coflows:
             self.put(coflow)
 
@@ -454,6 +472,32 @@ class CoflowIndex:
         if active and next(reversed(active.values())).arrival_key > entry.arrival_key:
             self._ordered = False
         active[coflow_id] = entry
+
+    def put_job(self, job: Job) -> None:
+        """Add a job's loads per iteration, or replace the ones with its id (read now: put it
+        again with a new ``bytes_per_iteration``)."""
+        load = job.bytes_per_iteration
+        self.add_hosts([port[0] for port in load])
+        number = self._host_number
+        packed = _PackedJob(
+            load,
+            len(load),
+            array("q", [2 * number[host] + way for host, way in load]).tobytes(),
+            array("d", load.values()).tobytes(),
+        )
+        self._own_jobs()[job.job_id] = packed
+        self._view = None
+
+    def remove_job(self, job_id: JobId) -> None:
+        """Forget a job's loads (no error if they are not there)."""
+        if job_id in self._jobs:
+            del self._own_jobs()[job_id]
+            self._view = None
+
+    def _own_jobs(self) -> dict[JobId, _PackedJob]:
+        if self._jobs_shared:
+            self._jobs, self._jobs_shared = dict(self._jobs), False
+        return self._jobs
 
     def remove(self, coflow_id: CoflowId) -> None:
         """Forget a coflow (no error if it is not there)."""
@@ -512,7 +556,9 @@ class CoflowIndex:
             rows.size_bytes,
             rows.remaining_bytes,
             None if rows.keys is None else CoflowKeys.from_rows(rows.keys.view(np.int64), True),
+            self._jobs,
         )
+        self._jobs_shared = True
         return self._view
 
 
@@ -630,6 +676,7 @@ class CoflowLoads:
         size_bytes: each one's size.
         remaining_bytes: each one's bytes left.
         keys: their ids, jobs and stages as arrays (``None`` if an id does not fit an int64).
+        jobs: the jobs' loads per iteration the index packed, by job id.
     """
 
     coflows: tuple[Coflow, ...]
@@ -637,6 +684,26 @@ class CoflowLoads:
     size_bytes: list[float]
     remaining_bytes: list[float]
     keys: CoflowKeys | None = None
+    jobs: Mapping[JobId, _PackedJob] = field(default_factory=dict)
+
+    def job_loads(
+        self, job_ids: Sequence[JobId], sources: Sequence[Mapping[Port, float]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Each of ``job_ids``' loads per iteration as ``(counts, columns, bytes)`` of the
+        sparse loads' columns, joined from what the index packed, if it packed every one of
+        them from the very dict the caller holds (``sources``); else ``None``."""
+        packed = list(map(self.jobs.get, job_ids))
+        if not all(map(operator.is_not, packed, repeat(None))) or not all(
+            map(operator.is_, map(_SOURCE, packed), sources)
+        ):
+            return None
+        ports = np.frombuffer(b"".join(map(_PORTS, packed)), dtype=np.int64)
+        n_hosts = self.sparse.n_hosts
+        return (
+            np.fromiter(map(_N_PORTS, packed), np.int64, len(packed)),
+            (ports & 1) * n_hosts + (ports >> 1),
+            np.frombuffer(b"".join(map(_LOAD_BYTES, packed))),
+        )
 
     def byte_counts(
         self, coflows: Sequence[Coflow], ids: list[CoflowId] | None = None
@@ -759,7 +826,7 @@ class ClusterState:
         if indexed:
             index = CoflowIndex(state.coflows.values())
             for job in state.jobs.values():
-                index.add_hosts(port[0] for port in job.bytes_per_iteration)
+                index.put_job(job)
             state.loads = index.snapshot()
         return state
 
@@ -778,6 +845,12 @@ class ClusterState:
             (c for c in self.coflows.values() if not c.done),
             key=lambda c: (c.arrival_s, c.coflow_id),
         )
+
+    def job_loads(
+        self, job_ids: Sequence[JobId], sources: Sequence[Mapping[Port, float]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """:meth:`CoflowLoads.job_loads` of the state's loads (``None`` if it keeps none)."""
+        return None if self.loads is None else self.loads.job_loads(job_ids, sources)
 
     def active_ids(self, active: Sequence[Coflow] | None = None) -> list[CoflowId]:
         """The ids of :meth:`active_coflows`, in that order: from the loads when the state

@@ -785,12 +785,17 @@ class _JobStages:
         self.stage_units = np.fromiter(
             map(self.index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
         )
-        counts = list(map(len, self.sources))
-        self.extra_ptr = offsets(counts)
-        self.extra_column = sparse.columns(chain.from_iterable(self.sources), sum(counts))
-        self.extra_bytes = np.fromiter(
-            chain.from_iterable(map(_VALUES, self.sources)), float, sum(counts)
-        )
+        packed = state.job_loads(self.units, self.sources)
+        if packed is not None:  # (packed when the jobs were registered)
+            counts, self.extra_column, self.extra_bytes = packed
+            self.extra_ptr = offsets(counts)
+        else:
+            counts = list(map(len, self.sources))
+            self.extra_ptr = offsets(counts)
+            self.extra_column = sparse.columns(chain.from_iterable(self.sources), sum(counts))
+            self.extra_bytes = np.fromiter(
+                chain.from_iterable(map(_VALUES, self.sources)), float, sum(counts)
+            )
 
     def units_of(self, job_ids: np.ndarray) -> np.ndarray:
         """The unit of each of ``job_ids`` (-1 for a job no stage lists)."""

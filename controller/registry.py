@@ -656,10 +656,11 @@ class Registry:
             implicit = None
             if rec is None:
                 self._jobs_view.pop(job_id, None)
+                index.remove_job(job_id)
             else:
                 job, implicit = self._job_model(rec)
                 self._jobs_view[job_id] = job
-                index.add_hosts(host for host, _ in job.bytes_per_iteration)
+                index.put_job(job)
             if implicit is not None and rec.running and job_id not in busy:
                 index.put(implicit)
             else:

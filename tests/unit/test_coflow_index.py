@@ -5,6 +5,7 @@ policy orders it exactly as it orders the same state without it."""
 from __future__ import annotations
 
 import random
+from itertools import chain
 
 import numpy as np
 import pytest
@@ -256,6 +257,52 @@ def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatc
     for got, want in older:
         assert_same_snapshot(got, want)
     assert len(spliced) > 150  # most snapshots were spliced
+
+
+def test_jobs_loads_are_packed_when_put_and_read_from_the_dict_put():
+    """A job's loads per iteration, packed when the job is put, read as the sparse columns and
+    bytes of its ``bytes_per_iteration`` (in its order); a job put again with another dict, or
+    not put, gives none; a snapshot keeps the jobs it was made with."""
+    rng = random.Random(3)
+    hosts = [f"10.0.0.{h}" for h in range(1, 9)]
+
+    def job(job_id):
+        ports = rng.sample(
+            [(h, way) for h in hosts for way in (EGRESS, INGRESS)], rng.randint(1, 6)
+        )
+        return Job(job_id, {port: float(rng.randint(1, 9)) for port in ports})
+
+    index = CoflowIndex([Coflow(1, [Flow("10.0.0.1", "10.0.0.2", 5.0)])])
+    jobs = {j: job(j) for j in range(6)}
+    for each in jobs.values():
+        index.put_job(each)
+    index.remove_job(5)
+    index.remove_job(99)  # (not there: no error)
+    first = index.snapshot()
+    ids = [4, 0, 3]
+    sources = [jobs[j].bytes_per_iteration for j in ids]
+    counts, columns, loads = first.job_loads(ids, sources)
+    assert counts.tolist() == [len(s) for s in sources]
+    assert columns.tolist() == first.sparse.columns(chain.from_iterable(sources)).tolist()
+    assert loads.tolist() == [v for s in sources for v in s.values()]
+    assert first.job_loads([5], [jobs[5].bytes_per_iteration]) is None  # removed
+    assert first.job_loads([0], [dict(jobs[0].bytes_per_iteration)]) is None  # another dict
+    # a job put again (new loads) shows in the next snapshot, not in the one before
+    old = jobs[0]
+    jobs[0] = job(0)
+    index.put_job(jobs[0])
+    second = index.snapshot()
+    assert second is not first
+    assert second.job_loads([0], [old.bytes_per_iteration]) is None
+    got = second.job_loads([0], [jobs[0].bytes_per_iteration])
+    assert got[1].tolist() == second.sparse.columns(jobs[0].bytes_per_iteration).tolist()
+    assert first.job_loads([0], [old.bytes_per_iteration])[2].tolist() == list(
+        old.bytes_per_iteration.values()
+    )
+    index.remove_job(3)
+    assert index.snapshot().job_loads([3], [jobs[3].bytes_per_iteration]) is None
+    assert second.job_loads([3], [jobs[3].bytes_per_iteration]) is not None
+    assert ClusterState().job_loads([0], [old.bytes_per_iteration]) is None  # (no index)
 
 
 def test_a_port_of_a_host_the_index_does_not_know_is_named():
