@@ -475,8 +475,11 @@ class CoflowIndex:
 
     def put_job(self, job: Job) -> None:
         """Add a job's loads per iteration, or replace the ones with its id (read now: put it
-        again with a new ``bytes_per_iteration``)."""
+        again with a new ``bytes_per_iteration``; the same dict again changes nothing)."""
         load = job.bytes_per_iteration
+        kept = self._jobs.get(job.job_id)
+        if kept is not None and kept.source is load:
+            return  # (the same dict: the same loads)
         self.add_hosts([port[0] for port in load])
         number = self._host_number
         packed = _PackedJob(

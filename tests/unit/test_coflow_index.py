@@ -279,6 +279,8 @@ def test_jobs_loads_are_packed_when_put_and_read_from_the_dict_put():
     index.remove_job(5)
     index.remove_job(99)  # (not there: no error)
     first = index.snapshot()
+    index.put_job(Job(2, jobs[2].bytes_per_iteration, iteration_budget=7))  # the same loads
+    assert index.snapshot() is first
     ids = [4, 0, 3]
     sources = [jobs[j].bytes_per_iteration for j in ids]
     counts, columns, loads = first.job_loads(ids, sources)
