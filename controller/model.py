@@ -389,7 +389,6 @@ _LEFT = operator.attrgetter("remaining_bytes")
 _SIZE = operator.attrgetter("size_bytes")
 _COFLOW_ID = operator.attrgetter("coflow_id")
 _SOURCE = operator.attrgetter("source")
-_ENTRY_ID = operator.attrgetter("coflow.coflow_id")
 
 
 class CoflowIndex:
