@@ -792,8 +792,8 @@ class ClusterState:
             arrays from it (:meth:`sparse_port_bytes`). Its hosts must include those of the
             jobs' ports.
         stages_version: an object the state's maker replaces by a new one whenever the
-            stages (ids, listed jobs, arrivals, weights), the set of jobs or a job's
-            ``bytes_per_iteration`` change (``None``: not tracked). While it is the same
+            stages (ids, listed jobs, arrivals, weights), the set of jobs, a job's stage or
+            its ``bytes_per_iteration`` change (``None``: not tracked). While it is the same
             object, a policy may keep what it derived from them (Beamer does).
     """
 

@@ -780,6 +780,7 @@ class _JobStages:
         self.units_by_job = np.argsort(self.unit_jobs, kind="stable")  # to find units by job id
         self.sorted_jobs = self.unit_jobs[self.units_by_job]
         self.jobs_read: list[Job] | None = self.jobs(state)  # (handed out once by current)
+        self._job_stages: tuple[np.ndarray, np.ndarray] | None = None  # see job_stages
         self.sources = list(map(_PER_ITERATION, self.jobs_read))
         self.stage_ptr = offsets(np.bincount(listing_stage[first], minlength=n_stages))
         self.stage_units = np.fromiter(
@@ -850,6 +851,23 @@ class _JobStages:
         filled, made.jobs_read = made.jobs_read, None
         return made, filled
 
+    def job_stages(
+        self, state: ClusterState, filled: list[Job] | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each unit's job's own stage id (0 for none) and whether it has one, read from
+        ``filled`` (each unit's job, as :meth:`current` gave them) or, where the state's
+        ``stages_version`` vouched for the jobs (``filled`` is ``None``), kept from the last
+        read; ``None`` if a stage id is not an int64."""
+        if filled is None and self._job_stages is not None:
+            return self._job_stages
+        stage_ids = list(map(_STAGE_ID, filled or self.jobs(state)))
+        has_stage = np.fromiter(map(operator.is_not, stage_ids, repeat(None)), bool)
+        try:
+            self._job_stages = (int64_ids(stage_ids), has_stage)
+        except (OverflowError, TypeError):
+            self._job_stages = None
+        return self._job_stages
+
     def jobs(self, state: ClusterState) -> list[Job]:
         """Each unit's job in ``state`` (:data:`_UNREGISTERED` if it has none)."""
         return list(map(state.jobs.get, self.units, repeat(_UNREGISTERED)))
@@ -903,12 +921,10 @@ def _job_stage_order(
         return None, structure  # a coflow whose job no stage lists
     stage_of, has_stage = keys.stage_id, keys.has_stage
     if not has_stage.all():  # a coflow without a stage of its own is in its job's
-        jobs_stage = list(map(_STAGE_ID, filled or structure.jobs(state)))
-        has_job_stage = np.fromiter(map(operator.is_not, jobs_stage, repeat(None)), bool)
-        try:
-            of_job = int64_ids(jobs_stage)
-        except (OverflowError, TypeError):  # a job's stage is not an int64
+        job_stages = structure.job_stages(state, filled)
+        if job_stages is None:  # a job's stage is not an int64
             return None, structure
+        of_job, has_job_stage = job_stages
         if not (has_stage | has_job_stage[unit_of]).all():
             return None, structure
         stage_of = np.where(has_stage, stage_of, of_job[unit_of])

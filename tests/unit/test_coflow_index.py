@@ -259,6 +259,28 @@ def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatc
     assert len(spliced) > 150  # most snapshots were spliced
 
 
+def test_a_kept_stage_structure_reads_the_jobs_stages_again_where_no_version_vouches():
+    """Beamer keeps what it derived from the stages; the jobs' own stages (the stage of a
+    coflow that names none) are read again when the state does not vouch for its jobs: a job
+    moved to a stage that does not list it takes its coflows off the array path."""
+    for seed in range(5):
+        plain = hpo_state(seed, "none")
+        fast = indexed(plain)
+        sparse = fast.sparse_port_bytes()
+        ranks, kept = _job_stage_ranks(fast, fast.active_coflows(), sparse, None)
+        assert ranks is not None
+        moved = plain.active_coflows()[-1].job_id
+        jobs = [Job(j.job_id, j.bytes_per_iteration, j.iteration_budget, j.iterations_done,
+                    99 if j.job_id == moved else j.stage_id, arrival_s=j.arrival_s)
+                for j in plain.jobs.values()]  # fmt: skip
+        again = indexed(ClusterState.build(plain.coflows.values(), jobs, plain.stages.values(),
+                                           default_port_bps=1e3))  # fmt: skip
+        ranks, still = _job_stage_ranks(
+            again, again.active_coflows(), again.sparse_port_bytes(), kept
+        )
+        assert still is kept and ranks is None
+
+
 def test_jobs_loads_are_packed_when_put_and_read_from_the_dict_put():
     """A job's loads per iteration, packed when the job is put, read as the sparse columns and
     bytes of its ``bytes_per_iteration`` (in its order); a job put again with another dict, or
