@@ -437,16 +437,13 @@ class CoflowIndex:
     def put(self, coflow: Coflow) -> None:
         """Add a coflow, or replace the one with its id (its loads are read now)."""
         load = coflow.port_bytes()
-        self.add_hosts([port[0] for port in load])
-        number = self._host_number
         entry = _Indexed(
             coflow,
             (coflow.arrival_s, coflow.coflow_id),
             coflow.size_bytes,
             coflow.remaining_bytes,
             len(load),
-            array("q", [2 * number[host] + way for host, way in load]).tobytes(),
-            array("d", load.values()).tobytes(),
+            *self._pack(load),
             CoflowKeys.pack(coflow),
         )
         coflow_id, active = coflow.coflow_id, self._active
@@ -479,16 +476,18 @@ class CoflowIndex:
         kept = self._jobs.get(job.job_id)
         if kept is not None and kept.source is load:
             return  # (the same dict: the same loads)
+        self._own_jobs()[job.job_id] = _PackedJob(load, len(load), *self._pack(load))
+        self._view = None
+
+    def _pack(self, load: Mapping[Port, float]) -> tuple[bytes, bytes]:
+        """A load's ports (``2 * host number + direction``, its hosts numbered if new) and
+        bytes, packed in its order."""
         self.add_hosts([port[0] for port in load])
         number = self._host_number
-        packed = _PackedJob(
-            load,
-            len(load),
+        return (
             array("q", [2 * number[host] + way for host, way in load]).tobytes(),
             array("d", load.values()).tobytes(),
         )
-        self._own_jobs()[job.job_id] = packed
-        self._view = None
 
     def remove_job(self, job_id: JobId) -> None:
         """Forget a job's loads (no error if they are not there)."""
@@ -549,7 +548,7 @@ class CoflowIndex:
             rows = self._rows = rows.spliced(self._active, self._touched, self._moved)
         self._touched, self._moved = {}, set()
         n_hosts = len(self._hosts)
-        column = (rows.ports & 1) * n_hosts + (rows.ports >> 1)
+        column = _columns(rows.ports, n_hosts)
         sparse = SparsePortBytes(rows.row_ptr, column, rows.load_bytes.copy(), rows.ids,
                                  n_hosts, tuple(self._hosts))  # fmt: skip
         self._view = CoflowLoads(
@@ -562,6 +561,11 @@ class CoflowIndex:
         )
         self._jobs_shared = True
         return self._view
+
+
+def _columns(ports: np.ndarray, n_hosts: int) -> np.ndarray:
+    """:class:`SparsePortBytes` columns of ports packed as ``2 * host number + direction``."""
+    return (ports & 1) * n_hosts + (ports >> 1)
 
 
 # a snapshot with more coflows changed than this (and than an eighth of its rows) is made anew
@@ -700,10 +704,9 @@ class CoflowLoads:
         ):
             return None
         ports = np.frombuffer(b"".join(map(_PORTS, packed)), dtype=np.int64)
-        n_hosts = self.sparse.n_hosts
         return (
             np.fromiter(map(_N_PORTS, packed), np.int64, len(packed)),
-            (ports & 1) * n_hosts + (ports >> 1),
+            _columns(ports, self.sparse.n_hosts),
             np.frombuffer(b"".join(map(_LOAD_BYTES, packed))),
         )
 

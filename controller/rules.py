@@ -21,10 +21,10 @@ import operator
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import chain, compress
+from itertools import compress
 
 from controller.model import ClusterState, Coflow
-from controller.schedule import N_LEVELS, Schedule, dscp_of_level
+from controller.schedule import N_LEVELS, Schedule, dscp_of_level, level_split
 
 MARK_TABLE = 0
 FORWARD_TABLE = 1
@@ -289,13 +289,10 @@ class MarkingTable:
         caps = schedule.flow_rates_bps
         coflows = state.coflows
         self._changed_rules, self._changed_meters = {}, {}
-        # The levels (as coflow_levels gives them: a coflow's last listing sets its level)
-        # without a dict of every coflow: the few of the first ranks, and a set of the others.
+        # the levels without a dict of every coflow: the few of the first ranks, and a set of
+        # the others
         lowest = N_LEVELS - 1
-        top: dict[int, int] = {}
-        for rank, group in enumerate(schedule.ranks[:lowest]):
-            top.update(dict.fromkeys(group, rank))
-        shared = set(chain.from_iterable(schedule.ranks[lowest:]))
+        top, shared = level_split(schedule)
         # The coflows that may have changed, found at C speed: those whose level changed or
         # that came or went, those whose object is not the one marked, those of jobs whose
         # TCP ports changed, and every coflow with caps now or before.

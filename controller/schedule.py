@@ -84,16 +84,25 @@ def level_of_rank(rank: int, n_levels: int = N_LEVELS) -> int:
 
 def coflow_levels(schedule: Schedule, n_levels: int = N_LEVELS) -> dict[CoflowId, int]:
     """Priority level of every coflow of ``schedule`` (:func:`level_of_rank` of its rank)."""
+    levels, lowest = level_split(schedule, n_levels)
+    levels.update(dict.fromkeys(lowest, n_levels - 1))
+    return levels
+
+
+def level_split(
+    schedule: Schedule, n_levels: int = N_LEVELS
+) -> tuple[dict[CoflowId, int], set[CoflowId]]:
+    """:func:`coflow_levels` in two parts, made at C speed a rank at a time: the coflows of
+    the first ``n_levels - 1`` ranks with their level, and the set of those that share the
+    lowest (a coflow listed twice is at the level of its last listing; one in both parts is at
+    the lowest). Every reorder of the controller makes this call."""
     if n_levels < 1:
         raise ValueError("n_levels must be >= 1")
     lowest = n_levels - 1
-    # at C speed, a rank at a time (a later listing of a coflow sets its level, as a loop
-    # over the coflows would): every reorder of the controller makes this call
-    levels: dict[CoflowId, int] = {}
+    first: dict[CoflowId, int] = {}
     for rank, group in enumerate(schedule.ranks[:lowest]):
-        levels.update(dict.fromkeys(group, rank))
-    levels.update(dict.fromkeys(chain.from_iterable(schedule.ranks[lowest:]), lowest))
-    return levels
+        first.update(dict.fromkeys(group, rank))
+    return first, set(chain.from_iterable(schedule.ranks[lowest:]))
 
 
 def dscp_of_level(level: int) -> int:
