@@ -337,8 +337,8 @@ class Varys(Policy):
         if sparse is not None:
             return self._schedule_arrays(state, active, sparse)
         loads = {c.coflow_id: c.port_bytes() for c in active}
-        gamma = {c.coflow_id: bottleneck_s(state, loads[c.coflow_id]) for c in active}
-        order = sorted(active, key=lambda c: gamma[c.coflow_id])  # stable: ties by arrival
+        gamma = _tie_noise([bottleneck_s(state, loads[c.coflow_id]) for c in active])
+        order = [active[i] for i in np.argsort(gamma, kind="stable")]  # ties by arrival
         rates, gammas = madd(state, order, loads) if self.use_rates else ({}, {})
         return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
 
@@ -351,12 +351,22 @@ class Varys(Policy):
         rows = _rows(sparse, ids)
         bps = state.column_bps(sparse)
         gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
-        by_gamma = np.argsort(gamma, kind="stable")  # ties by arrival
+        by_gamma = np.argsort(_tie_noise(gamma), kind="stable")  # ties by arrival
         ordered = np.asarray(ids, dtype=np.int64)[by_gamma].tolist()
         if not self.use_rates:
             return Schedule.from_order(ordered)
         order = list(map(active.__getitem__, by_gamma.tolist()))
         return Schedule.from_order(ordered, *_sparse_madd(state, sparse, order, rows[by_gamma]))
+
+
+_TIE_DIGITS = 9  # bottleneck times (s) within a nanosecond tie
+
+
+def _tie_noise(gamma_s) -> np.ndarray:
+    """Bottleneck times to sort by: equal bottlenecks must tie (and go by arrival) whatever
+    the float noise in the bytes left (a last-bit difference flipped two equal coflows of an
+    HPO workload, and the runs went apart from there)."""
+    return np.round(np.asarray(gamma_s, dtype=np.float64), _TIE_DIGITS)
 
 
 def _rows(sparse: SparsePortBytes, ids: list[CoflowId]) -> np.ndarray:

@@ -204,6 +204,25 @@ class PairLevel(NamedTuple):
     col_share: np.ndarray  # (n,): out: each ingress link's fair share
 
 
+class Singles(NamedTuple):
+    """The groups of a pair level that its matrix does not hold: one flow each, usually with a
+    rate cap (Varys' MADD caps on the coflows that share the lowest level). Indexed by group id
+    (``GroupTable``'s arrays); a big switch, so ``links[g]`` is ``(s, n + d)``."""
+
+    members: np.ndarray  # int: the level's one-flow groups
+    links: np.ndarray  # (groups, 2) int: each group's egress and ingress link
+    caps: np.ndarray  # float per group: its flow's rate cap in bit/s, inf without one
+    weights: np.ndarray  # float per group: its flows (< 0.5: an empty group, which gets 0)
+    rates: np.ndarray  # float per group, out: each member's rate in bit/s
+
+
+def no_singles() -> Singles:
+    """:class:`Singles` without members (a pair level whose matrix holds every flow)."""
+    empty = np.zeros(0)
+    return Singles(np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.int64), empty, empty,
+                   empty)  # fmt: skip
+
+
 @njit(cache=True, inline="always")
 def _freeze_link(link, share, count, residual, live, out_share):  # pragma: no cover - compiled
     """Freeze one side's ``link`` at ``share`` (its flows' rate): it takes ``share`` per flow
@@ -303,9 +322,26 @@ def _recount_starved(hits, w, wt, row_cnt, col_cnt, row_live, col_live, n):
             col_cnt[i] = 0.0
 
 
+@njit(cache=True, inline="always")
+def _leave_link(link, rate, weight, count, residual, live):  # pragma: no cover - compiled
+    """``weight`` flows frozen at ``rate`` elsewhere leave ``link``, if it is not frozen yet.
+
+    Args:
+        link: the link (``s`` for egress ``s``, ``n + d`` for ingress ``d``).
+        rate: the flows' rate in bit/s.
+        weight: the flows.
+        count: per link, the flows not frozen yet; the link's drops by ``weight``.
+        residual: per link, the bit/s left; the link's drops by ``rate * weight``.
+        live: 1.0 per link not frozen yet (a frozen link is left as it is).
+    """
+    if live[link] > 0.0:
+        count[link] -= weight
+        residual[link] = max(residual[link] - rate * weight, 0.0)
+
+
 @njit(cache=True)
-def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
-    """Max-min fair shares of one level (a :class:`PairLevel`) of a big switch without caps.
+def pair_shares(level, residual, capacity, n, singles):  # pragma: no cover - compiled
+    """Max-min fair shares of one level (a :class:`PairLevel`) of a big switch.
 
     Link ``s`` is host ``s``'s egress, link ``n + d`` host ``d``'s ingress. Progressive filling
     over links: a pair's flows freeze with the first of their two links to fill, at that
@@ -318,6 +354,12 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
     inlined: they run once per frozen link, and the calls alone cost a tenth of the kernel,
     measured on a dense 150-host level.)
 
+    The level's ``singles`` (one-flow groups outside the matrix, usually capped) take part as
+    in :func:`_fill`: they count on their links, a round whose smallest share reaches the
+    lowest of their caps freezes the flows capped at or below it instead of a link, and a
+    frozen link freezes its singles at its share. So a level of many shared pairs and a few
+    capped coflows (Varys' lowest) costs what a pair level costs, plus O(1) per single.
+
     Args:
         level: the :class:`PairLevel`: its ``flows``, ``flows_t`` and counts are read (not
             modified); ``row_share`` and ``col_share`` are filled (bit/s per flow).
@@ -325,28 +367,46 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
             updated in place: what the level takes is taken off.
         capacity: per link, its capacity in bit/s (to tell the links left full).
         n: the hosts.
+        singles: the level's :class:`Singles`; their ``rates`` are set (0 for an empty group
+            or one on a link the levels above filled).
     """
     w, wt, row_share, col_share = level.flows, level.flows_t, level.row_share, level.col_share
-    row_cnt = level.row_count.copy()  # flows on each link not frozen yet
-    col_cnt = level.col_count.copy()
+    count = np.empty(2 * n)  # flows on each link not frozen yet: egress links, then ingress
+    count[:n] = level.row_count
+    count[n:] = level.col_count
+    row_cnt, col_cnt = count[:n], count[n:]
     row_res = residual[:n]
     col_res = residual[n : 2 * n]
-    row_live = np.zeros(n)  # 1.0 while the link is not frozen: masks the updates
-    col_live = np.zeros(n)
+    live = np.zeros(2 * n)  # 1.0 while the link is not frozen: masks the updates
+    row_live, col_live = live[:n], live[n:]
+    # the singles that take part: with flows, on links the levels above did not fill
+    members, s_links, s_caps, s_weights, s_rates = singles
+    m = members.shape[0]
+    taking = np.zeros(m, dtype=np.bool_)  # takes part and is not frozen yet
+    extra = np.zeros(2 * n if m > 0 else 0)  # their flows on each link
+    n_capped = 0
+    for i in range(m):
+        g = members[i]
+        s_rates[g] = 0.0
+        a, b = s_links[g, 0], s_links[g, 1]
+        if s_weights[g] < 0.5 or _filled(residual, capacity, a) or _filled(residual, capacity, b):
+            continue
+        taking[i] = True
+        extra[a] += s_weights[g]
+        extra[b] += s_weights[g]
+        if s_caps[g] < np.inf:
+            n_capped += 1
     links = np.empty(2 * n, dtype=np.int64)  # live links: s for egress s, n + d for ingress d
     n_links = 0
-    for s in range(n):
-        row_share[s] = np.inf
-        if row_cnt[s] > 0.5:
-            links[n_links] = s
+    for link in range(2 * n):
+        if link < n:
+            row_share[link] = np.inf
+        else:
+            col_share[link - n] = np.inf
+        if count[link] > 0.5 or (m > 0 and extra[link] > 0.5):
+            links[n_links] = link
             n_links += 1
-            row_live[s] = 1.0
-    for d in range(n):
-        col_share[d] = np.inf
-        if col_cnt[d] > 0.5:
-            links[n_links] = n + d
-            n_links += 1
-            col_live[d] = 1.0
+            live[link] = 1.0
     # the first round freezes, at 0, the links the levels above left full
     hits = np.empty(2 * n, dtype=np.int64)
     n_hits = 0
@@ -362,18 +422,57 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
                 col_share[link - n], col_live[link - n] = 0.0, 0.0
         _recount_starved(hits[:n_hits], w, wt, row_cnt, col_cnt, row_live, col_live, n)
         n_hits = 0
+    # the singles on each link (CSR), and those with a cap, lowest first
+    first = np.zeros(2 * n + 1 if m > 0 else 1, dtype=np.int64)
+    on_link = np.empty(2 * np.count_nonzero(taking), dtype=np.int64)
+    by_cap = np.empty(n_capped, dtype=np.int64)
+    if m > 0:
+        for link in range(2 * n):  # (no single is on a link frozen above)
+            count[link] += extra[link]
+        for i in range(m):
+            if taking[i]:
+                first[s_links[members[i], 0] + 1] += 1
+                first[s_links[members[i], 1] + 1] += 1
+        for link in range(2 * n):
+            first[link + 1] += first[link]
+        fill = first[:-1].copy()
+        capped_caps = np.empty(n_capped)
+        n_capped = 0
+        for i in range(m):
+            if taking[i]:
+                for c in range(2):
+                    link = s_links[members[i], c]
+                    on_link[fill[link]] = i
+                    fill[link] += 1
+                if s_caps[members[i]] < np.inf:
+                    by_cap[n_capped] = i
+                    capped_caps[n_capped] = s_caps[members[i]]
+                    n_capped += 1
+        by_cap = by_cap[np.argsort(capped_caps, kind="mergesort")]
+    next_capped = 0
     share = 0.0
     while True:
         for h in range(n_hits):
             link = hits[h]
+            if live[link] == 0.0:
+                continue
             if link < n:
-                if row_live[link] > 0.0:
-                    _freeze_link(link, share, row_cnt, row_res, row_live, row_share)
-                    _spread_share(share, w[link], col_cnt, col_res, col_live)
-            elif col_live[link - n] > 0.0:
+                _freeze_link(link, share, row_cnt, row_res, row_live, row_share)
+                _spread_share(share, w[link], col_cnt, col_res, col_live)
+            else:
                 d = link - n
                 _freeze_link(d, share, col_cnt, col_res, col_live, col_share)
                 _spread_share(share, wt[d], row_cnt, row_res, row_live)
+            if m == 0:
+                continue
+            for e in range(first[link], first[link + 1]):
+                i = on_link[e]
+                if taking[i]:
+                    taking[i] = False
+                    g = members[i]
+                    s_rates[g] = share
+                    other = s_links[g, 0] + s_links[g, 1] - link
+                    _leave_link(other, share, s_weights[g], count, residual, live)
         # one pass: drop links left without flows, find the smallest share and the links at
         # it (within the relative slack, so float error never leaves a link a hair short)
         share = np.inf
@@ -383,20 +482,20 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
         for j in range(n_links):
             link = links[j]
             if link < n:
-                count, left = row_cnt[link], row_res[link]
+                count_here, left = row_cnt[link], row_res[link]
             else:
-                count, left = col_cnt[link - n], col_res[link - n]
-            if count <= 0.5:
+                count_here, left = col_cnt[link - n], col_res[link - n]
+            if count_here <= 0.5:
                 continue
             links[kept] = link
             kept += 1
-            if left > limit * count:
+            if left > limit * count_here:
                 continue
-            if left < share * count:
-                share = left / count
+            if left < share * count_here:
+                share = left / count_here
                 limit = share * (1 + _REL)
                 # earlier hits stay only if still within the slack of the new share
-                m = 0
+                m_hits = 0
                 for h in range(n_hits):
                     other = hits[h]
                     if other < n:
@@ -404,9 +503,9 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
                     else:
                         near = col_res[other - n] <= limit * col_cnt[other - n]
                     if near:
-                        hits[m] = other
-                        m += 1
-                n_hits = m
+                        hits[m_hits] = other
+                        m_hits += 1
+                n_hits = m_hits
             hits[n_hits] = link
             n_hits += 1
         n_links = kept
@@ -414,6 +513,22 @@ def pair_shares(level, residual, capacity, n):  # pragma: no cover - compiled
             break
         if share < 0.0:
             share = 0.0
+        while next_capped < n_capped and not taking[by_cap[next_capped]]:
+            next_capped += 1
+        if next_capped < n_capped and s_caps[members[by_cap[next_capped]]] <= share * (1 + _REL):
+            # flows capped below the fair share take their cap (and no link freezes yet)
+            while next_capped < n_capped:
+                i = by_cap[next_capped]
+                g = members[i]
+                if taking[i]:
+                    if s_caps[g] > share * (1 + _REL):
+                        break
+                    taking[i] = False
+                    s_rates[g] = max(s_caps[g], 0.0)
+                    for c in range(2):
+                        _leave_link(s_links[g, c], s_rates[g], s_weights[g], count, residual, live)
+                next_capped += 1
+            n_hits = 0
 
 
 @njit(cache=True)

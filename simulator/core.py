@@ -18,11 +18,13 @@ long), and passing a whole table to a helper that is not inlined copies it.
   through a row of ``pair_group`` (pair -> group); one-flow groups (capped coflows, the ideal
   mode) have none. Freed group ids are reused lowest first (a two-level bitmap), so kernels
   scan a short prefix.
-- On a big switch each uncapped level (a *pair level*, up to :data:`MAX_LEVEL_ROWS` shared
-  buckets) also keeps the matrix of its flows per host pair (:class:`PairTable`: counts,
-  transpose, row and column sums), updated as flows end, so its max-min is
+- On a big switch each level of up to :data:`MAX_LEVEL_ROWS` shared buckets (a *pair level*)
+  also keeps the matrix of its flows per host pair (:class:`PairTable`: counts, transpose, row
+  and column sums), updated as flows end, so its max-min is
   :func:`simulator.allocation.pair_shares` (O(n) per bottleneck link), and the step loop serves
-  its groups as classes of their bottleneck link (see "the step loop" below).
+  its groups as classes of their bottleneck link (see "the step loop" below). Its one-flow
+  groups, if any (capped coflows sharing the level), stay out of the matrix: the max-min gives
+  each its own rate (``pair_shares``' singles) and the step loop serves them by it.
 - A level whose flows all have caps that fit keeps its rates while they fit, its groups ending
   from a heap (see "groups at a fixed rate"); other levels take the general max-min.
 - :func:`run_steps` allocates rates, advances to the next completion (or the caller's limit),
@@ -37,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from simulator.allocation import _REL, PairLevel, _fill, _filled, pair_shares
+from simulator.allocation import _REL, PairLevel, Singles, _fill, _filled, pair_shares
 from simulator.greedy import GreedyPass, greedy_pass, greedy_start, greedy_update
 from simulator.heap import heap_pop, heap_push
 
@@ -109,7 +111,7 @@ class PairTable(NamedTuple):
 class LevelPlan(NamedTuple):
     """How the levels are allocated, as :func:`set_group_levels` sorted them out."""
 
-    order: np.ndarray  # the groups of general levels, by level
+    order: np.ndarray  # the groups of general levels and pair levels' one-flow groups, by level
     start: np.ndarray  # each level's first entry in ``order`` (levels + 1 entries)
     general: np.ndarray  # bool per level: it takes the general max-min (else a pair level)
 
@@ -567,10 +569,11 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
     # pragma: no cover - compiled
     """Give every used group its bucket's level and sort out how each level is allocated.
 
-    A level takes the general max-min (``general``) if ``n_hosts == 0``, if it holds a one-group-
-    per-flow bucket (``bucket_row`` -1: capped coflows, the ideal mode) or more than
+    A level takes the general max-min (``general``) if ``n_hosts == 0``, if it holds only one-
+    group-per-flow buckets (``bucket_row`` -1: capped coflows, the ideal mode) or more than
     :data:`MAX_LEVEL_ROWS` shared buckets; the others are pair levels, whose per-level pair
-    matrices and rows this rebuilds.
+    matrices and rows this rebuilds from their shared buckets' groups (their one-flow groups
+    are listed in ``order`` instead).
 
     Levels at or beyond ``n_levels`` (only empty, parked buckets have them) share the last.
 
@@ -590,8 +593,9 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
             without them.
 
     Returns:
-        The :class:`LevelPlan`: the groups of general levels sorted by level (stable counting
-        sort), each level's segment start in that order, and ``general``.
+        The :class:`LevelPlan`: the groups of general levels and the one-flow groups of pair
+        levels sorted by level (stable counting sort), each level's segment start in that
+        order, and ``general``.
     """
     g_links, g_n_flows, g_level, g_bucket, g_used = (
         groups.links,
@@ -607,15 +611,23 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
         general[:] = True
     else:
         level_rows[:, 0] = 0
+    singles = np.zeros(n_levels, dtype=np.bool_)  # a level holds one-group-per-flow buckets
     for b in live_buckets:
         level = min(bucket_level[b], n_levels - 1)
         if general[level]:
             continue
-        if bucket_row[b] < 0 or level_rows[level, 0] == MAX_LEVEL_ROWS:
+        if bucket_row[b] < 0:
+            singles[level] = True
+        elif level_rows[level, 0] == MAX_LEVEL_ROWS:
             general[level] = True
         else:
             level_rows[level, 0] += 1
             level_rows[level, level_rows[level, 0]] = bucket_row[b]
+    for level in range(n_levels):
+        # one-flow groups alone: the general max-min, whose caps may fit (Varys' fixed rates);
+        # beside shared pairs: a pair level that serves them apart (pair_shares' singles)
+        if singles[level] and level_rows[level, 0] == 0:
+            general[level] = True
     if n_hosts > 0:
         # clear the rows and columns with flows (a row is empty if its sum is 0: counts are
         # whole numbers), not 8 x 2 x n^2 entries at every reorder
@@ -635,7 +647,7 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
         if g_used[g]:
             level = min(bucket_level[g_bucket[g]], n_levels - 1)
             g_level[g] = level
-            if general[level]:
+            if general[level] or bucket_row[g_bucket[g]] < 0:
                 start[level + 1] += 1
                 continue
             s = g_links[g, 0]
@@ -650,7 +662,7 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
     if order.shape[0] > 0:
         fill = start[:-1].copy()
         for g in range(n):
-            if g_used[g] and general[g_level[g]]:
+            if g_used[g] and (general[g_level[g]] or bucket_row[g_bucket[g]] < 0):
                 order[fill[g_level[g]]] = g
                 fill[g_level[g]] += 1
     return LevelPlan(order, start, general)
@@ -1289,13 +1301,13 @@ class StepState(NamedTuple):
 @njit(cache=True)
 def _allocate(groups, pairs, plan, settings, state, positive, now, first):
     # pragma: no cover - compiled
-    """Rates for levels ``first`` and below: ``rate`` of the groups of general levels (those
+    """Rates for levels ``first`` and below: ``rate`` of the groups of ``plan.order`` (those
     that get one are listed first in ``positive``; returns how many), classes for the pair
-    levels. The levels above keep their rates: what each level found left and how many groups
+    levels' shared groups. The levels above keep their rates: what each level found left and how many groups
     of ``positive`` came before it are saved in ``state`` for that.
 
     Args:
-        groups: the :class:`GroupTable`; the groups of general levels get their ``rate``
+        groups: the :class:`GroupTable`; the groups of ``plan.order`` get their ``rate``
             (bit/s per flow), and the fixed groups of a level whose caps no longer fit are
             unfixed.
         pairs: the :class:`PairTable`; the pair levels' ``row_share`` and ``col_share`` are
@@ -1305,7 +1317,7 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
         state: the :class:`StepState` of the :func:`run_steps` call; its classes, fixed rates
             and saved residuals and counts are updated.
         positive: int, one per group of ``plan.order`` (:class:`StepBuffers`' ``positive``);
-            out: the groups of general levels with a rate (fixed groups are not listed).
+            out: the groups of ``plan.order`` with a rate (fixed groups are not listed).
         now: the simulated clock in seconds (when groups are fixed or unfixed).
         first: the highest level whose rates may have changed (0: every level); the ideal
             mode ignores it (:mod:`simulator.greedy` finds what the emptied groups change).
@@ -1367,14 +1379,20 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
         flows = 0.0
         for s in range(n):
             flows += row_count[level, s]
-        if flows < 0.5:
+        if flows < 0.5 and members.shape[0] == 0:
             continue  # (its classes emptied as their last flows ended)
         level_pairs = PairLevel(
             w[level], wt[level], row_count[level], col_count[level], row_share[level],
             col_share[level],
         )  # fmt: skip
-        pair_shares(level_pairs, residual, capacity, n)
-        _update_classes(groups, pairs, classes, level, n)
+        singles = Singles(members, g_links, g_cap, g_n_flows, g_rate)
+        pair_shares(level_pairs, residual, capacity, n, singles)
+        for e in range(members.shape[0]):  # its one-flow groups are served at their rates
+            if g_rate[members[e]] > 0.0:
+                positive[n_positive] = members[e]
+                n_positive += 1
+        if flows >= 0.5:
+            _update_classes(groups, pairs, classes, level, n)
     return n_positive
 
 
@@ -1585,10 +1603,8 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
             ended = True
             changed = min(changed, g_level[g])
             reach = g_served[g] + g_rate[g] * step * simultaneous + 1e-6
-            in_pairs = use_classes and not general[g_level[g]]
-            n_finished = _finish_flows(
-                flows, groups, pairs, g, reach, in_pairs, finished, n_finished
-            )
+            # (a group with a rate of its own is not in a pair matrix)
+            n_finished = _finish_flows(flows, groups, pairs, g, reach, False, finished, n_finished)
             if g_n_flows[g] < 0.5:
                 _free_group(groups, g)
                 if ideal:  # its greedy redoes what this reaches

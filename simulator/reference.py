@@ -39,7 +39,7 @@ from controller.model import (
     egress,
     ingress,
 )
-from simulator.allocation import PairLevel, _fill, greedy_groups, pair_shares
+from simulator.allocation import PairLevel, Singles, _fill, greedy_groups, no_singles, pair_shares
 
 # ---- fluid schedule ------------------------------------------------------------------------
 
@@ -379,5 +379,37 @@ def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
     level = PairLevel(w, np.ascontiguousarray(w.T), w.sum(axis=1), w.sum(axis=0), row_share,
                       col_share)  # fmt: skip
-    pair_shares(level, residual, residual.copy(), n)
+    pair_shares(level, residual, residual.copy(), n, no_singles())
     return np.minimum(row_share[:, None], col_share[None, :])
+
+
+def pair_max_min_with_singles(
+    w: np.ndarray, pairs: np.ndarray, caps: np.ndarray, weights: np.ndarray, capacity: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`pair_max_min` with one-flow groups beside the matrix (capped coflows sharing a
+    pair level: :class:`simulator.allocation.Singles`).
+
+    Args:
+        w: ``(n, n)`` number of uncapped flows from host ``s`` to host ``d``.
+        pairs: ``(m, 2)`` each single's source and destination host.
+        caps: each single's rate cap (``inf`` for none).
+        weights: each single's flows (0: an empty group).
+        capacity: ``2n`` link capacities (egress of host i, then ingress of host i).
+
+    Returns:
+        ``(n, n)`` rate of each flow of every pair (``inf`` where there is none), and each
+        single's rate.
+    """
+    w = np.ascontiguousarray(w, dtype=np.float64)
+    n = w.shape[0]
+    row_share, col_share = np.zeros(n), np.zeros(n)
+    residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
+    level = PairLevel(w, np.ascontiguousarray(w.T), w.sum(axis=1), w.sum(axis=0), row_share,
+                      col_share)  # fmt: skip
+    m = len(pairs)
+    links = np.asarray(pairs, dtype=np.int64).reshape(m, 2) + np.array([0, n])
+    rates = np.zeros(m)
+    singles = Singles(np.arange(m, dtype=np.int64), links, _caps(m, caps), _weights(m, weights),
+                      rates)  # fmt: skip
+    pair_shares(level, residual, residual.copy(), n, singles)
+    return np.minimum(row_share[:, None], col_share[None, :]), rates

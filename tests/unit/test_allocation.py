@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.reference import greedy_in_order, max_min, pair_max_min, priority_max_min
+from simulator.reference import (
+    greedy_in_order,
+    max_min,
+    pair_max_min,
+    pair_max_min_with_singles,
+    priority_max_min,
+)
 
 
 @st.composite
@@ -113,3 +119,49 @@ def test_pair_matrix_max_min_equals_the_general_one(instance):
         return
     expect = max_min(links, capacity)
     assert rates[links[:, 0], links[:, 1] - n] == pytest.approx(expect, abs=1e-9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.integers(0, 3), min_size=n * n, max_size=n * n),
+            st.lists(
+                st.tuples(
+                    st.integers(0, n - 1),
+                    st.integers(0, n - 1),
+                    st.sampled_from([np.inf, 0.0, 0.5, 2.0, 3.0, 7.0]),
+                    st.sampled_from([0.0, 1.0, 1.0, 2.0]),
+                ),
+                max_size=8,
+            ),
+            st.lists(st.sampled_from([0, 1, 4, 6, 20]), min_size=2 * n, max_size=2 * n),
+        )
+    )
+)
+def test_a_pair_level_with_capped_singles_equals_the_general_max_min(instance):
+    # Varys' lowest level: shared pairs in the matrix and a few one-flow groups (capped
+    # coflows) beside it, against max-min over every flow with its cap, including links the
+    # levels above filled (capacity 0) and empty groups (weight 0, rate 0)
+    counts, singles, capacity = instance
+    n = len(capacity) // 2
+    w = np.array(counts, dtype=float).reshape(n, n)
+    pairs = np.array([(s, d) for s, d, _, _ in singles], dtype=np.int64).reshape(-1, 2)
+    caps = np.array([cap for _, _, cap, _ in singles])
+    weights = np.array([weight for _, _, _, weight in singles])
+    capacity = np.array(capacity, dtype=float)
+    pair_rates, single_rates = pair_max_min_with_singles(w, pairs, caps, weights, capacity)
+    src, dst = np.nonzero(w)
+    reps = w[src, dst].astype(int)
+    flows = np.stack([np.repeat(src, reps), n + np.repeat(dst, reps)], axis=1)
+    taking = weights > 0
+    expanded = np.repeat(np.flatnonzero(taking), weights[taking].astype(int))
+    links = np.concatenate([flows, pairs[expanded] + np.array([0, n])]).reshape(-1, 2)
+    all_caps = np.concatenate([np.full(len(flows), np.inf), caps[expanded]])
+    assert (single_rates[~taking] == 0).all()
+    if len(links) == 0:
+        assert np.isinf(pair_rates).all()
+        return
+    expect = max_min(links, capacity, all_caps)
+    got = np.concatenate([pair_rates[flows[:, 0], flows[:, 1] - n], single_rates[expanded]])
+    assert got == pytest.approx(expect, abs=1e-9)

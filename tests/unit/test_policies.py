@@ -6,6 +6,7 @@ import copy
 import inspect
 import re
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -54,6 +55,30 @@ def test_varys_sebf_and_madd():
     schedule = Varys().schedule(three_coflows())
     assert schedule.order == [2, 3, 1]
     assert dict(schedule.flow_rates_bps) == {(2, 0): 8.0, (3, 0): 8.0}
+
+
+def test_varys_equal_bottlenecks_tie_whatever_the_float_noise():
+    # A's bytes left are one float step above B's (the noise of counting bytes served): their
+    # bottlenecks are equal, so they go by arrival, plain and indexed; a real difference (a
+    # byte more: a second at the 8 bit/s ports) still orders them
+    from controller.model import ClusterState
+
+    def state(extra_bytes):
+        coflows = [
+            Coflow(1, [Flow("h1", "h2", np.nextafter(3e6, 4e6) + extra_bytes)], arrival_s=0.0),
+            Coflow(2, [Flow("h3", "h4", 3e6)], arrival_s=0.1),
+        ]
+        plain = state_of(coflows)
+        fast = ClusterState.build(
+            plain.coflows.values(), (), (), plain.hosts.values(), indexed=True,
+            default_port_bps=plain.default_port_bps,
+        )  # fmt: skip
+        return plain, fast
+
+    for built in state(0.0):
+        assert Varys().schedule(built).order == [1, 2]
+    for built in state(1.0):
+        assert Varys().schedule(built).order == [2, 1]
 
 
 def test_varys_madd_slows_flows_to_the_bottleneck():

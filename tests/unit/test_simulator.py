@@ -170,6 +170,46 @@ def test_pair_matrix_fast_path_matches_the_general_allocation(policy, monkeypatc
         assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_level_of_shared_pairs_and_capped_coflows_matches_the_general_allocation(seed):
+    # Varys caps the coflows it admits (MADD); beyond the first seven ranks capped and uncapped
+    # coflows share the lowest level, which keeps its shared pairs in the matrix and serves the
+    # capped flows beside it (pair_shares' singles): the general allocation's completions
+    def once(mixed_levels):
+        rng = random.Random(seed)
+        specs = random_specs(rng, 60, 6)
+        sim = Simulator(Fabric(6, BPS), make_policy("varys"))
+        reorder = sim._reorder
+
+        def noted(*args, **kwargs):
+            reorder(*args, **kwargs)
+            plan = sim._plan
+            for level in range(len(plan.general)):
+                if not plan.general[level] and plan.start[level + 1] > plan.start[level]:
+                    mixed_levels.append(level)
+
+        sim._reorder = noted
+        for s in specs:
+            sim.release(s)
+        sim.run()
+        return sim
+
+    mixed_levels = []
+    fast = once(mixed_levels)
+    assert fast._pair_hosts == 6 and 7 in mixed_levels
+    assert fast.bytes_delivered == pytest.approx(fast.bytes_offered)
+    import simulator.engine as engine
+
+    saved, engine._MAX_PAIR_HOSTS = engine._MAX_PAIR_HOSTS, 0
+    try:
+        general = once([])
+    finally:
+        engine._MAX_PAIR_HOSTS = saved
+    assert general._pair_hosts == 0
+    for c, record in fast.coflows.items():
+        assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
+
+
 class _GivenOrder(Policy):
     """Ranks the coflows in ``self.order`` (a test's knob); every rank gets its own level."""
 
