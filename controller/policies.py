@@ -320,7 +320,8 @@ class Sincronia(Policy):
 
 
 class Varys(Policy):
-    """Smallest effective bottleneck first, with MADD rate caps."""
+    """Smallest effective bottleneck first, with MADD rate caps; bottlenecks within a
+    nanosecond tie, and ties go by arrival."""
 
     name = "varys"
     OPTIONS: ClassVar[dict[str, OptionSpec]] = {

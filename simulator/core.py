@@ -1303,8 +1303,8 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
     # pragma: no cover - compiled
     """Rates for levels ``first`` and below: ``rate`` of the groups of ``plan.order`` (those
     that get one are listed first in ``positive``; returns how many), classes for the pair
-    levels' shared groups. The levels above keep their rates: what each level found left and how many groups
-    of ``positive`` came before it are saved in ``state`` for that.
+    levels' shared groups. The levels above keep their rates: what each level found left and
+    how many groups of ``positive`` came before it are saved in ``state`` for that.
 
     Args:
         groups: the :class:`GroupTable`; the groups of ``plan.order`` get their ``rate``

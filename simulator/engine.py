@@ -177,6 +177,10 @@ class Simulator:
             bytes at each event into it (:mod:`controller.timeline`; ports as
             :func:`controller.timeline.port_names` of the fabric's hosts). Recording only reads
             the state: the run's results are the same with or without it.
+        pair_levels: keep a big switch's levels as matrices of flows per host pair (the fast
+            path, :mod:`simulator.allocation`); ``False`` gives every level the general
+            max-min: the same allocation with its sums in another order (what
+            ``benchmarks/float_noise.py`` compares).
     """
 
     def __init__(
@@ -187,6 +191,7 @@ class Simulator:
         n_levels: int = N_LEVELS,
         jobs_and_stages: Callable[[], tuple[dict[int, Job], dict[int, Stage]]] | None = None,
         timeline: Timeline | None = None,
+        pair_levels: bool = True,
     ) -> None:
         if mode not in ("levels", "ideal"):
             raise ValueError(f"mode must be 'levels' or 'ideal', got {mode!r}")
@@ -208,7 +213,8 @@ class Simulator:
         k = fabric.links(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)).shape[1]
         self._tables = Tables(k, n * n)
         # a big switch's uncapped levels keep flows per host pair (see simulator.allocation)
-        self._pair_hosts = n if k == 2 and mode == "levels" and n <= _MAX_PAIR_HOSTS else 0
+        big_switch = k == 2 and mode == "levels" and pair_levels
+        self._pair_hosts = n if big_switch and n <= _MAX_PAIR_HOSTS else 0
         # shared buckets a level may keep (one where the general max-min takes every level)
         self._level_rows = MAX_LEVEL_ROWS if self._pair_hosts else 1
         if self._pair_hosts:

@@ -175,10 +175,10 @@ def test_a_level_of_shared_pairs_and_capped_coflows_matches_the_general_allocati
     # Varys caps the coflows it admits (MADD); beyond the first seven ranks capped and uncapped
     # coflows share the lowest level, which keeps its shared pairs in the matrix and serves the
     # capped flows beside it (pair_shares' singles): the general allocation's completions
-    def once(mixed_levels):
+    def once(mixed_levels, pair_levels=True):
         rng = random.Random(seed)
         specs = random_specs(rng, 60, 6)
-        sim = Simulator(Fabric(6, BPS), make_policy("varys"))
+        sim = Simulator(Fabric(6, BPS), make_policy("varys"), pair_levels=pair_levels)
         reorder = sim._reorder
 
         def noted(*args, **kwargs):
@@ -198,13 +198,7 @@ def test_a_level_of_shared_pairs_and_capped_coflows_matches_the_general_allocati
     fast = once(mixed_levels)
     assert fast._pair_hosts == 6 and 7 in mixed_levels
     assert fast.bytes_delivered == pytest.approx(fast.bytes_offered)
-    import simulator.engine as engine
-
-    saved, engine._MAX_PAIR_HOSTS = engine._MAX_PAIR_HOSTS, 0
-    try:
-        general = once([])
-    finally:
-        engine._MAX_PAIR_HOSTS = saved
+    general = once([], pair_levels=False)
     assert general._pair_hosts == 0
     for c, record in fast.coflows.items():
         assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
