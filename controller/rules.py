@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from itertools import compress
 
 from controller.model import ClusterState, Coflow
-from controller.schedule import N_LEVELS, Schedule, dscp_of_level, level_split
+from controller.schedule import LEVEL_DSCP, N_LEVELS, Schedule, level_split
 
 MARK_TABLE = 0
 FORWARD_TABLE = 1
@@ -333,17 +333,29 @@ class MarkingTable:
                 ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
             else:
                 cookie, ports = owner_cookie(OWNER_COFLOW, coflow_id), ()
-            if (
+            same = (
                 old is not None
                 and old.coflow is coflow
-                and old.level == level
                 and old.cookie == cookie
                 and old.ports == ports
+            )
+            if (
+                same
+                and old.level == level
                 and (
                     not (caps or old.capped)
                     or all(caps.get((coflow_id, flow_id)) == cap for _, flow_id, cap in old.flows)
                 )
             ):
+                continue
+            if same and not (caps or old.capped):
+                # only its level moved (Beamer moves whole stages): the same flows on the same
+                # pairs, whose users take the new level in place
+                self._marks[coflow_id] = _Marks(coflow, level, cookie, ports, old.flows, False)
+                users = self._users
+                for pair, _, _ in old.flows:
+                    users[pair][coflow_id] = level
+                    touched.add(pair)
                 continue
             if old is not None:
                 touched.update(self._unmark(coflow_id))
@@ -448,6 +460,8 @@ class MarkingTable:
             self._changed_meters[meter_id] = None
         changed_keys = set()
         made_from = self._made_from
+        # (bound once: a level move passes here for hundreds of pairs)
+        rule_pairs, table, changed_rules = self._rule_pairs, self.rules, self._changed_rules
         for pair, want in wanted.items():
             if want is None:
                 if pair not in made_from:
@@ -456,7 +470,7 @@ class MarkingTable:
             else:
                 level, ports, rate = want
                 meter_id = self._meter_of[pair] if rate is not None else None
-                made = (ports, dscp_of_level(level), meter_id)
+                made = (ports, LEVEL_DSCP[level], meter_id)  # (levels from level_split)
                 before = made_from.get(pair)
                 if made == before:
                     continue  # (a pair's rules are made from these alone)
@@ -468,9 +482,9 @@ class MarkingTable:
                     for rule in rules:
                         key = rule.key
                         # its own rule if it alone made it (and still does): else settled below
-                        if len(self._rule_pairs[key]) == 1 and key not in changed_keys:
-                            self.rules[key] = rule
-                            self._changed_rules[key] = None
+                        if len(rule_pairs[key]) == 1 and key not in changed_keys:
+                            table[key] = rule
+                            changed_rules[key] = None
                         else:
                             changed_keys.add(key)
                     continue
@@ -541,8 +555,8 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
             continue
         if have is None or have.cookie != rule.cookie:
             flow_adds.append(Op(OpKind.FLOW_ADD, rule=rule))
-        elif have != rule:
-            flow_mods.append(rule)
+        elif have.dscp != rule.dscp or have.meter_id != rule.meter_id:
+            flow_mods.append(rule)  # (same key and owner: only the marks can differ)
     meter_puts, meter_deletes = [], []
     for meter_id in new_meters:
         kbps = desired.meters.get(meter_id)
