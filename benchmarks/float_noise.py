@@ -27,6 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hpo_scale import size  # noqa: E402
+
 NOISE = 1e-9  # relative CCT difference counted as a run gone apart
 
 
@@ -51,22 +53,12 @@ def compare(fast: np.ndarray, general: np.ndarray) -> tuple[float, int]:
     return float(relative.max(initial=0.0)), int((relative > NOISE).sum())
 
 
-def _size(text: str) -> tuple[int, int]:
-    try:
-        hosts, tasks = (int(part) for part in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not HOSTSxTASKS") from None
-    if hosts < 2 or tasks < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r}: need >= 2 hosts and >= 1 task")
-    return hosts, tasks
-
-
 def main(argv: list[str] | None = None) -> int:
     from controller.policies import POLICIES
     from simulator.engine import warm_up
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=_size, nargs="+", default=[(60, 10), (130, 20)],
+    parser.add_argument("--sizes", type=size, nargs="+", default=[(60, 10), (130, 20)],
                         metavar="HOSTSxTASKS")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))

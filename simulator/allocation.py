@@ -216,13 +216,6 @@ class Singles(NamedTuple):
     rates: np.ndarray  # float per group, out: each member's rate in bit/s
 
 
-def no_singles() -> Singles:
-    """:class:`Singles` without members (a pair level whose matrix holds every flow)."""
-    empty = np.zeros(0)
-    return Singles(np.zeros(0, dtype=np.int64), np.zeros((0, 2), dtype=np.int64), empty, empty,
-                   empty)  # fmt: skip
-
-
 @njit(cache=True, inline="always")
 def _freeze_link(link, share, count, residual, live, out_share):  # pragma: no cover - compiled
     """Freeze one side's ``link`` at ``share`` (its flows' rate): it takes ``share`` per flow

@@ -39,7 +39,7 @@ from controller.model import (
     egress,
     ingress,
 )
-from simulator.allocation import PairLevel, Singles, _fill, greedy_groups, no_singles, pair_shares
+from simulator.allocation import PairLevel, Singles, _fill, greedy_groups, pair_shares
 
 # ---- fluid schedule ------------------------------------------------------------------------
 
@@ -373,14 +373,8 @@ def pair_max_min(w: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     Returns:
         ``(n, n)`` rate of each flow of every pair (``inf`` where there is none).
     """
-    w = np.ascontiguousarray(w, dtype=np.float64)
-    n = w.shape[0]
-    row_share, col_share = np.zeros(n), np.zeros(n)
-    residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
-    level = PairLevel(w, np.ascontiguousarray(w.T), w.sum(axis=1), w.sum(axis=0), row_share,
-                      col_share)  # fmt: skip
-    pair_shares(level, residual, residual.copy(), n, no_singles())
-    return np.minimum(row_share[:, None], col_share[None, :])
+    none = np.zeros(0)
+    return pair_max_min_with_singles(w, np.zeros((0, 2), dtype=np.int64), none, none, capacity)[0]
 
 
 def pair_max_min_with_singles(
