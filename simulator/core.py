@@ -40,7 +40,7 @@ import numpy as np
 from numba import njit
 
 from simulator.allocation import _REL, PairLevel, Singles, _fill, _filled, pair_shares
-from simulator.greedy import GreedyPass, greedy_pass, greedy_start, greedy_update
+from simulator.greedy import GreedyPass, greedy_start, greedy_update
 from simulator.heap import heap_pop, heap_push
 
 DONE = -1  # group of a finished flow
@@ -131,6 +131,9 @@ class StepBuffers(NamedTuple):
 
     positive: np.ndarray  # int, one per group of ``LevelPlan.order``: those with a rate
     finished: np.ndarray  # int, one per active slot: the slots that finished
+    # the ideal mode's greedy pass, with room for the order and the group ids (kept from
+    # call to call: an offline run's first pass is ~10^8 bytes, and the pages are the cost)
+    greedy: GreedyPass
 
 
 def _grow(array: np.ndarray, needed: int, fill) -> np.ndarray:
@@ -1295,13 +1298,14 @@ class StepState(NamedTuple):
     fixed: FixedRates
     saved_residual: np.ndarray  # (levels, links): what each level found left
     saved_positive: np.ndarray  # per level: the groups with a rate listed before it
-    greedy: GreedyPass  # the ideal mode's last greedy pass (empty in levels mode)
+    greedy: GreedyPass  # the ideal mode's greedy pass (StepBuffers' greedy)
 
 
 @njit(cache=True)
 def _allocate(groups, pairs, plan, settings, state, positive, now, first):
     # pragma: no cover - compiled
-    """Rates for levels ``first`` and below: ``rate`` of the groups of ``plan.order`` (those
+    """Rates for levels ``first`` and below, in levels mode (:func:`run_steps` runs the ideal
+    mode's greedy itself): ``rate`` of the groups of ``plan.order`` (those
     that get one are listed first in ``positive``; returns how many), classes for the pair
     levels' shared groups. The levels above keep their rates: what each level found left and
     how many groups of ``positive`` came before it are saved in ``state`` for that.
@@ -1319,8 +1323,7 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
         positive: int, one per group of ``plan.order`` (:class:`StepBuffers`' ``positive``);
             out: the groups of ``plan.order`` with a rate (fixed groups are not listed).
         now: the simulated clock in seconds (when groups are fixed or unfixed).
-        first: the highest level whose rates may have changed (0: every level); the ideal
-            mode ignores it (:mod:`simulator.greedy` finds what the emptied groups change).
+        first: the highest level whose rates may have changed (0: every level).
 
     Returns:
         The number of groups listed in ``positive``.
@@ -1333,16 +1336,6 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
     classes, fix_rates = state.classes, settings.fix_rates
     w, wt, row_count, col_count = pairs.flows, pairs.flows_t, pairs.row_count, pairs.col_count
     row_share, col_share = pairs.row_share, pairs.col_share
-    n_positive = 0
-    if settings.ideal:
-        record = state.greedy
-        if record.state[2] == 0:
-            greedy_start(record, g_links, g_n_flows, g_cap, order, capacity, g_rate)
-        else:
-            greedy_update(record, g_links, g_n_flows, g_cap, order, capacity, g_rate)
-        for i in range(record.n_positive[0]):
-            positive[i] = order[record.positive[i]]
-        return record.n_positive[0]
     residual = saved_residual[first].copy() if first > 0 else capacity.copy()
     n_positive = saved_positive[first] if first > 0 else 0
     usage = np.zeros(capacity.shape[0])
@@ -1508,14 +1501,11 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         fixed,
         np.empty((max(n_levels, 1), capacity.shape[0])),
         np.zeros(max(n_levels, 1), dtype=np.int64),
-        greedy_pass(
-            order.shape[0] if ideal else 0,
-            capacity.shape[0],
-            g_links.shape[1],
-            g_n_flows.shape[0] if ideal else 0,  # (the order may still list freed ids)
-        ),
+        buffers.greedy,
     )
-    greedy_ended, n_greedy_ended = state.greedy.ended, state.greedy.n_ended
+    greedy = state.greedy
+    greedy.state[2] = 0  # (not started on this order)
+    greedy_ended, n_greedy_ended = greedy.ended, greedy.n_ended
     active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share
     scratch = np.empty(max(n * MAX_LEVEL_ROWS, 1), dtype=np.int64)
     ending = np.empty(n_classes, dtype=np.int64)
@@ -1529,9 +1519,19 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
     why = LIMIT
     while True:
         if realloc:
-            n_positive = _allocate(groups, pairs, plan, settings, state, positive, now, changed)
+            if ideal:  # (simulator.greedy finds what the emptied groups change)
+                if greedy.state[2] == 0:
+                    greedy_start(greedy, g_links, g_n_flows, g_cap, order, capacity, g_rate)
+                else:
+                    greedy_update(greedy, g_links, g_n_flows, g_cap, order, capacity, g_rate)
+                n_positive = greedy.n_positive[0]
+                greedy_positive = greedy.positive
+                for i in range(n_positive):
+                    positive[i] = order[greedy_positive[i]]
+            else:
+                n_positive = _allocate(groups, pairs, plan, settings, state, positive, now, changed)
+                _refresh_keys(groups, pairs, classes, n, scratch)
             changed = n_levels
-            _refresh_keys(groups, pairs, classes, n, scratch)
             for level in range(n_levels if use_classes else 0):
                 active[level] = False
                 for c in range(level * 2 * n, (level + 1) * 2 * n):

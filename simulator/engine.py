@@ -59,6 +59,7 @@ from simulator.core import (
     slot_loads,
     slot_port_bytes,
 )
+from simulator.greedy import GreedyPass, greedy_pass
 
 _COFLOW_ID = operator.attrgetter("coflow_id")
 # Flows whose completion time is within this fraction of the step finish with it.
@@ -224,6 +225,7 @@ class Simulator:
             np.zeros(0, dtype=np.int64), np.zeros(2, dtype=np.int64), np.ones(1, dtype=np.bool_)
         )
         self._positive = np.zeros(0, dtype=np.int64)  # run_steps' scratch: groups with a rate
+        self._greedy = greedy_pass(0, len(self._capacity), k, 0)  # and the ideal mode's pass
         # what the sorted groups were built from: (levels, capped slots), and whether a
         # bucket's level changed since (see _reorder)
         self._layout: tuple | None = None
@@ -374,7 +376,7 @@ class Simulator:
                 tables.pair_table(),
                 self._plan,
                 settings,
-                StepBuffers(self._positive, finished),
+                StepBuffers(self._positive, finished, self._greedy_room(tables)),
                 self.now_s,
                 limit,
             )
@@ -612,6 +614,21 @@ class Simulator:
             start = np.asarray([0, len(order)], dtype=np.int64)
         self._plan = LevelPlan(order, start, general)
         self._positive = np.empty(len(order), dtype=np.int64)
+
+    def _greedy_room(self, tables: Tables) -> GreedyPass:
+        """The ideal mode's greedy pass with room for the order and the group ids: kept,
+        or made again with twice the room when they outgrow it."""
+        if self.mode != "ideal":
+            return self._greedy
+        entries, group_ids = len(self._plan.order), len(tables.g_n_flows)
+        if len(self._greedy.entry_rate) < entries or len(self._greedy.entry_of) < group_ids:
+            self._greedy = greedy_pass(
+                max(entries, 2 * len(self._greedy.entry_rate)),
+                len(self._capacity),
+                self._tables.k,
+                max(group_ids, 2 * len(self._greedy.entry_of)),
+            )
+        return self._greedy
 
     def _record_levels(self, slots: np.ndarray, level: np.ndarray) -> None:
         """The timeline's snapshot of every scheduled coflow's level (in the schedule's order)."""

@@ -19,8 +19,12 @@ recorded one again (typically 0 in both passes: the link is full either way). Th
 random orders).
 
 Links of infinite capacity (a fabric's padding link) never change and are left out. The
-helpers the walk calls at every visit are inlined: a record passed to a numba call is copied
-(~35 arrays).
+helpers the walk calls at every visit and the merges are inlined, and take the arrays they use
+rather than the record: numba counts references to every array a function is handed or takes
+out of a tuple, an atomic operation on a header that is rarely in cache, and with the record
+(~35 arrays) those counts took 27 % of a Varys ideal-mode run (`perf`, the first 150 coflows
+of the Facebook trace offline). For the same reason the merges copy with loops, not slices,
+and the scratch arrays live in the record.
 """
 
 from __future__ import annotations
@@ -73,6 +77,8 @@ class GreedyPass(NamedTuple):
     touched_column: np.ndarray  # int: ... and the link's column in the entry's links
     merged_entry: np.ndarray  # int: room to merge a link's history ...
     merged_after: np.ndarray  # float: ... and residuals
+    touched_fill: np.ndarray  # int per link: where the next visit crossing it goes
+    before: np.ndarray  # float per column: the residuals the visited entry finds
 
 
 @njit(cache=True)
@@ -114,6 +120,8 @@ def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
         np.empty(n_entries * k, dtype=np.int64),
         np.empty(n_entries * k, dtype=np.int64),
         np.empty(n_entries * k),
+        np.empty(n_links, dtype=np.int64),
+        np.empty(k),
     )
 
 
@@ -152,16 +160,18 @@ def greedy_start(record, links, count, caps, order, capacity, rates):  # pragma:
 
 
 @njit(cache=True)
-def _closed_at(record, link, capacity, n_entries):  # pragma: no cover - compiled
+def _closed_at(
+    closed_at, link_start, hist_count, hist_entry, hist_after, link, capacity, n_entries
+):  # pragma: no cover - compiled
     """Set ``closed_at`` of ``link`` from its history: a full link stays full to the end of
     the pass (nothing after it crossing it has a rate)."""
-    last = record.link_start[link] + record.hist_count[link] - 1
+    last = link_start[link] + hist_count[link] - 1
     if capacity[link] <= 0.0:
-        record.closed_at[link] = -1
-    elif record.hist_count[link] > 0 and record.hist_after[last] == 0.0:
-        record.closed_at[link] = record.hist_entry[last]
+        closed_at[link] = -1
+    elif hist_count[link] > 0 and hist_after[last] == 0.0:
+        closed_at[link] = hist_entry[last]
     else:
-        record.closed_at[link] = n_entries
+        closed_at[link] = n_entries
 
 
 @njit(cache=True)
@@ -207,20 +217,22 @@ def _build_link_lists(record, links, caps, order, capacity):  # pragma: no cover
                 hist_after[at] = after[e, c]
                 hist_count[link] += 1
     for link in range(capacity.shape[0]):
-        _closed_at(record, link, capacity, order.shape[0])
+        _closed_at(
+            record.closed_at, start, hist_count, hist_entry, hist_after, link, capacity,
+            order.shape[0],
+        )  # fmt: skip
     record.state[0] = 1
 
 
 @njit(cache=True, inline="always")
-def _next_open(record, i, end):  # pragma: no cover - compiled
+def _next_open(
+    entry, partner, in_diff, closed_at, n_partners, i, end
+):  # pragma: no cover - compiled
     """The first index from ``i`` (below ``end``) of a link's entries (``link_entry``) that
     may change: one whose other links are not all full in both passes. A link full in the
     recorded pass and outside the diff is full in the new one too, from there to the end, so
     the entries crossing it keep rate 0 and leave every residual as it was. (A link that joins
     the diff later walks its own entries.)"""
-    entry, partner = record.link_entry, record.link_partner
-    in_diff, closed_at = record.in_diff, record.closed_at
-    n_partners = partner.shape[1] if record.after.shape[1] > 1 else 0
     while i < end:
         e = entry[i]
         blocked = False
@@ -236,29 +248,36 @@ def _next_open(record, i, end):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _next_to_visit(record, link, e, n_entries):  # pragma: no cover - compiled
+def _next_to_visit(
+    link_start, hist_count, hist_entry, closed_at, link_entry, partner, in_diff, n_partners, link,
+    e, n_entries,
+):  # fmt: skip
+    # pragma: no cover - compiled
     """The next entry after ``e`` crossing ``link`` (in the diff) that may change, or
     ``n_entries``. While the link was not full in the recorded pass, an entry crossing it
     without a rate there had another link full (or no flow, or a zero cap): that link, if in
     the diff, walks the entry itself, else the entry keeps rate 0. So the walk visits the
     link's history there, and from where the link was full every entry :func:`_next_open`
     does not rule out."""
-    start = record.link_start[link]
-    count = record.hist_count[link]
-    h = _first_after(record.hist_entry, start, start + count, e)
+    start = link_start[link]
+    count = hist_count[link]
+    h = _first_after(hist_entry, start, start + count, e)
     if h < start + count:
-        return record.hist_entry[h]  # (at or before closed_at: nothing has a rate after)
-    closed = record.closed_at[link]
+        return hist_entry[h]  # (at or before closed_at: nothing has a rate after)
+    closed = closed_at[link]
     if closed >= n_entries:
         return n_entries
-    end = record.link_start[link + 1]
-    i = _first_after(record.link_entry, start, end, max(e, closed))
-    i = _next_open(record, i, end)
-    return record.link_entry[i] if i < end else n_entries
+    end = link_start[link + 1]
+    i = _first_after(link_entry, start, end, max(e, closed))
+    i = _next_open(link_entry, partner, in_diff, closed_at, n_partners, i, end)
+    return link_entry[i] if i < end else n_entries
 
 
 @njit(cache=True, inline="always")
-def _capped_run(record, links, caps, order, link, e, limit, n_visited):
+def _capped_run(
+    link_start, hist_count, hist_entry, hist_after, entry_rate, after, in_diff, diff_residual,
+    visited, visit_links, links, caps, order, link, e, limit, n_visited,
+):  # fmt: skip
     # pragma: no cover - compiled
     """Visit, in one sweep, the entries of ``link``'s history after ``e`` and before ``limit``
     that took their cap in the recorded pass and still can: every other link of theirs is out
@@ -269,11 +288,8 @@ def _capped_run(record, links, caps, order, link, e, limit, n_visited):
     Returns:
         ``(the last entry visited (e if none), the visits listed)``.
     """
-    start = record.link_start[link]
-    end = start + record.hist_count[link]
-    hist_entry, hist_after = record.hist_entry, record.hist_after
-    entry_rate, after, in_diff = record.entry_rate, record.after, record.in_diff
-    diff_residual, visited = record.diff_residual, record.visited
+    start = link_start[link]
+    end = start + hist_count[link]
     k = links.shape[1]
     h = _first_after(hist_entry, start, end, e)
     while h < end and hist_entry[h] < limit:
@@ -295,7 +311,7 @@ def _capped_run(record, links, caps, order, link, e, limit, n_visited):
         now = diff_residual[link] - cap
         after[at, column] = now
         visited[n_visited] = at
-        record.visit_links[n_visited] = 1 << column if now != hist_after[h] else 0
+        visit_links[n_visited] = 1 << column if now != hist_after[h] else 0
         n_visited += 1
         e = at
         if now == hist_after[h]:
@@ -350,12 +366,14 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
         emptied[j] = e
     if record.state[0] == 0:
         _build_link_lists(record, links, caps, order, capacity)
+    closed_at, link_entry, partner = record.closed_at, record.link_entry, record.link_partner
+    n_partners = partner.shape[1] if k > 1 else 0
     record.state[1] += 1
     this_pass = record.state[1]
     for link in range(capacity.shape[0]):
         in_diff[link] = False
         queued[link] = False
-    before = np.empty(k)
+    before = record.before
     size[0] = 0
     next_emptied = 0
     last = -1
@@ -433,7 +451,10 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                 if not in_diff[at]:
                     in_diff[at] = True
                     if not queued[at]:
-                        following = _next_to_visit(record, at, e, n_entries)
+                        following = _next_to_visit(
+                            link_start, hist_count, hist_entry, closed_at, link_entry, partner,
+                            in_diff, n_partners, at, e, n_entries,
+                        )  # fmt: skip
                         if following < n_entries:
                             queued[at] = True
                             heap_push(heap_entry, heap_link, size, following, at)
@@ -444,51 +465,59 @@ def greedy_update(record, links, count, caps, order, capacity, rates):  # pragma
                 limit = heap_entry[0] if size[0] > 0 else n_entries
                 if next_emptied < n_emptied:
                     limit = min(limit, emptied[next_emptied])
-                e, n_visited = _capped_run(record, links, caps, order, link, e, limit, n_visited)
+                e, n_visited = _capped_run(
+                    link_start, hist_count, hist_entry, hist_after, entry_rate, after, in_diff,
+                    diff_residual, visited, visit_links, links, caps, order, link, e, limit,
+                    n_visited,
+                )  # fmt: skip
                 last = max(last, e)
             if in_diff[link]:
-                following = _next_to_visit(record, link, e, n_entries)
+                following = _next_to_visit(
+                    link_start, hist_count, hist_entry, closed_at, link_entry, partner, in_diff,
+                    n_partners, link, e, n_entries,
+                )  # fmt: skip
             if following < n_entries:
                 heap_push(heap_entry, heap_link, size, following, link)
             else:
                 queued[link] = False
-    _merge_positive(record, n_flipped)
+    _merge_positive(
+        record.positive, record.n_positive, flipped, entry_rate, record.merged, n_flipped
+    )
     _merge_history(record, links, order, capacity, n_visited)
     return n_visited
 
 
-@njit(cache=True)
-def _merge_positive(record, n_flipped):  # pragma: no cover - compiled
+@njit(cache=True, inline="always")
+def _merge_positive(
+    positive, n_positive_cell, flipped, entry_rate, merged, n_flipped
+):  # pragma: no cover - compiled
     """The entries with a rate after a pass: the recorded ones, without those that lost their
     rate and with those that gained one (the first ``n_flipped`` of ``flipped``; both lists
     are increasing)."""
-    n_positive = record.n_positive[0]
-    positive, flipped, entry_rate, merged = (
-        record.positive,
-        record.flipped,
-        record.entry_rate,
-        record.merged,
-    )
+    n_positive = n_positive_cell[0]
     m = 0
     i = 0
     for j in range(n_flipped):
         e = flipped[j]
         first = i
         i = _first_after(positive, i, n_positive, e - 1)  # the first entry not before e
-        merged[m : m + i - first] = positive[first:i]  # (runs between visits: copied whole)
-        m += i - first
+        for j in range(first, i):  # (runs between visits: copied whole)
+            merged[m] = positive[j]
+            m += 1
         if i < n_positive and positive[i] == e:
             i += 1
         if entry_rate[e] > 0:
             merged[m] = e
             m += 1
-    merged[m : m + n_positive - i] = positive[i:n_positive]
-    m += n_positive - i
-    positive[:m] = merged[:m]
-    record.n_positive[0] = m
+    for j in range(i, n_positive):
+        merged[m] = positive[j]
+        m += 1
+    for j in range(m):
+        positive[j] = merged[j]
+    n_positive_cell[0] = m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _merge_history(record, links, order, capacity, n_visited):
     # pragma: no cover - compiled
     """The history of every link whose entry a visit changed (``visit_links``), merged as
@@ -503,7 +532,8 @@ def _merge_history(record, links, order, capacity, n_visited):
         record.touched_column,
     )
     n_links = capacity.shape[0]
-    visit_links = record.visit_links
+    visit_links, closed_at = record.visit_links, record.closed_at
+    entries, residuals = record.merged_entry, record.merged_after
     touched[:] = 0
     for j in range(n_visited):
         g = order[visited[j]]
@@ -512,7 +542,9 @@ def _merge_history(record, links, order, capacity, n_visited):
                 touched[links[g, c] + 1] += 1
     for link in range(n_links):
         touched[link + 1] += touched[link]
-    fill = touched[:-1].copy()
+    fill = record.touched_fill
+    for link in range(n_links):
+        fill[link] = touched[link]
     for j in range(n_visited):
         g = order[visited[j]]
         for c in range(k):
@@ -527,26 +559,31 @@ def _merge_history(record, links, order, capacity, n_visited):
             continue
         base = link_start[link]
         end = base + hist_count[link]
-        entries, residuals = record.merged_entry, record.merged_after
         m = 0
         i = base
         for j in range(lo, hi):
             e = touched_visit[j]
             first = i
             i = _first_after(hist_entry, i, end, e - 1)
-            entries[m : m + i - first] = hist_entry[first:i]
-            residuals[m : m + i - first] = hist_after[first:i]
-            m += i - first
+            for t in range(first, i):
+                entries[m] = hist_entry[t]
+                residuals[m] = hist_after[t]
+                m += 1
             if i < end and hist_entry[i] == e:
                 i += 1
             if entry_rate[e] > 0:
                 entries[m] = e
                 residuals[m] = after[e, touched_column[j]]
                 m += 1
-        entries[m : m + end - i] = hist_entry[i:end]
-        residuals[m : m + end - i] = hist_after[i:end]
-        m += end - i
-        hist_entry[base : base + m] = entries[:m]
-        hist_after[base : base + m] = residuals[:m]
+        for t in range(i, end):
+            entries[m] = hist_entry[t]
+            residuals[m] = hist_after[t]
+            m += 1
+        for t in range(m):
+            hist_entry[base + t] = entries[t]
+            hist_after[base + t] = residuals[t]
         hist_count[link] = m
-        _closed_at(record, link, capacity, order.shape[0])
+        _closed_at(
+            closed_at, link_start, hist_count, hist_entry, hist_after, link, capacity,
+            order.shape[0],
+        )  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def heap_push(keys, items, size, key, item):  # pragma: no cover - compiled
     """Push (``key``, ``item``) on the min-heap.
 
@@ -30,7 +30,7 @@ def heap_push(keys, items, size, key, item):  # pragma: no cover - compiled
         i = parent
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def heap_pop(keys, items, size):  # pragma: no cover - compiled
     """Drop the smallest entry of the min-heap (there is one).
 

@@ -50,6 +50,13 @@ def test_update_equals_the_whole_greedy_after_every_completion(seed):
     expected = np.full(n_groups, -1.0)
     greedy_groups(links, count, caps, order, capacity, expected)
     assert np.array_equal(rates, expected)
+    end_all_and_check(rng, record, links, count, caps, order, capacity, rates)
+
+
+def end_all_and_check(rng, record, links, count, caps, order, capacity, rates):
+    """End the groups with a rate a few at a time until none is left, checking after each
+    update that the rates and the listed entries are the whole greedy's."""
+    n_groups = len(links)
     while True:
         with_rate = np.flatnonzero(rates > 0)
         if len(with_rate) == 0:
@@ -65,6 +72,27 @@ def test_update_equals_the_whole_greedy_after_every_completion(seed):
         assert 0 < visited <= n_groups
         listed = order[record.positive[: record.n_positive[0]]]
         assert listed.tolist() == [g for g in order if expected[g] > 0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_pass_with_room_to_spare_serves_order_after_order(seed):
+    # the simulator keeps one pass from call to call (a new one's pages cost more than the
+    # greedy), with room for the largest order so far: what an earlier order left in it must
+    # not count
+    rng = np.random.default_rng(1000 + seed)
+    n_links = int(rng.integers(3, 9))
+    k = int(rng.integers(2, min(4, n_links) + 1))
+    record = greedy_pass(100, n_links, k, 100)
+    for _ in range(4):
+        n_groups = int(rng.integers(1, 100))
+        links, capacity, caps, order = random_instance(rng, n_groups, n_links, k, False)
+        count = np.ones(n_groups)
+        rates = np.full(n_groups, -1.0)
+        greedy_start(record, links, count, caps, order, capacity, rates)
+        expected = np.full(n_groups, -1.0)
+        greedy_groups(links, count, caps, order, capacity, expected)
+        assert np.array_equal(rates, expected)
+        end_all_and_check(rng, record, links, count, caps, order, capacity, rates)
 
 
 def test_a_completion_far_from_the_others_visits_few_entries():
