@@ -34,7 +34,7 @@ import math
 import operator
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -256,6 +256,7 @@ class Simulator:
         self._slot_level = np.full(16, -1, dtype=np.int64)
         self._slot_capped = np.zeros(16, dtype=np.bool_)
         self._slot_flag = np.zeros(16, dtype=np.bool_)  # scratch, False between reorders
+        self._slot_size = np.zeros(16)  # each slot's coflow size in bytes (its record's)
         self._active_slots: set[int] = set()
         self.coflows: dict[int, CoflowRecord] = {}
         # the policy's view of the active coflows, kept from release to finish (cluster_state)
@@ -332,7 +333,9 @@ class Simulator:
             self._slot_level = _grown(self._slot_level, slot, -1)
             self._slot_capped = _grown(self._slot_capped, slot, False)
             self._slot_flag = _grown(self._slot_flag, slot, False)
+            self._slot_size = _grown(self._slot_size, slot, 0.0)
         self._slot_ranges[slot] = self._slot_flows[slot]
+        self._slot_size[slot] = record.size_bytes
         self._slots.append(record)
         self._active_slots.add(slot)
         self._slot_of[record.coflow_id] = slot
@@ -802,6 +805,21 @@ class _PortBits:
         """Bytes still to send of an active coflow."""
         return self._remaining[self._row(coflow_id)]
 
+    def byte_counts(self, ids: list[int]) -> tuple[list[float], list[float]]:
+        """The size and the bytes still to send of each of the active coflows ``ids``, in one
+        gather (the numbers :attr:`Coflow.size_bytes` and :meth:`remaining_bytes` give)."""
+        self._check_current()
+        try:
+            rows = self.sparse.rows_of(ids)
+        except KeyError as missing:
+            raise RuntimeError(
+                f"coflow {missing.args[0]} was not active in the latest state"
+            ) from None
+        sizes = self._sim._slot_size[self.slots]
+        if rows is None:
+            return sizes.tolist(), list(self._remaining)
+        return sizes[rows].tolist(), list(map(self._remaining.__getitem__, rows.tolist()))
+
     @property
     def n_hosts(self) -> int:
         """Hosts of the fabric (columns: their egress ports, then their ingress ports)."""
@@ -1000,6 +1018,13 @@ class _SimulatorState(ClusterState):
         """The active coflows' bytes left per port as sparse rows (rows as ``row_of``), the
         arrays every coflow's mapping is read from."""
         return self.port_bits.sparse
+
+    def byte_counts(
+        self, coflows: Sequence[Coflow], ids: list[int] | None = None
+    ) -> tuple[list[float], list[float]]:
+        """:meth:`ClusterState.byte_counts` from the port bits' arrays, no coflow read (FIFO-LM
+        reads every active coflow's at every reorder)."""
+        return self.port_bits.byte_counts(list(map(_COFLOW_ID, coflows)) if ids is None else ids)
 
     def job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`ClusterState.job_iterations` from the workload driver's arrays if it keeps
