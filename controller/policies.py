@@ -56,7 +56,6 @@ from controller.stage_loads import (
 
 # a list of coflows' ids or weights at C speed (a reorder reads every active coflow's)
 _COFLOW_ID = operator.attrgetter("coflow_id")
-_FLOWS = operator.attrgetter("flows")
 _WEIGHT = operator.attrgetter("weight")
 _JOB_ID = operator.attrgetter("job_id")
 _STAGE_ID = operator.attrgetter("stage_id")
@@ -384,15 +383,13 @@ def _sparse_madd(
     (:func:`controller.madd.sparse_madd_s`): the same rates and times, bit for bit."""
     madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows,
                            state.column_bps(sparse))  # fmt: skip
-    capped = np.flatnonzero(madd_s > 0).tolist()
+    capped = np.flatnonzero(madd_s > 0)
     times = madd_s[capped].tolist()
-    capped_coflows = list(map(order.__getitem__, capped))
+    capped_coflows = list(map(order.__getitem__, capped.tolist()))
     gammas = dict(zip(map(_COFLOW_ID, capped_coflows), times, strict=True))
     rates = {}
-    # (only coflows given flow by flow have flows to cap: none of the simulator's, in bulk)
-    for coflow, time_s in compress(zip(capped_coflows, times, strict=True),
-                                   map(len, map(_FLOWS, capped_coflows))):  # fmt: skip
-        for flow in coflow.flows:
+    for coflow, time_s in zip(capped_coflows, times, strict=True):
+        for flow in coflow.flows:  # (none for coflows given in bulk: the simulator's)
             if flow.remaining_bytes > 0:
                 rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / time_s
     return rates, gammas

@@ -1298,7 +1298,6 @@ class StepState(NamedTuple):
     fixed: FixedRates
     saved_residual: np.ndarray  # (levels, links): what each level found left
     saved_positive: np.ndarray  # per level: the groups with a rate listed before it
-    greedy: GreedyPass  # the ideal mode's greedy pass (StepBuffers' greedy)
 
 
 @njit(cache=True)
@@ -1501,9 +1500,8 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         fixed,
         np.empty((max(n_levels, 1), capacity.shape[0])),
         np.zeros(max(n_levels, 1), dtype=np.int64),
-        buffers.greedy,
     )
-    greedy = state.greedy
+    greedy = buffers.greedy
     greedy.state[2] = 0  # (not started on this order)
     greedy_ended, n_greedy_ended = greedy.ended, greedy.n_ended
     active = np.zeros(n_levels, dtype=np.bool_)  # pair levels whose classes have a share

@@ -619,17 +619,19 @@ class Simulator:
         self._positive = np.empty(len(order), dtype=np.int64)
 
     def _greedy_room(self, tables: Tables) -> GreedyPass:
-        """The ideal mode's greedy pass with room for the order and the group ids: kept,
-        or made again with twice the room when they outgrow it."""
+        """The ideal mode's greedy pass with room for the order and the group ids: kept, or made
+        again when they outgrow it, with twice the room of what was outgrown (so it holds up to
+        twice the longest order's room, ~230 bytes an entry of two links, for the run)."""
         if self.mode != "ideal":
             return self._greedy
+        room_entries, room_ids = len(self._greedy.entry_rate), len(self._greedy.entry_of)
         entries, group_ids = len(self._plan.order), len(tables.g_n_flows)
-        if len(self._greedy.entry_rate) < entries or len(self._greedy.entry_of) < group_ids:
+        if room_entries < entries or room_ids < group_ids:
             self._greedy = greedy_pass(
-                max(entries, 2 * len(self._greedy.entry_rate)),
+                room_entries if room_entries >= entries else max(entries, 2 * room_entries),
                 len(self._capacity),
-                self._tables.k,
-                max(group_ids, 2 * len(self._greedy.entry_of)),
+                tables.k,
+                room_ids if room_ids >= group_ids else max(group_ids, 2 * room_ids),
             )
         return self._greedy
 

@@ -19,12 +19,12 @@ recorded one again (typically 0 in both passes: the link is full either way). Th
 random orders).
 
 Links of infinite capacity (a fabric's padding link) never change and are left out. The
-helpers the walk calls at every visit and the merges are inlined, and take the arrays they use
-rather than the record: numba counts references to every array a function is handed or takes
-out of a tuple, an atomic operation on a header that is rarely in cache, and with the record
-(~35 arrays) those counts took 27 % of a Varys ideal-mode run (`perf`, the first 150 coflows
-of the Facebook trace offline). For the same reason the merges copy with loops, not slices,
-and the scratch arrays live in the record.
+helpers the walk calls at every visit take the arrays they use rather than the record, and the
+merges are inlined: numba counts references to every array a function is handed or takes out
+of a tuple, an atomic operation on a header that is rarely in cache, and with the record (~35
+arrays) those counts took 27 % of a Varys ideal-mode run (`perf`, the first 150 coflows of the
+Facebook trace offline). For the same reason the merges copy with loops, not slices, and the
+scratch arrays live in the record.
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ class GreedyPass(NamedTuple):
 
 @njit(cache=True)
 def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
-    """An empty :class:`GreedyPass` for an order of ``n_entries`` groups (ids below
-    ``n_groups``) crossing ``k`` of ``n_links`` links each."""
+    """An empty :class:`GreedyPass` for an order of up to ``n_entries`` groups (ids below
+    ``n_groups``) crossing ``k`` of ``n_links`` links each (a pass serves any shorter order:
+    the functions go by the order's length, not the pass's)."""
     return GreedyPass(
         np.zeros(n_entries),
         np.empty((n_entries, k)),
@@ -128,7 +129,7 @@ def greedy_pass(n_entries, n_links, k, n_groups):  # pragma: no cover - compiled
 @njit(cache=True)
 def greedy_start(record, links, count, caps, order, capacity, rates):  # pragma: no cover
     """The whole greedy over ``order`` (as :func:`simulator.allocation.greedy_groups`, same
-    arguments), recorded in ``record`` (a :func:`greedy_pass` of the order's length)."""
+    arguments), recorded in ``record`` (a :func:`greedy_pass` with room for the order)."""
     k = links.shape[1]
     entry_rate, after, positive = record.entry_rate, record.after, record.positive
     entry_of = record.entry_of
@@ -501,19 +502,19 @@ def _merge_positive(
         e = flipped[j]
         first = i
         i = _first_after(positive, i, n_positive, e - 1)  # the first entry not before e
-        for j in range(first, i):  # (runs between visits: copied whole)
-            merged[m] = positive[j]
+        for t in range(first, i):  # (runs between visits: copied whole)
+            merged[m] = positive[t]
             m += 1
         if i < n_positive and positive[i] == e:
             i += 1
         if entry_rate[e] > 0:
             merged[m] = e
             m += 1
-    for j in range(i, n_positive):
-        merged[m] = positive[j]
+    for t in range(i, n_positive):
+        merged[m] = positive[t]
         m += 1
-    for j in range(m):
-        positive[j] = merged[j]
+    for t in range(m):
+        positive[t] = merged[t]
     n_positive_cell[0] = m
 
 
