@@ -241,7 +241,7 @@ class Simulator:
         # the bucket assignment's scratch (simulator.buckets): -1 everywhere between reorders
         self._entry_of = np.full(16 * n_levels, -1, dtype=np.int64)  # (bucket, level) -> key
         self._kept_level = np.full(16, -1, dtype=np.int64)
-        self._b_members: list[set] = []
+        self._b_count = np.zeros(16, dtype=np.int64)  # coflows in each bucket
         self._live_buckets: set[int] = set()
         self._emptied: set[int] = set()  # buckets whose last coflow left since the last reorder
         self._free_rows: list[int] = []
@@ -421,9 +421,8 @@ class Simulator:
         del self._slot_of[record.coflow_id]
         self._views.drop(record.coflow_id)
         bucket = int(self._slot_bucket[slot])
-        members = self._b_members[bucket]
-        members.discard(slot)
-        if not members:
+        self._b_count[bucket] -= 1
+        if self._b_count[bucket] == 0:
             self._emptied.add(bucket)
         self._finished(record)
 
@@ -437,14 +436,12 @@ class Simulator:
     def _place(self, slots: np.ndarray, buckets: np.ndarray) -> None:
         """Move the unfinished flows of each coflow of ``slots`` into the groups of its bucket
         of ``buckets``, one coflow after the other (in one compiled call)."""
-        members, slot_bucket = self._b_members, self._slot_bucket
-        for slot, bucket in zip(slots.tolist(), buckets.tolist(), strict=True):
-            old = int(slot_bucket[slot])
-            if old >= 0:
-                members[old].discard(slot)
-                if not members[old]:
-                    self._emptied.add(old)
-            members[bucket].add(slot)
+        count, slot_bucket = self._b_count, self._slot_bucket
+        left = slot_bucket[slots]
+        left = left[left >= 0]
+        np.subtract.at(count, left, 1)
+        np.add.at(count, buckets, 1)
+        self._emptied.update(left[count[left] == 0].tolist())
         slot_bucket[slots] = buckets
         ranges = self._slot_ranges[slots]
         first, last = ranges[:, 0].copy(), ranges[:, 1].copy()
@@ -514,6 +511,7 @@ class Simulator:
         self._b_level = _grown(self._b_level, grow, 0)
         self._b_row = _grown(self._b_row, grow, -1)
         self._b_single = _grown(self._b_single, grow, False)
+        self._b_count = _grown(self._b_count, grow, 0)
         self._kept_level = _grown(self._kept_level, grow, -1)
         if self.mode == "levels":
             self._entry_of = _grown(self._entry_of, grow * self.n_levels, -1)
@@ -524,7 +522,6 @@ class Simulator:
         self._n_buckets += 1
         self._b_single[bucket] = single
         self._b_row[bucket] = -1 if single else self._tables.new_pair_row(self._free_rows)
-        self._b_members.append(set())
         self._live_buckets.add(bucket)
         self._relevelled = True
         return bucket
@@ -704,7 +701,7 @@ class Simulator:
         last reorder are looked at (a reorder leaves every bucket in use holding coflows)."""
         emptied, self._emptied = sorted(self._emptied), set()
         for bucket in emptied:
-            if bucket in self._live_buckets and not self._b_members[bucket]:
+            if bucket in self._live_buckets and self._b_count[bucket] == 0:
                 self._relevelled = True
                 self._b_level[bucket] = 1 << 30
                 self._live_buckets.discard(bucket)
