@@ -38,8 +38,21 @@ from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
-from simulator.allocation import _REL, PairLevel, Singles, _fill, _filled, pair_shares
+from simulator.allocation import (
+    _REL,
+    BIT_ONE,
+    PairLevel,
+    Singles,
+    _fill,
+    _filled,
+    bit_words,
+    clear_pair_bit,
+    pair_shares,
+    set_pair_bit,
+    sparse_row,
+)
 from simulator.greedy import GreedyPass, greedy_start, greedy_update
 from simulator.heap import heap_pop, heap_push
 
@@ -106,6 +119,12 @@ class PairTable(NamedTuple):
     row_share: np.ndarray  # (levels, n): each egress link's share at the last allocation
     col_share: np.ndarray  # (levels, n): each ingress link's share
     level_rows: np.ndarray  # (levels, 1 + MAX_LEVEL_ROWS): [rows, the shared buckets' rows]
+    # (levels, n, words) uint64: bit d of row s set iff flows[level, s, d] >= 1, so that the
+    # kernels visit a host's pairs rather than its n hosts (PairLevel's row_bits)
+    row_bits: np.ndarray
+    col_bits: np.ndarray  # (levels, n, words) uint64: the same of flows_t
+    row_pairs: np.ndarray  # (levels, n) int: the bits set in each row of row_bits
+    col_pairs: np.ndarray  # (levels, n) int: the same of col_bits
 
 
 class LevelPlan(NamedTuple):
@@ -240,6 +259,10 @@ class Tables:
             row_share=np.full((n_levels, n_hosts), np.inf),
             col_share=np.full((n_levels, n_hosts), np.inf),
             level_rows=np.zeros((n_levels, 1 + MAX_LEVEL_ROWS), dtype=np.int64),
+            row_bits=np.zeros((n_levels, n_hosts, bit_words(n_hosts)), dtype=np.uint64),
+            col_bits=np.zeros((n_levels, n_hosts, bit_words(n_hosts)), dtype=np.uint64),
+            row_pairs=np.zeros((n_levels, n_hosts), dtype=np.int64),
+            col_pairs=np.zeros((n_levels, n_hosts), dtype=np.int64),
         )
 
     def new_pair_row(self, free_rows: list[int]) -> int:
@@ -609,6 +632,12 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
     )
     w, wt, row_count, col_count = pairs.flows, pairs.flows_t, pairs.row_count, pairs.col_count
     row_share, col_share, level_rows = pairs.row_share, pairs.col_share, pairs.level_rows
+    row_bits, col_bits, row_pairs, col_pairs = (
+        pairs.row_bits,
+        pairs.col_bits,
+        pairs.row_pairs,
+        pairs.col_pairs,
+    )
     general = np.zeros(n_levels, dtype=np.bool_)
     if n_hosts == 0:
         general[:] = True
@@ -638,9 +667,13 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
             for link in range(n_hosts):
                 if row_count[level, link] != 0.0:
                     w[level, link, :] = 0.0
+                    row_bits[level, link, :] = 0
+                    row_pairs[level, link] = 0
                     row_count[level, link] = 0.0
                 if col_count[level, link] != 0.0:
                     wt[level, link, :] = 0.0
+                    col_bits[level, link, :] = 0
+                    col_pairs[level, link] = 0
                     col_count[level, link] = 0.0
         row_share[:] = np.inf
         col_share[:] = np.inf
@@ -657,6 +690,9 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
             d = g_links[g, 1] - n_hosts
             w[level, s, d] += g_n_flows[g]
             wt[level, d, s] += g_n_flows[g]
+            if g_n_flows[g] >= 0.5:
+                set_pair_bit(row_bits, row_pairs, level, s, d)
+                set_pair_bit(col_bits, col_pairs, level, d, s)
             row_count[level, s] += g_n_flows[g]
             col_count[level, d] += g_n_flows[g]
     for level in range(n_levels):
@@ -904,14 +940,14 @@ def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _class_members(w, wt, pair_group, level_rows, share, c, n, out):
+def _class_members(row_bits, col_bits, pair_group, level_rows, share, c, n, out):
     # pragma: no cover - compiled
     """The groups of class ``c`` under the classes' ``share`` (into ``out``); returns how
     many.
 
     Args:
-        w: :class:`PairTable`'s ``flows``.
-        wt: :class:`PairTable`'s ``flows_t``.
+        row_bits: :class:`PairTable`'s ``row_bits`` (the pairs with flows).
+        col_bits: :class:`PairTable`'s ``col_bits``.
         pair_group: :class:`GroupTable`'s ``pair_group``.
         level_rows: :class:`PairTable`'s ``level_rows``.
         share: :class:`Classes`' ``share`` (bit/s per flow of every class).
@@ -926,16 +962,20 @@ def _class_members(w, wt, pair_group, level_rows, share, c, n, out):
     level = c // (2 * n)
     base = level * 2 * n
     rows, cols = share[base : base + n], share[base + n : base + 2 * n]
+    egress = c - base < n
     m = 0
-    for j in range(n):
-        s, d = (c - base, j) if c - base < n else (j, c - base - n)
-        weight = w[level, s, d] if c - base < n else wt[level, d, s]
-        if weight > 0.5 and _pair_class(rows, cols, s, d, n, base) == c:
-            for r in range(1, level_rows[level, 0] + 1):
-                g = pair_group[level_rows[level, r], s * n + d]
-                if g != NIL:
-                    out[m] = g
-                    m += 1
+    for word in range(row_bits.shape[2]):
+        left = row_bits[level, c - base, word] if egress else col_bits[level, c - base - n, word]
+        while left:
+            j = word * 64 + np.int64(trailing_zeros(left))
+            left &= left - BIT_ONE
+            s, d = (c - base, j) if egress else (j, c - base - n)
+            if _pair_class(rows, cols, s, d, n, base) == c:
+                for r in range(1, level_rows[level, 0] + 1):
+                    g = pair_group[level_rows[level, r], s * n + d]
+                    if g != NIL:
+                        out[m] = g
+                        m += 1
     return m
 
 
@@ -955,25 +995,43 @@ def _mark_dirty(dirty, dirty_list, c):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _row_changes_class(weights, old_row, new_row, old_cols, cols):  # pragma: no cover - compiled
+def _row_changes_class(weights, bits, n_pairs, row, old_row, new_row, old_cols, cols):
+    # pragma: no cover - compiled
     """Whether a pair of a row whose share moved changes class (as :func:`_pair_class` tells).
 
     Args:
-        weights: ``(n,)``: the row's flows per destination host (a row of
-            :class:`PairTable`'s ``flows``); pairs without flows do not count.
+        weights: ``(n, n)``: a level's flows per host pair (:class:`PairTable`'s ``flows``);
+            pairs without flows do not count.
+        bits: its ``row_bits``: a sparse row (:func:`~simulator.allocation.sparse_row`) is
+            visited by its bits.
+        n_pairs: its ``row_pairs``.
+        row: the row (the egress link's host).
         old_row: the row's share at the last allocation.
         new_row: its share now.
         old_cols: ``(n,)``: the level's ingress link shares at the last allocation.
         cols: ``(n,)``: its ingress link shares now.
     """
     changes = 0
-    for d in range(weights.shape[0]):
-        old_rate = min(old_row, old_cols[d])
-        new_rate = min(new_row, cols[d])
-        had = (old_rate > 0.0) & (old_rate < np.inf)
-        has = (new_rate > 0.0) & (new_rate < np.inf)
-        by_row = (old_row <= old_cols[d]) != (new_row <= cols[d])
-        changes += (weights[d] >= 0.5) & ((had != has) | (has & by_row))
+    if not sparse_row(n_pairs[row], weights.shape[0]):
+        for d in range(weights.shape[0]):
+            old_rate = min(old_row, old_cols[d])
+            new_rate = min(new_row, cols[d])
+            had = (old_rate > 0.0) & (old_rate < np.inf)
+            has = (new_rate > 0.0) & (new_rate < np.inf)
+            by_row = (old_row <= old_cols[d]) != (new_row <= cols[d])
+            changes += (weights[row, d] >= 0.5) & ((had != has) | (has & by_row))
+        return changes > 0
+    for word in range(bits.shape[1]):
+        left = bits[row, word]
+        while left:
+            d = word * 64 + np.int64(trailing_zeros(left))
+            left &= left - BIT_ONE
+            old_rate = min(old_row, old_cols[d])
+            new_rate = min(new_row, cols[d])
+            had = (old_rate > 0.0) & (old_rate < np.inf)
+            has = (new_rate > 0.0) & (new_rate < np.inf)
+            by_row = (old_row <= old_cols[d]) != (new_row <= cols[d])
+            changes += (had != has) | (has & by_row)
     return changes > 0
 
 
@@ -998,14 +1056,16 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
     pairs whose row has a finite share (the others are bottlenecked by the column). A row is
     first checked in one branch-free pass (:func:`_row_changes_class`) and its pairs are looked
     at one by one only if one changes class; the columns look only at the rows that did not
-    move.
+    move. A sparse link's pairs are read from its bits (``row_bits``, ``col_bits``); a dense
+    one's from the lists of the other side's links that qualify, as its matrix row says.
+    Either way in host order.
 
     Args:
         groups: the :class:`GroupTable`; the ``served`` offset of every group whose class
             changed moves by its old class's count minus its new class's.
         pairs: the :class:`PairTable` (read only): ``level``'s new ``row_share`` and
             ``col_share`` (from :func:`simulator.allocation.pair_shares`), its matrices,
-            counts and ``level_rows``.
+            bits, counts and ``level_rows``.
         classes: the :class:`Classes`; the level's ``share`` entries become the new shares,
             and the classes that gain or lose members are marked dirty.
         level: the pair level.
@@ -1022,31 +1082,31 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
     old_rows = c_share[base : base + n].copy()
     old_cols = c_share[base + n : base + 2 * n].copy()
     rows, cols = pairs.row_share[level], pairs.col_share[level]
-    w_level, wt_level = pairs.flows[level], pairs.flows_t[level]
-    # rows with a finite share; rows and columns with flows and a share in the old or new
-    # shares (a pair whose links had and have none has no rate either way: starved levels
-    # cost nothing)
+    w_level = pairs.flows[level]
+    row_bits, col_bits = pairs.row_bits[level], pairs.col_bits[level]
+    row_pairs, col_pairs = pairs.row_pairs[level], pairs.col_pairs[level]
+    # rows with a finite share; rows with flows and a share in the old or new shares (a pair
+    # whose links had and have none has no rate either way: starved levels cost nothing);
+    # the same of the columns is asked of their pairs as they are read
     flows = np.empty((2, n))
     flows[0], flows[1] = pairs.row_count[level], pairs.col_count[level]
     finite = np.empty(n, dtype=np.int64)
     n_finite = 0
-    some = np.empty((2, n), dtype=np.int64)
-    n_some = np.zeros(2, dtype=np.int64)
-    for side in range(2):
-        for link in range(n):
-            old, new = (old_rows[link], rows[link]) if side == 0 else (old_cols[link], cols[link])
-            if side == 0 and new > 0.0 and new < np.inf:
-                finite[n_finite] = link
-                n_finite += 1
-            if (old > 0.0 or new > 0.0) and flows[side, link] > 0.5:
-                some[side, n_some[side]] = link
-                n_some[side] += 1
+    some = np.empty(n, dtype=np.int64)
+    n_some = 0
+    for link in range(n):
+        if rows[link] > 0.0 and rows[link] < np.inf:
+            finite[n_finite] = link
+            n_finite += 1
+        if (old_rows[link] > 0.0 or rows[link] > 0.0) and flows[0, link] > 0.5:
+            some[n_some] = link
+            n_some += 1
     row_moved = np.zeros(n, dtype=np.bool_)  # all its pairs were looked at
     for side in range(2):
         if side == 1:
             # the pairs of the rows that moved were all looked at: the columns look at the
             # others only
-            n_some[0] = _drop_moved(some[0], n_some[0], row_moved)
+            n_some = _drop_moved(some, n_some, row_moved)
             n_finite = _drop_moved(finite, n_finite, row_moved)
         for link in range(n):
             old, new = (old_rows[link], rows[link]) if side == 0 else (old_cols[link], cols[link])
@@ -1059,18 +1119,46 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
                 row_moved[link] = True
                 # nearly every share of a dense level moves a little at each allocation, but
                 # few pairs change class: a branch-free pass over the row finds out
-                if not _row_changes_class(w_level[link], old, new, old_cols, cols):
+                if not _row_changes_class(
+                    w_level, row_bits, row_pairs, link, old, new, old_cols, cols
+                ):
                     continue
             whole = side == 0 or (old > 0.0) != (new > 0.0)
-            for j in range(n_some[1 - side] if whole else n_finite):
-                if side == 0:
-                    s, d = link, some[1, j]
-                    weight = w_level[s, d]
+            # the link's pairs in host order: a row's and a sparse column's from their bits, a
+            # dense column's from the rows that did not move (in a dense level nearly all do)
+            bits = row_bits if side == 0 else col_bits
+            sparse = side == 0 or sparse_row(col_pairs[link], n)
+            n_listed = n_some if whole else n_finite
+            listed = 0
+            word = 0
+            left = bits[link, 0] if sparse else BIT_ONE
+            while True:
+                if sparse:
+                    while left == 0 and word + 1 < bits.shape[1]:
+                        word += 1
+                        left = bits[link, word]
+                    if left == 0:
+                        break
+                    j = word * 64 + np.int64(trailing_zeros(left))
+                    left &= left - BIT_ONE
+                    # (the lists' conditions, on the link's pairs)
+                    if side == 0:
+                        if not (old_cols[j] > 0.0 or cols[j] > 0.0):
+                            continue
+                    elif row_moved[j]:
+                        continue
+                    elif whole and not (old_rows[j] > 0.0 or rows[j] > 0.0):
+                        continue
+                    elif not whole and not (rows[j] > 0.0 and rows[j] < np.inf):
+                        continue
+                    s, d = (link, j) if side == 0 else (j, link)
                 else:
-                    s, d = (some[0, j] if whole else finite[j]), link
-                    weight = wt_level[d, s]
-                if weight < 0.5:
-                    continue
+                    if listed == n_listed:
+                        break
+                    s, d = (some[listed] if whole else finite[listed]), link
+                    listed += 1
+                    if w_level[s, d] < 0.5:
+                        continue
                 c = _pair_class(rows, cols, s, d, n, base)
                 was = _pair_class(old_rows, old_cols, s, d, n, base)
                 if c == was:
@@ -1107,12 +1195,13 @@ def _refresh_keys(groups, pairs, classes, n, scratch):  # pragma: no cover - com
     """
     g_served, head_threshold, pair_group = groups.served, groups.head_threshold, groups.pair_group
     share, keys, dirty, dirty_list = classes.share, classes.key, classes.dirty, classes.dirty_list
-    w, wt, level_rows = pairs.flows, pairs.flows_t, pairs.level_rows
+    row_bits, col_bits, level_rows = pairs.row_bits, pairs.col_bits, pairs.level_rows
     for i in range(1, dirty_list[0] + 1):
         c = dirty_list[i]
         dirty[c] = False
         key = np.inf
-        for j in range(_class_members(w, wt, pair_group, level_rows, share, c, n, scratch)):
+        n_members = _class_members(row_bits, col_bits, pair_group, level_rows, share, c, n, scratch)
+        for j in range(n_members):
             g = scratch[j]
             if head_threshold[g] - g_served[g] < key:
                 key = head_threshold[g] - g_served[g]
@@ -1375,7 +1464,8 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
             continue  # (its classes emptied as their last flows ended)
         level_pairs = PairLevel(
             w[level], wt[level], row_count[level], col_count[level], row_share[level],
-            col_share[level],
+            col_share[level], pairs.row_bits[level], pairs.col_bits[level],
+            pairs.row_pairs[level], pairs.col_pairs[level],
         )  # fmt: skip
         singles = Singles(members, g_links, g_cap, g_n_flows, g_rate)
         pair_shares(level_pairs, residual, capacity, n, singles)
@@ -1416,6 +1506,7 @@ def _finish_flows(flows, groups, pairs, g, reach, in_pairs, finished, n_finished
     f_prev = flows.prev
     slot_left, g_n_flows, g_links, head = flows.slot_left, groups.n_flows, groups.links, groups.head
     w, wt, row_count, col_count = pairs.flows, pairs.flows_t, pairs.row_count, pairs.col_count
+    row_bits, col_bits = pairs.row_bits, pairs.col_bits
     n_hosts = row_count.shape[1]
     if head[g] != NIL and f_threshold[head[g]] > reach:
         reach = f_threshold[head[g]]  # its next flow ends now, whatever float error says
@@ -1430,6 +1521,9 @@ def _finish_flows(flows, groups, pairs, g, reach, in_pairs, finished, n_finished
             d = g_links[g, 1] - n_hosts
             w[level, s, d] -= 1.0
             wt[level, d, s] -= 1.0
+            if w[level, s, d] < 0.5:
+                clear_pair_bit(row_bits, pairs.row_pairs, level, s, d)
+                clear_pair_bit(col_bits, pairs.col_pairs, level, d, s)
             row_count[level, s] -= 1.0
             col_count[level, d] -= 1.0
         slot = f_slot[f]
@@ -1472,7 +1566,8 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
     """
     g_links, g_n_flows, g_served, g_rate = groups.links, groups.n_flows, groups.served, groups.rate
     g_cap, g_level, head_threshold = groups.cap, groups.level, groups.head_threshold
-    pair_group, w, wt, level_rows = groups.pair_group, pairs.flows, pairs.flows_t, pairs.level_rows
+    pair_group, level_rows = groups.pair_group, pairs.level_rows
+    row_bits, col_bits = pairs.row_bits, pairs.col_bits
     order, level_start, general = plan.order, plan.start, plan.general
     positive, finished = buffers.positive, buffers.finished
     ideal, capacity, simultaneous = settings.ideal, settings.capacity, settings.simultaneous
@@ -1579,7 +1674,10 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
                     n_ending += 1
         for k in range(n_ending):
             c = ending[k]
-            for j in range(_class_members(w, wt, pair_group, level_rows, share, c, n, scratch)):
+            n_members = _class_members(
+                row_bits, col_bits, pair_group, level_rows, share, c, n, scratch
+            )
+            for j in range(n_members):
                 g = scratch[j]
                 if head_threshold[g] - g_served[g] - before[c] > cutoff * share[c]:
                     continue
@@ -1640,6 +1738,9 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
     # every member's served back from offset to bits served
     for c in range(n_classes):
         if served[c] != 0.0:
-            for j in range(_class_members(w, wt, pair_group, level_rows, share, c, n, scratch)):
+            n_members = _class_members(
+                row_bits, col_bits, pair_group, level_rows, share, c, n, scratch
+            )
+            for j in range(n_members):
                 g_served[scratch[j]] += served[c]
     return why, now, steps, n_finished

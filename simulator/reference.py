@@ -39,7 +39,14 @@ from controller.model import (
     egress,
     ingress,
 )
-from simulator.allocation import PairLevel, Singles, _fill, greedy_groups, pair_shares
+from simulator.allocation import (
+    PairLevel,
+    Singles,
+    _fill,
+    greedy_groups,
+    pair_bits,
+    pair_shares,
+)
 
 # ---- fluid schedule ------------------------------------------------------------------------
 
@@ -398,8 +405,10 @@ def pair_max_min_with_singles(
     n = w.shape[0]
     row_share, col_share = np.zeros(n), np.zeros(n)
     residual = np.ascontiguousarray(capacity, dtype=np.float64).copy()
-    level = PairLevel(w, np.ascontiguousarray(w.T), w.sum(axis=1), w.sum(axis=0), row_share,
-                      col_share)  # fmt: skip
+    w_t = np.ascontiguousarray(w.T)
+    (row_bits, row_pairs), (col_bits, col_pairs) = pair_bits(w), pair_bits(w_t)
+    level = PairLevel(w, w_t, w.sum(axis=1), w.sum(axis=0), row_share, col_share, row_bits,
+                      col_bits, row_pairs, col_pairs)  # fmt: skip
     m = len(pairs)
     links = np.asarray(pairs, dtype=np.int64).reshape(m, 2) + np.array([0, n])
     rates = np.zeros(m)

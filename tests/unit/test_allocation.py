@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.allocation import PairLevel, Singles, pair_bits, pair_shares
 from simulator.reference import (
     greedy_in_order,
     max_min,
@@ -119,6 +120,73 @@ def test_pair_matrix_max_min_equals_the_general_one(instance):
         return
     expect = max_min(links, capacity)
     assert rates[links[:, 0], links[:, 1] - n] == pytest.approx(expect, abs=1e-9)
+
+
+@st.composite
+def sparse_levels(draw):
+    """A pair level of up to 70 hosts (two words of bits) with a few pairs per host, one host
+    talking to most of the others (a dense row and column beside sparse ones), and links the
+    levels above filled (capacity 0) or left part of."""
+    n = draw(st.integers(9, 70))
+    w = np.zeros((n, n))
+    for s in range(n):
+        for d in draw(st.lists(st.integers(0, n - 1), max_size=3)):
+            w[s, d] += draw(st.integers(1, 3))
+    hub = draw(st.integers(0, n - 1))
+    w[hub, : n // 2] += 1.0
+    w[n // 3 :, hub] += 2.0
+    capacity = np.array(draw(st.lists(st.sampled_from([0, 1, 4, 6, 20]), min_size=2 * n,
+                                      max_size=2 * n)), dtype=float)  # fmt: skip
+    return w, capacity
+
+
+def test_pair_bits_mark_the_pairs_with_flows():
+    rng = np.random.default_rng(5)
+    for n in (1, 63, 64, 65, 130):
+        w = rng.integers(0, 3, size=(n, n)) * (rng.random((n, n)) < 0.1)
+        bits, pairs = pair_bits(w.astype(float))
+        assert bits.dtype == np.uint64 and bits.shape == (n, (n + 63) // 64)
+        unpacked = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :n]
+        assert (unpacked == (w > 0)).all()
+        assert (pairs == (w > 0).sum(axis=1)).all()
+        assert not np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, n:].any()
+
+
+def _pair_level_shares(w, capacity, counted):
+    # pair_shares on a level whose rows claim ``counted`` pairs each (its bits are the true
+    # ones): a row that claims many is read whole, one that claims few by its bits
+    n = w.shape[0]
+    w_t = np.ascontiguousarray(w.T)
+    (row_bits, _), (col_bits, _) = pair_bits(w), pair_bits(w_t)
+    many = np.full(n, counted, dtype=np.int64)
+    level = PairLevel(w, w_t, w.sum(axis=1), w.sum(axis=0), np.zeros(n), np.zeros(n), row_bits,
+                      col_bits, many, many.copy())  # fmt: skip
+    residual = capacity.copy()
+    none = np.zeros(0, dtype=np.int64)
+    singles = Singles(none, np.zeros((0, 2), dtype=np.int64), np.zeros(0), np.zeros(0),
+                      np.zeros(0))  # fmt: skip
+    pair_shares(level, residual, capacity, n, singles)
+    return level.row_share, level.col_share, residual
+
+
+@settings(max_examples=150, deadline=None)
+@given(sparse_levels())
+def test_a_sparse_pair_level_equals_the_general_max_min_bit_for_bit_either_way(instance):
+    # HPO levels hold a few pairs per host: a frozen link visits its row's pairs by their bits
+    # instead of its n hosts. The general max-min gives the rates; reading every row whole
+    # (claiming n pairs a row) or every row by its bits (claiming none) gives the same floats
+    w, capacity = instance
+    n = w.shape[0]
+    rates = pair_max_min(w, capacity)
+    src, dst = np.nonzero(w)
+    reps = w[src, dst].astype(int)
+    links = np.stack([np.repeat(src, reps), n + np.repeat(dst, reps)], axis=1)
+    expect = max_min(links, capacity)
+    assert rates[links[:, 0], links[:, 1] - n] == pytest.approx(expect, abs=1e-9)
+    whole = _pair_level_shares(w, capacity, n)
+    by_bits = _pair_level_shares(w, capacity, 0)
+    for a, b in zip(whole, by_bits, strict=True):
+        assert np.array_equal(a, b)
 
 
 @settings(max_examples=300, deadline=None)

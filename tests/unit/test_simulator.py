@@ -170,6 +170,53 @@ def test_pair_matrix_fast_path_matches_the_general_allocation(policy, monkeypatc
         assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
 
 
+@pytest.mark.parametrize("policy", ["fair", "sincronia", "varys", "jpas"])
+def test_sparse_pair_levels_keep_their_bits_and_match_the_general_allocation(policy):
+    # on 70 hosts (two words of bits a row) a level holds a few pairs per host, so the kernels
+    # read a row's pairs from its bits, kept as flows end and coflows arrive: after every
+    # reorder and at the end, each level's bits and pair counts are those of its matrix, and
+    # the completions are the general allocation's
+    from simulator.allocation import pair_bits
+
+    def check_bits(sim):
+        pairs = sim._tables.pairs
+        for level in range(pairs.flows.shape[0]):
+            for matrix, bits, counts in (
+                (pairs.flows[level], pairs.row_bits[level], pairs.row_pairs[level]),
+                (pairs.flows_t[level], pairs.col_bits[level], pairs.col_pairs[level]),
+            ):
+                expect_bits, expect_counts = pair_bits(matrix)
+                assert np.array_equal(bits, expect_bits)
+                assert np.array_equal(counts, expect_counts)
+
+    def once(pair_levels):
+        rng = random.Random(23)
+        specs = random_specs(rng, 120, 70)
+        sim = Simulator(Fabric(70, BPS), make_policy(policy), pair_levels=pair_levels)
+        reorder, checks = sim._reorder, []
+
+        def checked(*args, **kwargs):
+            reorder(*args, **kwargs)
+            if pair_levels:
+                check_bits(sim)
+                checks.append(sim.now_s)
+
+        sim._reorder = checked
+        for i, s in enumerate(specs):
+            sim.at(rng.uniform(0, 40) if i % 2 else 0.0, lambda s=s: sim.release(s))
+        sim.run()
+        if pair_levels:
+            check_bits(sim)
+        return sim, checks
+
+    fast, checks = once(True)
+    assert fast._pair_hosts == 70 and len(checks) > 50
+    assert fast.bytes_delivered == pytest.approx(fast.bytes_offered)
+    general, _ = once(False)
+    for c, record in fast.coflows.items():
+        assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_level_of_shared_pairs_and_capped_coflows_matches_the_general_allocation(seed):
     # Varys caps the coflows it admits (MADD); beyond the first seven ranks capped and uncapped
