@@ -915,6 +915,10 @@ class Classes(NamedTuple):
     key: np.ndarray  # the smallest key of its members (inf if none)
     dirty: np.ndarray  # bool: its key must be recomputed
     dirty_list: np.ndarray  # int: [count, the dirty classes...]
+    # (levels, words) uint64: per level, a bit per class (link) whose key is finite: the step's
+    # scans visit those, not the level's 2n classes (most have no flows in an HPO level or a
+    # one-coflow level)
+    keyed: np.ndarray
 
 
 @njit(cache=True)
@@ -1188,13 +1192,14 @@ def _refresh_keys(groups, pairs, classes, n, scratch):  # pragma: no cover - com
         groups: the :class:`GroupTable` (read only: ``served`` offsets, ``head_threshold``,
             ``pair_group``).
         pairs: the :class:`PairTable` (read only: ``flows``, ``flows_t``, ``level_rows``).
-        classes: the :class:`Classes`; every dirty class's ``key`` is set and its ``dirty``
-            flag cleared, and ``dirty_list`` is emptied.
+        classes: the :class:`Classes`; every dirty class's ``key`` is set, its ``keyed`` bit
+            with it, and its ``dirty`` flag cleared, and ``dirty_list`` is emptied.
         n: the hosts.
         scratch: int, room for a class's members (``n * MAX_LEVEL_ROWS``).
     """
     g_served, head_threshold, pair_group = groups.served, groups.head_threshold, groups.pair_group
     share, keys, dirty, dirty_list = classes.share, classes.key, classes.dirty, classes.dirty_list
+    keyed = classes.keyed
     row_bits, col_bits, level_rows = pairs.row_bits, pairs.col_bits, pairs.level_rows
     for i in range(1, dirty_list[0] + 1):
         c = dirty_list[i]
@@ -1206,6 +1211,12 @@ def _refresh_keys(groups, pairs, classes, n, scratch):  # pragma: no cover - com
             if head_threshold[g] - g_served[g] < key:
                 key = head_threshold[g] - g_served[g]
         keys[c] = key
+        link = c % (2 * n)
+        bit = BIT_ONE << np.uint64(link & 63)
+        if key < np.inf:
+            keyed[c // (2 * n), link >> 6] |= bit
+        else:
+            keyed[c // (2 * n), link >> 6] &= ~bit
     dirty_list[0] = 0
 
 
@@ -1585,9 +1596,10 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         np.full(n_classes, np.inf),
         np.zeros(n_classes, dtype=np.bool_),
         np.zeros(n_classes + 1, dtype=np.int64),
+        np.zeros((n_levels if use_classes else 0, (2 * n + 63) // 64), dtype=np.uint64),
     )
     served, share, key = classes.served, classes.share, classes.key
-    dirty, dirty_list = classes.dirty, classes.dirty_list
+    dirty, dirty_list, keyed = classes.dirty, classes.dirty_list, classes.keyed
     level_fixed, level_use, group_fixed = fixed.level_fixed, fixed.level_use, fixed.group_fixed
     heap_times, heap_groups, heap_size = fixed.heap_times, fixed.heap_groups, fixed.heap_size
     state = StepState(
@@ -1627,8 +1639,8 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
             changed = n_levels
             for level in range(n_levels if use_classes else 0):
                 active[level] = False
-                for c in range(level * 2 * n, (level + 1) * 2 * n):
-                    if key[c] < np.inf:
+                for word in range(keyed.shape[1]):
+                    if keyed[level, word]:
                         active[level] = True
                         break
             realloc = False
@@ -1636,11 +1648,16 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         # to the limit (compare before dividing: divisions are the cost)
         span = limit - now
         step = span
+        # (the classes with a finite key, each level's in class order, from its bits)
         for level in range(n_levels if use_classes else 0):
             if active[level]:
-                for c in range(level * 2 * n, (level + 1) * 2 * n):
-                    if key[c] - served[c] < step * share[c]:
-                        step = (key[c] - served[c]) / share[c]
+                for word in range(keyed.shape[1]):
+                    bits = keyed[level, word]
+                    while bits:
+                        c = level * 2 * n + word * 64 + np.int64(trailing_zeros(bits))
+                        bits &= bits - BIT_ONE
+                        if key[c] - served[c] < step * share[c]:
+                            step = (key[c] - served[c]) / share[c]
         for i in range(n_positive):
             g = positive[i]
             left = head_threshold[g] - g_served[g]
@@ -1663,15 +1680,17 @@ def run_steps(flows, groups, pairs, plan, settings, buffers, now, limit):
         for level in range(n_levels if use_classes else 0):
             if not active[level]:
                 continue
-            for c in range(level * 2 * n, (level + 1) * 2 * n):
-                if key[c] == np.inf:
-                    continue
-                left = key[c] - served[c]
-                before[c] = served[c]
-                served[c] += share[c] * step
-                if left <= cutoff * share[c]:
-                    ending[n_ending] = c
-                    n_ending += 1
+            for word in range(keyed.shape[1]):
+                bits = keyed[level, word]
+                while bits:
+                    c = level * 2 * n + word * 64 + np.int64(trailing_zeros(bits))
+                    bits &= bits - BIT_ONE
+                    left = key[c] - served[c]
+                    before[c] = served[c]
+                    served[c] += share[c] * step
+                    if left <= cutoff * share[c]:
+                        ending[n_ending] = c
+                        n_ending += 1
         for k in range(n_ending):
             c = ending[k]
             n_members = _class_members(
