@@ -210,6 +210,9 @@ class PairLevel(NamedTuple):
     col_bits: np.ndarray  # (n, words) uint64: the same of flows_t
     row_pairs: np.ndarray  # (n,) int: the bits set in each row of row_bits
     col_pairs: np.ndarray  # (n,) int: the same of col_bits
+    # (1,) int: a row is read by its bits while its pairs x this < n (SPARSE_ROW; an array, so
+    # that a test can make every row dense or sparse without compiling anew)
+    sparse_factor: np.ndarray
 
 
 # one bit per host of a pair row: uint64 words (numba: a uint64 mixed with an int is a float)
@@ -221,27 +224,29 @@ def bit_words(n: int) -> int:
     return (n + 63) // 64
 
 
-def pair_bits(flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pair_bits(flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # (the bits little-endian)
     """``(n, words)`` uint64: bit ``d`` of row ``s`` set iff ``flows[s, d] >= 1``, and the bits
     set per row (a :class:`PairLevel`'s ``row_bits`` and ``row_pairs``; of ``flows_t`` its
     ``col_bits`` and ``col_pairs``)."""
     n = flows.shape[0]
     padded = np.zeros((n, bit_words(n) * 64), dtype=np.uint8)
     padded[:, :n] = flows >= 0.5
-    bits = np.packbits(padded, axis=1, bitorder="little").view(np.uint64).copy()
+    bits = np.packbits(padded, axis=1, bitorder="little").view("<u8").astype(np.uint64)
     return bits, padded.sum(axis=1, dtype=np.int64)
 
 
 # A row with fewer pairs than one in SPARSE_ROW of the hosts is visited by its bits; a denser
 # one by a branch-free pass over the whole row, which the compiler vectorises (by bits, the
-# dense levels of the Facebook trace ran 1.5x slower)
+# dense levels of the Facebook trace ran 1.5x slower). Both visit the same pairs in the same
+# order and differ only by updates that subtract 0 (the capacities are finite: Fabric)
 SPARSE_ROW = 8
 
 
 @njit(cache=True, inline="always")
-def sparse_row(pairs, n):  # pragma: no cover - compiled
-    """Whether a row of ``pairs`` pairs with flows, of ``n`` hosts, is visited by its bits."""
-    return pairs * SPARSE_ROW < n
+def sparse_row(pairs, n, factor):  # pragma: no cover - compiled
+    """Whether a row of ``pairs`` pairs with flows, of ``n`` hosts, is visited by its bits
+    (``factor``: :data:`SPARSE_ROW`, or what a test set)."""
+    return pairs * factor < n
 
 
 @njit(cache=True, inline="always")
@@ -256,10 +261,12 @@ def set_pair_bit(bits, pairs, level, s, d):  # pragma: no cover - compiled
 
 @njit(cache=True, inline="always")
 def clear_pair_bit(bits, pairs, level, s, d):  # pragma: no cover - compiled
-    """Clear bit ``d`` of row ``s`` of ``level``'s ``bits`` (it is set), taking it off
-    ``pairs[level, s]``."""
-    bits[level, s, d >> 6] &= ~(BIT_ONE << np.uint64(d & 63))
-    pairs[level, s] -= 1
+    """Clear bit ``d`` of row ``s`` of ``level``'s ``bits``, taking it off ``pairs[level, s]``
+    if it was set."""
+    mask = BIT_ONE << np.uint64(d & 63)
+    if bits[level, s, d >> 6] & mask:
+        bits[level, s, d >> 6] &= ~mask
+        pairs[level, s] -= 1
 
 
 class Singles(NamedTuple):
@@ -299,7 +306,7 @@ def _freeze_link(link, share, count, residual, live, out_share):  # pragma: no c
 
 
 @njit(cache=True, inline="always")
-def _spread_share(share, pairs, bits, n_pairs, row, other_count, other_residual, other_live):
+def _spread_share(share, pairs, bits, sparse, row, other_count, other_residual, other_live):
     # pragma: no cover - compiled
     """The flows of a link just frozen at ``share`` take it on the other side's links:
     ``pairs[row, j]`` of them cross that side's link ``j``, whose count and residual drop.
@@ -308,15 +315,15 @@ def _spread_share(share, pairs, bits, n_pairs, row, other_count, other_residual,
         share: the frozen link's share, bit/s per flow.
         pairs: ``(n, n)``: :class:`PairLevel`'s ``flows`` (the frozen link an egress link)
             or ``flows_t`` (an ingress link).
-        bits: its ``row_bits`` or ``col_bits``: a sparse row (:func:`sparse_row`) is visited
-            by its bits (the other links' updates would subtract 0).
-        n_pairs: its ``row_pairs`` or ``col_pairs``.
+        bits: its ``row_bits`` or ``col_bits``.
+        sparse: the row is sparse (:func:`sparse_row`): visited by its bits (the other
+            links' updates would subtract 0), else whole.
         row: the frozen link's host.
         other_count: the other side's flows not frozen yet, per link; drops by ``pairs``.
         other_residual: the other side's bit/s left, per link; drops by ``share`` per flow.
         other_live: the other side's 1.0 per link not frozen yet (0 masks the updates).
     """
-    if not sparse_row(n_pairs[row], pairs.shape[0]):
+    if not sparse:
         for j in range(pairs.shape[0]):
             x = pairs[row, j] * other_live[j]  # links already frozen keep what they have
             other_count[j] -= x
@@ -358,6 +365,7 @@ def _recount_starved(hits, level, row_cnt, col_cnt, row_live, col_live, n):
         matrix = level.flows_t if side == 0 else level.flows
         bits = level.col_bits if side == 0 else level.row_bits
         n_pairs = level.col_pairs if side == 0 else level.row_pairs
+        factor = level.sparse_factor[0]
         frozen = 0
         for link in hits:
             if (link >= n) == (side == 0):
@@ -370,7 +378,7 @@ def _recount_starved(hits, level, row_cnt, col_cnt, row_live, col_live, n):
             for link in hits:
                 if (link >= n) == (side == 0):
                     j = link - n if side == 0 else link
-                    if not sparse_row(n_pairs[j], n):
+                    if not sparse_row(n_pairs[j], n, factor):
                         for i in range(n):
                             cnt[i] -= matrix[j, i] * live[i]
                         continue
@@ -384,7 +392,7 @@ def _recount_starved(hits, level, row_cnt, col_cnt, row_live, col_live, n):
             recount = np.zeros(n)
             for j in range(n):
                 if other_live[j] > 0.0:
-                    if not sparse_row(n_pairs[j], n):
+                    if not sparse_row(n_pairs[j], n, factor):
                         for i in range(n):
                             recount[i] += matrix[j, i]
                         continue
@@ -459,6 +467,7 @@ def pair_shares(level, residual, capacity, n, singles):  # pragma: no cover - co
         level.row_pairs,
         level.col_pairs,
     )
+    factor = level.sparse_factor[0]
     count = np.empty(2 * n)  # flows on each link not frozen yet: egress links, then ingress
     count[:n] = level.row_count
     count[n:] = level.col_count
@@ -546,11 +555,13 @@ def pair_shares(level, residual, capacity, n, singles):  # pragma: no cover - co
                 continue
             if link < n:
                 _freeze_link(link, share, row_cnt, row_res, row_live, row_share)
-                _spread_share(share, w, w_bits, w_pairs, link, col_cnt, col_res, col_live)
+                sparse = sparse_row(w_pairs[link], n, factor)
+                _spread_share(share, w, w_bits, sparse, link, col_cnt, col_res, col_live)
             else:
                 d = link - n
                 _freeze_link(d, share, col_cnt, col_res, col_live, col_share)
-                _spread_share(share, wt, wt_bits, wt_pairs, d, row_cnt, row_res, row_live)
+                sparse = sparse_row(wt_pairs[d], n, factor)
+                _spread_share(share, wt, wt_bits, sparse, d, row_cnt, row_res, row_live)
             if m == 0:
                 continue
             for e in range(first[link], first[link + 1]):

@@ -43,6 +43,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from simulator.allocation import (
     _REL,
     BIT_ONE,
+    SPARSE_ROW,
     PairLevel,
     Singles,
     _fill,
@@ -125,6 +126,7 @@ class PairTable(NamedTuple):
     col_bits: np.ndarray  # (levels, n, words) uint64: the same of flows_t
     row_pairs: np.ndarray  # (levels, n) int: the bits set in each row of row_bits
     col_pairs: np.ndarray  # (levels, n) int: the same of col_bits
+    sparse_factor: np.ndarray  # (1,) int: PairLevel's (SPARSE_ROW unless a test set it)
 
 
 class LevelPlan(NamedTuple):
@@ -263,6 +265,7 @@ class Tables:
             col_bits=np.zeros((n_levels, n_hosts, bit_words(n_hosts)), dtype=np.uint64),
             row_pairs=np.zeros((n_levels, n_hosts), dtype=np.int64),
             col_pairs=np.zeros((n_levels, n_hosts), dtype=np.int64),
+            sparse_factor=np.array([SPARSE_ROW], dtype=np.int64),
         )
 
     def new_pair_row(self, free_rows: list[int]) -> int:
@@ -999,16 +1002,16 @@ def _mark_dirty(dirty, dirty_list, c):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _row_changes_class(weights, bits, n_pairs, row, old_row, new_row, old_cols, cols):
+def _row_changes_class(weights, bits, sparse, row, old_row, new_row, old_cols, cols):
     # pragma: no cover - compiled
     """Whether a pair of a row whose share moved changes class (as :func:`_pair_class` tells).
 
     Args:
         weights: ``(n, n)``: a level's flows per host pair (:class:`PairTable`'s ``flows``);
             pairs without flows do not count.
-        bits: its ``row_bits``: a sparse row (:func:`~simulator.allocation.sparse_row`) is
-            visited by its bits.
-        n_pairs: its ``row_pairs``.
+        bits: its ``row_bits``.
+        sparse: the row is sparse (:func:`~simulator.allocation.sparse_row`): visited by
+            its bits, else whole.
         row: the row (the egress link's host).
         old_row: the row's share at the last allocation.
         new_row: its share now.
@@ -1016,7 +1019,7 @@ def _row_changes_class(weights, bits, n_pairs, row, old_row, new_row, old_cols, 
         cols: ``(n,)``: its ingress link shares now.
     """
     changes = 0
-    if not sparse_row(n_pairs[row], weights.shape[0]):
+    if not sparse:
         for d in range(weights.shape[0]):
             old_rate = min(old_row, old_cols[d])
             new_rate = min(new_row, cols[d])
@@ -1089,6 +1092,7 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
     w_level = pairs.flows[level]
     row_bits, col_bits = pairs.row_bits[level], pairs.col_bits[level]
     row_pairs, col_pairs = pairs.row_pairs[level], pairs.col_pairs[level]
+    factor = pairs.sparse_factor[0]
     # rows with a finite share; rows with flows and a share in the old or new shares (a pair
     # whose links had and have none has no rate either way: starved levels cost nothing);
     # the same of the columns is asked of their pairs as they are read
@@ -1123,15 +1127,16 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
                 row_moved[link] = True
                 # nearly every share of a dense level moves a little at each allocation, but
                 # few pairs change class: a branch-free pass over the row finds out
+                sparse = sparse_row(row_pairs[link], n, factor)
                 if not _row_changes_class(
-                    w_level, row_bits, row_pairs, link, old, new, old_cols, cols
+                    w_level, row_bits, sparse, link, old, new, old_cols, cols
                 ):
                     continue
             whole = side == 0 or (old > 0.0) != (new > 0.0)
             # the link's pairs in host order: a row's and a sparse column's from their bits, a
             # dense column's from the rows that did not move (in a dense level nearly all do)
             bits = row_bits if side == 0 else col_bits
-            sparse = side == 0 or sparse_row(col_pairs[link], n)
+            sparse = side == 0 or sparse_row(col_pairs[link], n, factor)
             n_listed = n_some if whole else n_finite
             listed = 0
             word = 0
@@ -1476,7 +1481,7 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
         level_pairs = PairLevel(
             w[level], wt[level], row_count[level], col_count[level], row_share[level],
             col_share[level], pairs.row_bits[level], pairs.col_bits[level],
-            pairs.row_pairs[level], pairs.col_pairs[level],
+            pairs.row_pairs[level], pairs.col_pairs[level], pairs.sparse_factor,
         )  # fmt: skip
         singles = Singles(members, g_links, g_cap, g_n_flows, g_rate)
         pair_shares(level_pairs, residual, capacity, n, singles)

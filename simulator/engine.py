@@ -89,12 +89,12 @@ class Fabric:
     def __post_init__(self) -> None:
         if self.n_hosts < 1:
             raise ValueError("n_hosts must be >= 1")
-        if self.host_bps <= 0:
-            raise ValueError("host_bps must be > 0")
+        if not 0 < self.host_bps < math.inf:  # (NaN fails too)
+            raise ValueError("host_bps must be finite and > 0")
         if self.hosts_per_leaf is not None and self.hosts_per_leaf < 1:
             raise ValueError("hosts_per_leaf must be >= 1")
-        if self.oversubscription <= 0:
-            raise ValueError("oversubscription must be > 0")
+        if not 0 < self.oversubscription < math.inf:
+            raise ValueError("oversubscription must be finite and > 0")
 
     @property
     def n_leaves(self) -> int:

@@ -40,6 +40,7 @@ from controller.model import (
     ingress,
 )
 from simulator.allocation import (
+    SPARSE_ROW,
     PairLevel,
     Singles,
     _fill,
@@ -408,7 +409,8 @@ def pair_max_min_with_singles(
     w_t = np.ascontiguousarray(w.T)
     (row_bits, row_pairs), (col_bits, col_pairs) = pair_bits(w), pair_bits(w_t)
     level = PairLevel(w, w_t, w.sum(axis=1), w.sum(axis=0), row_share, col_share, row_bits,
-                      col_bits, row_pairs, col_pairs)  # fmt: skip
+                      col_bits, row_pairs, col_pairs,
+                      np.array([SPARSE_ROW], dtype=np.int64))  # fmt: skip
     m = len(pairs)
     links = np.asarray(pairs, dtype=np.int64).reshape(m, 2) + np.array([0, n])
     rates = np.zeros(m)

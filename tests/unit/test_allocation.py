@@ -152,15 +152,14 @@ def test_pair_bits_mark_the_pairs_with_flows():
         assert not np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, n:].any()
 
 
-def _pair_level_shares(w, capacity, counted):
-    # pair_shares on a level whose rows claim ``counted`` pairs each (its bits are the true
-    # ones): a row that claims many is read whole, one that claims few by its bits
+def _pair_level_shares(w, capacity, factor):
+    # pair_shares with rows read by their bits while their pairs x ``factor`` < n: 0 reads
+    # every row by its bits, n + 1 every row whole
     n = w.shape[0]
     w_t = np.ascontiguousarray(w.T)
-    (row_bits, _), (col_bits, _) = pair_bits(w), pair_bits(w_t)
-    many = np.full(n, counted, dtype=np.int64)
+    (row_bits, row_pairs), (col_bits, col_pairs) = pair_bits(w), pair_bits(w_t)
     level = PairLevel(w, w_t, w.sum(axis=1), w.sum(axis=0), np.zeros(n), np.zeros(n), row_bits,
-                      col_bits, many, many.copy())  # fmt: skip
+                      col_bits, row_pairs, col_pairs, np.array([factor]))  # fmt: skip
     residual = capacity.copy()
     none = np.zeros(0, dtype=np.int64)
     singles = Singles(none, np.zeros((0, 2), dtype=np.int64), np.zeros(0), np.zeros(0),
@@ -173,8 +172,8 @@ def _pair_level_shares(w, capacity, counted):
 @given(sparse_levels())
 def test_a_sparse_pair_level_equals_the_general_max_min_bit_for_bit_either_way(instance):
     # HPO levels hold a few pairs per host: a frozen link visits its row's pairs by their bits
-    # instead of its n hosts. The general max-min gives the rates; reading every row whole
-    # (claiming n pairs a row) or every row by its bits (claiming none) gives the same floats
+    # instead of its n hosts. The general max-min gives the rates; reading every row whole or
+    # every row by its bits gives the same floats
     w, capacity = instance
     n = w.shape[0]
     rates = pair_max_min(w, capacity)
@@ -183,7 +182,7 @@ def test_a_sparse_pair_level_equals_the_general_max_min_bit_for_bit_either_way(i
     links = np.stack([np.repeat(src, reps), n + np.repeat(dst, reps)], axis=1)
     expect = max_min(links, capacity)
     assert rates[links[:, 0], links[:, 1] - n] == pytest.approx(expect, abs=1e-9)
-    whole = _pair_level_shares(w, capacity, n)
+    whole = _pair_level_shares(w, capacity, n + 1)
     by_bits = _pair_level_shares(w, capacity, 0)
     for a, b in zip(whole, by_bits, strict=True):
         assert np.array_equal(a, b)

@@ -137,6 +137,22 @@ def test_bytes_conserved_and_runs_deterministic(policy, mode):
     }
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"host_bps": 0.0}, "host_bps must be finite and > 0"),
+        ({"host_bps": float("inf")}, "host_bps must be finite and > 0"),
+        ({"host_bps": float("nan")}, "host_bps must be finite and > 0"),
+        ({"oversubscription": float("inf")}, "oversubscription must be finite and > 0"),
+        ({"oversubscription": -1.0}, "oversubscription must be finite and > 0"),
+    ],
+)
+def test_a_fabric_needs_finite_positive_rates(kwargs, message):
+    # (an infinite link would share inf * 0 = NaN with the links it does not touch)
+    with pytest.raises(ValueError, match=message):
+        Fabric(4, **kwargs)
+
+
 def test_scheduling_errors_are_loud():
     sim = Simulator(Fabric(2, BPS), make_policy("fair"))
     sim.now_s = 5.0
@@ -170,12 +186,23 @@ def test_pair_matrix_fast_path_matches_the_general_allocation(policy, monkeypatc
         assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
 
 
+def _pooled_specs(rng, n_coflows, n_hosts, n_pairs):
+    # coflows drawing their flows from a few host pairs: several coflows, of one level and of
+    # several buckets, share a pair, whose bit must stay while any of their flows is left
+    pool = [tuple(rng.sample(range(n_hosts), 2)) for _ in range(n_pairs)]
+    out = []
+    for cid in range(n_coflows):
+        flows = [(*rng.choice(pool), float(rng.randint(1, 20))) for _ in range(rng.randint(1, 4))]
+        out.append(spec(cid, flows))
+    return out
+
+
 @pytest.mark.parametrize("policy", ["fair", "sincronia", "varys", "jpas"])
 def test_sparse_pair_levels_keep_their_bits_and_match_the_general_allocation(policy):
     # on 70 hosts (two words of bits a row) a level holds a few pairs per host, so the kernels
-    # read a row's pairs from its bits, kept as flows end and coflows arrive: after every
-    # reorder and at the end, each level's bits and pair counts are those of its matrix, and
-    # the completions are the general allocation's
+    # read a row's pairs from its bits, kept as flows end and coflows arrive: before and after
+    # every reorder and at the end, each level's bits and pair counts are those of its matrix,
+    # and the completions are the general allocation's
     from simulator.allocation import pair_bits
 
     def check_bits(sim):
@@ -191,11 +218,13 @@ def test_sparse_pair_levels_keep_their_bits_and_match_the_general_allocation(pol
 
     def once(pair_levels):
         rng = random.Random(23)
-        specs = random_specs(rng, 120, 70)
+        specs = _pooled_specs(rng, 150, 70, 40)
         sim = Simulator(Fabric(70, BPS), make_policy(policy), pair_levels=pair_levels)
         reorder, checks = sim._reorder, []
 
         def checked(*args, **kwargs):
+            if pair_levels:  # (what the steps kept since the last reorder)
+                check_bits(sim)
             reorder(*args, **kwargs)
             if pair_levels:
                 check_bits(sim)
@@ -215,6 +244,29 @@ def test_sparse_pair_levels_keep_their_bits_and_match_the_general_allocation(pol
     general, _ = once(False)
     for c, record in fast.coflows.items():
         assert record.finish_s == pytest.approx(general.coflows[c].finish_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["fair", "sincronia", "beamer", "varys"])
+def test_pair_levels_read_by_bits_or_whole_give_the_same_ccts(policy):
+    # a row of a pair level is read by its bits when sparse, whole when dense: the same pairs
+    # in the same order, so every row read one way or every row the other gives the same
+    # completion times, float for float (an HPO workload: shared levels, capped singles,
+    # classes moving as flows end)
+    from simulator.hpo import HpoDriver
+    from workloads.hpo import generate
+
+    def ccts(factor):
+        sim = Simulator(Fabric(40, 1e9), make_policy(policy))
+        if factor is not None:
+            sim._tables.pairs.sparse_factor[0] = factor
+        HpoDriver(sim, generate(40, 6, seed=2))
+        sim.run()
+        return [sim.coflows[c].cct_s for c in sorted(sim.coflows)]
+
+    default = ccts(None)
+    assert len(default) > 300
+    assert ccts(0) == default  # every row by its bits
+    assert ccts(41) == default  # every row whole
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
