@@ -339,6 +339,31 @@ def _spread_share(share, pairs, bits, sparse, row, other_count, other_residual, 
             other_residual[j] = max(other_residual[j] - share * x, 0.0)
 
 
+@njit(cache=True, inline="always")
+def _add_row(out, matrix, bits, row, sparse, weight):  # pragma: no cover - compiled
+    """``out[i] += matrix[row, i] * weight[i]`` for every host ``i``: a sparse row (see
+    :func:`sparse_row`) visits only the hosts its ``bits`` set (the others would add 0).
+
+    Args:
+        out: ``(n,)`` float, updated.
+        matrix: ``(n, n)``: a :class:`PairLevel`'s ``flows`` or ``flows_t``.
+        bits: its ``row_bits`` or ``col_bits``.
+        row: the row.
+        sparse: whether the row is read by its bits.
+        weight: ``(n,)`` float per host.
+    """
+    if not sparse:
+        for i in range(matrix.shape[1]):
+            out[i] += matrix[row, i] * weight[i]
+        return
+    for word in range(bits.shape[1]):
+        left = bits[row, word]
+        while left:
+            i = word * 64 + np.int64(trailing_zeros(left))
+            left &= left - BIT_ONE
+            out[i] += matrix[row, i] * weight[i]
+
+
 @njit(cache=True)
 def _recount_starved(hits, level, row_cnt, col_cnt, row_live, col_live, n):
     # pragma: no cover - compiled
@@ -374,34 +399,19 @@ def _recount_starved(hits, level, row_cnt, col_cnt, row_live, col_live, n):
         for j in range(n):
             if other_live[j] > 0.0:
                 alive += 1
+        # (adding matrix * -live is subtracting matrix * live, float for float)
         if frozen <= alive:
+            minus_live = -live
             for link in hits:
                 if (link >= n) == (side == 0):
                     j = link - n if side == 0 else link
-                    if not sparse_row(n_pairs[j], n, factor):
-                        for i in range(n):
-                            cnt[i] -= matrix[j, i] * live[i]
-                        continue
-                    for word in range(bits.shape[1]):
-                        left = bits[j, word]
-                        while left:
-                            i = word * 64 + np.int64(trailing_zeros(left))
-                            left &= left - BIT_ONE
-                            cnt[i] -= matrix[j, i] * live[i]
+                    _add_row(cnt, matrix, bits, j, sparse_row(n_pairs[j], n, factor), minus_live)
         else:
             recount = np.zeros(n)
+            every = np.ones(n)
             for j in range(n):
                 if other_live[j] > 0.0:
-                    if not sparse_row(n_pairs[j], n, factor):
-                        for i in range(n):
-                            recount[i] += matrix[j, i]
-                        continue
-                    for word in range(bits.shape[1]):
-                        left = bits[j, word]
-                        while left:
-                            i = word * 64 + np.int64(trailing_zeros(left))
-                            left &= left - BIT_ONE
-                            recount[i] += matrix[j, i]
+                    _add_row(recount, matrix, bits, j, sparse_row(n_pairs[j], n, factor), every)
             for i in range(n):
                 if live[i] > 0.0:
                     cnt[i] = recount[i]
