@@ -1001,6 +1001,19 @@ def _mark_dirty(dirty, dirty_list, c):  # pragma: no cover - compiled
         dirty_list[dirty_list[0]] = c
 
 
+@njit(cache=True, inline="always")
+def _moves_class(old_row, new_row, old_col, col):  # pragma: no cover - compiled
+    """Whether a pair with flows changes class (as :func:`_pair_class` tells) when its row's
+    share goes from ``old_row`` to ``new_row`` and its column's from ``old_col`` to ``col``
+    (branch-free)."""
+    old_rate = min(old_row, old_col)
+    new_rate = min(new_row, col)
+    had = (old_rate > 0.0) & (old_rate < np.inf)
+    has = (new_rate > 0.0) & (new_rate < np.inf)
+    by_row = (old_row <= old_col) != (new_row <= col)
+    return (had != has) | (has & by_row)
+
+
 @njit(cache=True)
 def _row_changes_class(weights, bits, sparse, row, old_row, new_row, old_cols, cols):
     # pragma: no cover - compiled
@@ -1021,24 +1034,15 @@ def _row_changes_class(weights, bits, sparse, row, old_row, new_row, old_cols, c
     changes = 0
     if not sparse:
         for d in range(weights.shape[0]):
-            old_rate = min(old_row, old_cols[d])
-            new_rate = min(new_row, cols[d])
-            had = (old_rate > 0.0) & (old_rate < np.inf)
-            has = (new_rate > 0.0) & (new_rate < np.inf)
-            by_row = (old_row <= old_cols[d]) != (new_row <= cols[d])
-            changes += (weights[row, d] >= 0.5) & ((had != has) | (has & by_row))
+            moves = _moves_class(old_row, new_row, old_cols[d], cols[d])
+            changes += (weights[row, d] >= 0.5) & moves
         return changes > 0
     for word in range(bits.shape[1]):
         left = bits[row, word]
         while left:
             d = word * 64 + np.int64(trailing_zeros(left))
             left &= left - BIT_ONE
-            old_rate = min(old_row, old_cols[d])
-            new_rate = min(new_row, cols[d])
-            had = (old_rate > 0.0) & (old_rate < np.inf)
-            has = (new_rate > 0.0) & (new_rate < np.inf)
-            by_row = (old_row <= old_cols[d]) != (new_row <= cols[d])
-            changes += (had != has) | (has & by_row)
+            changes += _moves_class(old_row, new_row, old_cols[d], cols[d])
     return changes > 0
 
 
