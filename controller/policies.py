@@ -762,8 +762,7 @@ class _JobStages:
         stage_ids, (listed, per_stage), arrivals, weights, _ = key
         n_stages = len(stage_ids)
         by_arrival = np.lexsort((np.asarray(stage_ids, dtype=np.int64), np.asarray(arrivals)))
-        order = np.asarray(stage_ids, dtype=np.int64)[by_arrival].tolist()
-        self.position = dict(zip(order, range(n_stages), strict=True))
+        order = np.asarray(stage_ids, dtype=np.int64)[by_arrival]
         self.weights = np.asarray(weights, dtype=float)[by_arrival]
         # every (stage position, listed job), sorted, each once: a stage's units in id order
         position = np.empty(n_stages, dtype=np.int64)
@@ -775,28 +774,40 @@ class _JobStages:
         first = np.ones(len(by_stage), dtype=bool)
         first[1:] = np.diff(listing_stage) != 0
         first[1:] |= np.diff(listing_job) != 0
-        stage_jobs = listing_job[first].tolist()
-        self.units = list(dict.fromkeys(stage_jobs))
-        self.index = dict(zip(self.units, range(len(self.units)), strict=True))
-        # (a job listed by two stages is in the last one's)
-        stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
-        self.listed_in = dict(zip(listed, stage_of_listed, strict=True))
-        self.unit_stage = np.fromiter(
-            map(self.listed_in.__getitem__, self.units), np.int64, len(self.units)
-        )  # the stage that lists each unit's job
-        self.unit_position = np.fromiter(
-            map(self.position.__getitem__, self.unit_stage.tolist()), np.int64, len(self.units)
-        )
-        self.unit_jobs = np.asarray(self.units, dtype=np.int64)
-        self.units_by_job = np.argsort(self.unit_jobs, kind="stable")  # to find units by job id
-        self.sorted_jobs = self.unit_jobs[self.units_by_job]
+        unit_jobs = listing_job[first]
+        units_by_job = np.argsort(unit_jobs, kind="stable")
+        by_job = unit_jobs[units_by_job]
+        if not (by_job[1:] == by_job[:-1]).any():
+            # every job listed by one stage (HPO workloads): a unit per listing, in order
+            self.units = unit_jobs.tolist()
+            self.unit_jobs, self.units_by_job, self.sorted_jobs = unit_jobs, units_by_job, by_job
+            self.unit_position = listing_stage[first]
+            self.unit_stage = order[self.unit_position]
+            self.stage_units = np.arange(len(self.units), dtype=np.int64)
+        else:
+            stage_jobs = unit_jobs.tolist()
+            self.units = list(dict.fromkeys(stage_jobs))
+            index = dict(zip(self.units, range(len(self.units)), strict=True))
+            # (a job listed by two stages is in the last one's)
+            stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
+            listed_in = dict(zip(listed, stage_of_listed, strict=True))
+            self.unit_stage = np.fromiter(
+                map(listed_in.__getitem__, self.units), np.int64, len(self.units)
+            )  # the stage that lists each unit's job
+            position = dict(zip(order.tolist(), range(n_stages), strict=True))
+            self.unit_position = np.fromiter(
+                map(position.__getitem__, self.unit_stage.tolist()), np.int64, len(self.units)
+            )
+            self.stage_units = np.fromiter(
+                map(index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
+            )
+            self.unit_jobs = np.asarray(self.units, dtype=np.int64)
+            self.units_by_job = np.argsort(self.unit_jobs, kind="stable")  # units by job id
+            self.sorted_jobs = self.unit_jobs[self.units_by_job]
         self.jobs_read: list[Job] | None = self.jobs(state)  # (handed out once by current)
         self._job_stages: tuple[np.ndarray, np.ndarray] | None = None  # see job_stages
         self.sources = list(map(_PER_ITERATION, self.jobs_read))
         self.stage_ptr = offsets(np.bincount(listing_stage[first], minlength=n_stages))
-        self.stage_units = np.fromiter(
-            map(self.index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
-        )
         packed = state.job_loads(self.units, self.sources)
         if packed is not None:  # (packed when the jobs were registered)
             counts, self.extra_column, self.extra_bytes = packed

@@ -201,6 +201,30 @@ def test_beamer_s_path_for_jobs_in_their_stages_gives_the_general_schedule(seed)
         kept = made
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_beamer_s_path_takes_a_job_listed_twice_as_the_general_path_does(seed):
+    # a job listed by two stages counts in both stages' sums and is the later one's (its
+    # own); a job listed twice by one stage counts once: the structure's path for such
+    # listings gives the ranks of the general path and of the mappings
+    state = tied_instance(seed, jobs_only=True)
+    active, sparse = state.active_coflows(), state.sparse_port_bytes()
+    stages = list(state.stages.values())
+    if not active or len(stages) < 2:
+        return
+    job_id = active[-1].job_id
+    own = state.stages[state.jobs[job_id].stage_id]
+    other = next(s for s in stages if s is not own)
+    if list(state.stages).index(other.stage_id) > list(state.stages).index(own.stage_id):
+        other.job_ids.append(own.job_ids[0])  # (listed later by its own stage: still its)
+        state.stages[own.stage_id] = state.stages.pop(own.stage_id)
+    other.job_ids.append(job_id)
+    own.job_ids.append(own.job_ids[0])
+    fast, _ = _job_stage_ranks(state, active, sparse, None)
+    assert fast is not None
+    assert fast == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
+    assert fast == Beamer().schedule(mapping_state(state)).ranks
+
+
 def test_the_instances_tie_so_port_numbers_matter():
     # Guard on the test instances: with the ports numbered in another order BSSI orders some
     # of them differently, so the tests above would see a wrong numbering of first use.
