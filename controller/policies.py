@@ -65,6 +65,7 @@ _PER_ITERATION = operator.attrgetter("bytes_per_iteration")
 _JOB_IDS = operator.attrgetter("job_ids")
 _ARRIVAL = operator.attrgetter("arrival_s")
 _VALUES = operator.methodcaller("values")
+_FLOWS = operator.attrgetter("flows")
 
 
 @dataclass(frozen=True)
@@ -353,11 +354,11 @@ class Varys(Policy):
         bps = state.column_bps(sparse)
         gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
         by_gamma = np.argsort(_tie_noise(gamma), kind="stable")  # ties by arrival
-        ordered = np.asarray(ids, dtype=np.int64)[by_gamma].tolist()
+        ordered = np.asarray(ids, dtype=np.int64)[by_gamma]
         if not self.use_rates:
-            return Schedule.from_order(ordered)
-        order = list(map(active.__getitem__, by_gamma.tolist()))
-        return Schedule.from_order(ordered, *_sparse_madd(state, sparse, order, rows[by_gamma]))
+            return Schedule.from_order(ordered.tolist())
+        rates, gammas = _sparse_madd(state, sparse, active, by_gamma, ordered, rows[by_gamma])
+        return Schedule.from_order(ordered.tolist(), rates, gammas)
 
 
 _TIE_DIGITS = 9  # bottleneck times (s) within a nanosecond tie
@@ -377,21 +378,28 @@ def _rows(sparse: SparsePortBytes, ids: list[CoflowId]) -> np.ndarray:
 
 
 def _sparse_madd(
-    state: ClusterState, sparse: SparsePortBytes, order: list[Coflow], rows: np.ndarray
+    state: ClusterState,
+    sparse: SparsePortBytes,
+    active: Sequence[Coflow],
+    positions: np.ndarray,
+    ids: np.ndarray,
+    rows: np.ndarray,
 ) -> tuple[dict[FlowKey, float], dict]:
-    """:func:`madd` along ``order`` (whose loads are the sparse ``rows``), compiled
-    (:func:`controller.madd.sparse_madd_s`): the same rates and times, bit for bit."""
+    """:func:`madd` along the coflows ``active[positions]`` (with ids ``ids`` and loads the
+    sparse ``rows``), compiled (:func:`controller.madd.sparse_madd_s`): the same rates and
+    times, bit for bit. Only the capped coflows are read."""
     madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows,
                            state.column_bps(sparse))  # fmt: skip
     capped = np.flatnonzero(madd_s > 0)
     times = madd_s[capped].tolist()
-    capped_coflows = list(map(order.__getitem__, capped.tolist()))
-    gammas = dict(zip(map(_COFLOW_ID, capped_coflows), times, strict=True))
+    gammas = dict(zip(ids[capped].tolist(), times, strict=True))
+    capped_coflows = list(map(active.__getitem__, positions[capped].tolist()))
     rates = {}
-    for coflow, time_s in zip(capped_coflows, times, strict=True):
-        for flow in coflow.flows:  # (none for coflows given in bulk: the simulator's)
-            if flow.remaining_bytes > 0:
-                rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / time_s
+    if any(map(_FLOWS, capped_coflows)):  # (coflows given in bulk, the simulator's, have none)
+        for coflow, time_s in zip(capped_coflows, times, strict=True):
+            for flow in coflow.flows:
+                if flow.remaining_bytes > 0:
+                    rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / time_s
     return rates, gammas
 
 
@@ -562,15 +570,18 @@ class Beamer(Policy):
         if not self.use_rates:
             return Schedule.from_groups(ranks)
         if staged is not None:  # (the coflows in rank order, by their index, not their id)
-            order = list(map(active.__getitem__, staged.positions.tolist()))
-            rates, gammas = _sparse_madd(state, sparse, order, staged.rows)
+            rates, gammas = _sparse_madd(
+                state, sparse, active, staged.positions, staged.ids, staged.rows
+            )
             return Schedule.from_groups(ranks, rates, gammas)
         order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
         if sparse is None:
             rates, gammas = madd(state, order)
         else:
             rows = _rows(sparse, list(map(_COFLOW_ID, order)))
-            rates, gammas = _sparse_madd(state, sparse, order, rows)
+            everyone = np.arange(len(order), dtype=np.int64)
+            ids = np.array(list(map(_COFLOW_ID, order)), dtype=object)  # (any int)
+            rates, gammas = _sparse_madd(state, sparse, order, everyone, ids, rows)
         return Schedule.from_groups(ranks, rates, gammas)
 
     def _ranks(
@@ -901,6 +912,7 @@ class _StageOrder(NamedTuple):
 
     ranks: tuple[tuple[CoflowId, ...], ...]
     positions: np.ndarray  # each coflow of the ranks in turn, as its index in the active list
+    ids: np.ndarray  # its id
     rows: np.ndarray  # and its row of the sparse loads
 
 
@@ -970,13 +982,14 @@ def _job_stage_order(
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
-    ordered = keys.coflow_id[order].tolist()
+    ordered_ids = keys.coflow_id[order]
+    ordered = ordered_ids.tolist()
     if len(bounds) == n + 1:  # one coflow per stage
         ranks = tuple(zip(ordered))
     else:
         bounds = bounds.tolist()
         ranks = tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
-    return _StageOrder(ranks, order, coflow_rows[order]), structure
+    return _StageOrder(ranks, order, ordered_ids, coflow_rows[order]), structure
 
 
 def _unit(coflow: Coflow) -> tuple:
