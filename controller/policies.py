@@ -28,7 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from controller.bssi import DemandMatrix, bssi_order
-from controller.madd import sparse_bottlenecks_s, sparse_madd_s
+from controller.madd import TIE_DIGITS, sebf_order, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
     ClusterState,
@@ -352,8 +352,8 @@ class Varys(Policy):
         ids = state.active_ids(active)
         rows = _rows(sparse, ids)
         bps = state.column_bps(sparse)
-        gamma = sparse_bottlenecks_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
-        by_gamma = np.argsort(_tie_noise(gamma), kind="stable")  # ties by arrival
+        # (ties by arrival)
+        by_gamma = sebf_order(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
         ordered = np.asarray(ids, dtype=np.int64)[by_gamma]
         if not self.use_rates:
             return Schedule.from_order(ordered.tolist())
@@ -361,14 +361,9 @@ class Varys(Policy):
         return Schedule.from_order(ordered.tolist(), rates, gammas)
 
 
-_TIE_DIGITS = 9  # bottleneck times (s) within a nanosecond tie
-
-
 def _tie_noise(gamma_s) -> np.ndarray:
-    """Bottleneck times to sort by: equal bottlenecks must tie (and go by arrival) whatever
-    the float noise in the bytes left (a last-bit difference flipped two equal coflows of an
-    HPO workload, and the runs went apart from there)."""
-    return np.round(np.asarray(gamma_s, dtype=np.float64), _TIE_DIGITS)
+    """Bottleneck times to sort by, rounded to :data:`controller.madd.TIE_DIGITS` decimals."""
+    return np.round(np.asarray(gamma_s, dtype=np.float64), TIE_DIGITS)
 
 
 def _rows(sparse: SparsePortBytes, ids: list[CoflowId]) -> np.ndarray:
