@@ -578,19 +578,47 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
 
 
 @njit(cache=True)
-def place_coflows(flows, groups, first, last, bucket, row):  # pragma: no cover - compiled
-    """:func:`place_flows` for several coflows, one after the other, in one call.
+def move_coflows(flows, groups, slots, buckets, slot_ranges, slot_bucket, bucket_count, bucket_row):
+    # pragma: no cover - compiled
+    """Move each coflow of ``slots`` into its bucket of ``buckets`` (its unfinished flows, one
+    coflow after the other: :func:`place_flows`), keeping the buckets' coflow counts; returns
+    the buckets it left that it emptied (each once, in the order it left them).
 
     Args:
         flows: the :class:`FlowTable` (modified as :func:`place_flows` does).
         groups: the :class:`GroupTable` (modified as :func:`place_flows` does).
-        first: int per coflow: its first flow id.
-        last: int per coflow: one past its last flow id.
-        bucket: int per coflow: the bucket its flows move into.
-        row: int per coflow: that bucket's pair row, or -1 for one group per flow.
+        slots: int per coflow to move: its slot.
+        buckets: int per coflow: the bucket it moves into.
+        slot_ranges: int ``(slot, 2)``: each slot's first flow id and one past its last.
+        slot_bucket: int per slot: its bucket (-1 for none yet), set to ``buckets``.
+        bucket_count: int per bucket: the coflows in it, updated.
+        bucket_row: int per bucket: its pair row, or -1 for one group per flow.
     """
-    for i in range(first.shape[0]):
-        place_flows(flows, groups, first[i], last[i], bucket[i], row[i])
+    n = slots.shape[0]
+    left = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        left[i] = slot_bucket[slots[i]]
+        if left[i] >= 0:
+            bucket_count[left[i]] -= 1
+    for i in range(n):
+        bucket_count[buckets[i]] += 1
+    emptied = np.empty(n, dtype=np.int64)
+    n_emptied = 0
+    for i in range(n):
+        b = left[i]
+        if b >= 0 and bucket_count[b] == 0:
+            bucket_count[b] = -1  # (listed once: restored below)
+            emptied[n_emptied] = b
+            n_emptied += 1
+    for k in range(n_emptied):
+        bucket_count[emptied[k]] = 0
+    for i in range(n):
+        s = slots[i]
+        slot_bucket[s] = buckets[i]
+        place_flows(
+            flows, groups, slot_ranges[s, 0], slot_ranges[s, 1], buckets[i], bucket_row[buckets[i]]
+        )
+    return emptied[:n_emptied]
 
 
 @njit(cache=True)

@@ -51,8 +51,8 @@ from simulator.core import (
     StepBuffers,
     StepSettings,
     Tables,
+    move_coflows,
     order_by_head,
-    place_coflows,
     run_steps,
     set_coflow_caps,
     set_group_levels,
@@ -436,25 +436,20 @@ class Simulator:
     def _place(self, slots: np.ndarray, buckets: np.ndarray) -> None:
         """Move the unfinished flows of each coflow of ``slots`` into the groups of its bucket
         of ``buckets``, one coflow after the other (in one compiled call)."""
-        count, slot_bucket = self._b_count, self._slot_bucket
-        left = slot_bucket[slots]
-        left = left[left >= 0]
-        np.subtract.at(count, left, 1)
-        np.add.at(count, buckets, 1)
-        self._emptied.update(left[count[left] == 0].tolist())
-        slot_bucket[slots] = buckets
         ranges = self._slot_ranges[slots]
-        first, last = ranges[:, 0].copy(), ranges[:, 1].copy()
         tables = self._tables
-        tables.reserve_groups(int((last - first).sum()))
-        place_coflows(
+        tables.reserve_groups(int((ranges[:, 1] - ranges[:, 0]).sum()))
+        emptied = move_coflows(
             tables.flow_table(),
             tables.group_table(),
-            first,
-            last,
+            slots,
             buckets,
-            self._b_row[buckets],
+            self._slot_ranges,
+            self._slot_bucket,
+            self._b_count,
+            self._b_row,
         )
+        self._emptied.update(emptied.tolist())
 
     # ---- policy and allocation -----------------------------------------------------------------
 
