@@ -150,7 +150,7 @@ class StepSettings(NamedTuple):
 class StepBuffers(NamedTuple):
     """The caller's room for a :func:`run_steps` call."""
 
-    positive: np.ndarray  # int, one per group of ``LevelPlan.order``: those with a rate
+    positive: np.ndarray  # int, at least one per group of ``LevelPlan.order``: those with a rate
     finished: np.ndarray  # int, one per active slot: the slots that finished
     # the ideal mode's greedy pass, with room for the order and the group ids (kept from
     # call to call: an offline run's first pass is ~10^8 bytes, and the pages are the cost)
@@ -1456,8 +1456,9 @@ def _allocate(groups, pairs, plan, settings, state, positive, now, first):
         settings: the :class:`StepSettings`.
         state: the :class:`StepState` of the :func:`run_steps` call; its classes, fixed rates
             and saved residuals and counts are updated.
-        positive: int, one per group of ``plan.order`` (:class:`StepBuffers`' ``positive``);
-            out: the groups of ``plan.order`` with a rate (fixed groups are not listed).
+        positive: int, at least one per group of ``plan.order`` (:class:`StepBuffers`'
+            ``positive``); out: the groups of ``plan.order`` with a rate (fixed groups are not
+            listed).
         now: the simulated clock in seconds (when groups are fixed or unfixed).
         first: the highest level whose rates may have changed (0: every level).
 

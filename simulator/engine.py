@@ -608,7 +608,8 @@ class Simulator:
             order = order_by_head(order, tables.g_level, tables.g_head)
             start = np.asarray([0, len(order)], dtype=np.int64)
         self._plan = LevelPlan(order, start, general)
-        self._positive = np.empty(len(order), dtype=np.int64)
+        if len(self._positive) < len(order):  # (kept: a new one costs a page fault a page)
+            self._positive = np.empty(max(len(order), 2 * len(self._positive)), dtype=np.int64)
 
     def _greedy_room(self, tables: Tables) -> GreedyPass:
         """The ideal mode's greedy pass with room for the order and the group ids: kept, or made
@@ -777,7 +778,7 @@ class _PortBits:
         # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
         remaining_bytes = total_bits / 8.0
         self._remaining = remaining_bytes.tolist()
-        self.all_left = not bool(np.any(remaining_bytes <= 0))
+        self.all_left = not len(remaining_bytes) or bool(remaining_bytes.min() > 0)
 
     @property
     def row_of(self) -> dict[int, int]:
