@@ -317,7 +317,11 @@ class Sincronia(Policy):
         active = state.active_coflows()
         ids = state.active_ids(active)
         order = bssi_order(state.demand_matrix(active, ids), list(map(_WEIGHT, active)))
-        return Schedule.from_order(map(ids.__getitem__, order))
+        sparse = state.sparse_port_bytes()
+        if sparse is None:
+            return Schedule.from_order(map(ids.__getitem__, order))
+        rows = _rows(sparse, ids)[np.asarray(order, dtype=np.int64)]
+        return Schedule.from_order(map(ids.__getitem__, order), rows=rows, loads=sparse)
 
 
 class Varys(Policy):
@@ -355,10 +359,11 @@ class Varys(Policy):
         # (ties by arrival)
         by_gamma = sebf_order(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
         ordered = np.asarray(ids, dtype=np.int64)[by_gamma]
+        ordered_rows = rows[by_gamma]
         if not self.use_rates:
-            return Schedule.from_order(ordered.tolist())
-        rates, gammas = _sparse_madd(state, sparse, active, by_gamma, ordered, rows[by_gamma])
-        return Schedule.from_order(ordered.tolist(), rates, gammas)
+            return Schedule.from_order(ordered.tolist(), rows=ordered_rows, loads=sparse)
+        rates, gammas = _sparse_madd(state, sparse, active, by_gamma, ordered, ordered_rows)
+        return Schedule.from_order(ordered.tolist(), rates, gammas, ordered_rows, sparse)
 
 
 def _tie_noise(gamma_s) -> np.ndarray:
@@ -561,14 +566,17 @@ class Beamer(Policy):
         staged = None
         if sparse is not None:
             staged, self._job_stages = _job_stage_order(state, active, sparse, self._job_stages)
-        ranks = self._ranks(state, active, sparse) if staged is None else staged.ranks
-        if not self.use_rates:
-            return Schedule.from_groups(ranks)
-        if staged is not None:  # (the coflows in rank order, by their index, not their id)
+        if staged is None:
+            ranks = self._ranks(state, active, sparse)
+        elif not self.use_rates:
+            return Schedule.from_groups(staged.ranks, rows=staged.rows, loads=sparse)
+        else:  # (the coflows in rank order, by their index, not their id)
             rates, gammas = _sparse_madd(
                 state, sparse, active, staged.positions, staged.ids, staged.rows
             )
-            return Schedule.from_groups(ranks, rates, gammas)
+            return Schedule.from_groups(staged.ranks, rates, gammas, staged.rows, sparse)
+        if not self.use_rates:
+            return Schedule.from_groups(ranks)
         order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
         if sparse is None:
             rates, gammas = madd(state, order)

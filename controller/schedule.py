@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import Any
 
 from controller.model import CoflowId, FlowKey
 
@@ -35,11 +36,19 @@ class Schedule:
         coflow_gamma_s: optional MADD time per coflow: each of its flows is capped at its
             remaining bits / gamma, so they all finish together (the form rate caps take for
             coflows given in bulk, see :class:`~controller.model.CoflowSummary`).
+        rows: optional: every coflow of :attr:`order`, in turn, as its row of ``loads``
+            (an int array), where the policy ordered the coflows from those rows; a caller
+            that keeps its coflows in the same rows (the simulator) reads the order from it
+            instead of looking each id up.
+        loads: the :class:`~controller.model.SparsePortBytes` that ``rows`` index (callers
+            check it is the one their state offered).
     """
 
     ranks: tuple[tuple[CoflowId, ...], ...]
     flow_rates_bps: Mapping[FlowKey, float] = field(default_factory=dict)
     coflow_gamma_s: Mapping[CoflowId, float] = field(default_factory=dict)
+    rows: Any = field(default=None, compare=False, repr=False)
+    loads: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_order(
@@ -47,9 +56,17 @@ class Schedule:
         order: Iterable[CoflowId],
         flow_rates_bps: Mapping[FlowKey, float] | None = None,
         coflow_gamma_s: Mapping[CoflowId, float] | None = None,
+        rows: Any = None,
+        loads: Any = None,
     ) -> Schedule:
         """A schedule in which every coflow has a rank of its own."""
-        return cls(tuple(zip(order)), dict(flow_rates_bps or {}), dict(coflow_gamma_s or {}))
+        return cls(
+            tuple(zip(order)),
+            dict(flow_rates_bps or {}),
+            dict(coflow_gamma_s or {}),
+            rows,
+            loads,
+        )
 
     @classmethod
     def from_groups(
@@ -57,12 +74,16 @@ class Schedule:
         groups: Iterable[Sequence[CoflowId]],
         flow_rates_bps: Mapping[FlowKey, float] | None = None,
         coflow_gamma_s: Mapping[CoflowId, float] | None = None,
+        rows: Any = None,
+        loads: Any = None,
     ) -> Schedule:
         """A schedule from groups of tied coflows (empty groups are dropped)."""
         return cls(
             tuple(map(tuple, filter(len, groups))),  # (at C speed: 10,000 stages are 10,000)
             dict(flow_rates_bps or {}),
             dict(coflow_gamma_s or {}),
+            rows,
+            loads,
         )
 
     @property

@@ -526,13 +526,17 @@ class Simulator:
         :func:`~controller.schedule.coflow_levels` level; its position in the ideal mode), and
         the number of levels."""
         ranks = schedule.ranks
-        ids = list(itertools.chain.from_iterable(ranks))
-        n = len(ids)
         latest = self._loads.latest
-        if latest is not None and ids == latest.ids:  # the state's order (fair, FIFO-LM)
-            slots = latest.slots
+        if latest is not None and schedule.rows is not None and schedule.loads is latest.sparse:
+            slots = latest.slots[schedule.rows]  # (the order as rows of the state's loads)
+            n = len(slots)
         else:
-            slots = np.fromiter(map(self._slot_of.__getitem__, ids), np.int64, n)
+            ids = list(itertools.chain.from_iterable(ranks))
+            n = len(ids)
+            if latest is not None and ids == latest.ids:  # the state's order (fair, FIFO-LM)
+                slots = latest.slots
+            else:
+                slots = np.fromiter(map(self._slot_of.__getitem__, ids), np.int64, n)
         if self.mode == "ideal":
             return slots, np.arange(n, dtype=np.int64), max(n, 1)
         if len(ranks) == n:

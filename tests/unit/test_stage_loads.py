@@ -427,3 +427,40 @@ def test_the_simulators_coflow_keys_follow_its_coflows():
                                np.array([1e5 * coflow_id]), job, stage))  # fmt: skip
     sim.run()
     assert seen[0] == [3, 4, 5, 9] and len(seen) > 2
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [("sincronia", {}), ("varys", {}), ("varys", {"use_rates": False}), ("beamer", {}),
+     ("beamer", {"use_rates": True})],
+)  # fmt: skip
+def test_a_schedule_s_rows_are_its_order_in_the_state_s_loads(name, options):
+    # the policies that order coflows from the state's sparse loads hand the order back as
+    # rows of those loads too; at every reorder of an HPO run the rows list the order's
+    # coflows, and the simulator that reads them ends every coflow when the one that looks
+    # each id up does
+    checked = []
+
+    class Rows(type(make_policy(name))):
+        def schedule(self, state):
+            schedule = super().schedule(state)
+            sparse = state.sparse_port_bytes()
+            assert schedule.loads is sparse and schedule.rows is not None
+            assert [sparse.ids[r] for r in schedule.rows.tolist()] == schedule.order
+            checked.append(len(schedule.order))
+            return schedule
+
+    class Ids(type(make_policy(name))):
+        def schedule(self, state):
+            return dataclasses.replace(super().schedule(state), rows=None, loads=None)
+
+    finish = []
+    for policy in (Rows(**options), Ids(**options)):
+        sim = Simulator(Fabric(9, 1e9), policy)
+        tasks = generate(9, 3, seed=5, configs_per_task=4, eta=2, min_iterations=2, scale=50,
+                         mean_interarrival_s=0.5)  # fmt: skip
+        HpoDriver(sim, tasks)
+        sim.run()
+        finish.append([(c, r.finish_s) for c, r in sorted(sim.coflows.items())])
+    assert len(checked) > 20 and max(checked) > 3
+    assert finish[0] == finish[1]
