@@ -4,3 +4,7 @@ Every module but ``ryu_app`` imports no Ryu (``model``, ``bssi``, ``policies``, 
 ``bounds``, ``rules``, ``switching``, ``engine``, ``api``, ...), so the simulator and the tests
 use them without a switch.
 """
+
+from controller.kernel_cache import use_source_keyed_cache
+
+use_source_keyed_cache()

@@ -1,0 +1,78 @@
+"""Where the compiled kernels are cached: one directory named after the sources.
+
+Numba caches each kernel beside its source and checks only that file's date: a kernel that calls
+a kernel of another file would keep the old callee after an edit of that file alone (Beamer's
+stage kernel in :mod:`controller.stage_loads` calls BSSI in :mod:`controller.bssi`; the
+simulator's step loop calls :mod:`simulator.allocation`; the simulator runs the controller's
+kernels), and a kernel keeps the value a global constant had when it was compiled. So every
+kernel of ``controller`` and ``simulator`` is cached in one directory named after a hash of every
+source of the two packages: any edit compiles them afresh, and an unchanged checkout reuses
+them. Directories of other sources left untouched for a day are removed (a checkout that is
+edited or updated would otherwise keep every version's kernels, ~8 MB each).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGES = ("controller", "simulator")
+PREFIX = "kernels-"
+STALE_S = 24 * 3600.0
+
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def package_sources(root: Path) -> list[Path]:
+    """Every ``.py`` source of :data:`PACKAGES` under ``root``, in a fixed order."""
+    return sorted(path for package in PACKAGES for path in (root / package).glob("*.py"))
+
+
+def cache_dir(sources: Iterable[Path], root: Path, base: Path) -> Path:
+    """The directory under ``base`` for kernels compiled from ``sources`` (paths under
+    ``root``): named after a hash of their paths relative to ``root`` and their bytes."""
+    digest = hashlib.sha1()
+    for source in sources:
+        digest.update(source.relative_to(root).as_posix().encode())
+        digest.update(b"\0")
+        digest.update(source.read_bytes())
+    return base / f"{PREFIX}{digest.hexdigest()[:12]}"
+
+
+def prune(base: Path, keep: Path, now_s: float | None = None) -> list[Path]:
+    """Remove the kernel directories under ``base`` but ``keep`` whose last change is more than
+    :data:`STALE_S` old; returns those removed. (A process still running an older source has
+    its kernels loaded; one it has not called yet is compiled again.)"""
+    now_s = time.time() if now_s is None else now_s
+    removed = []
+    for path in base.glob(f"{PREFIX}*"):
+        if path == keep or not path.is_dir():
+            continue
+        try:
+            if now_s - path.stat().st_mtime > STALE_S:
+                shutil.rmtree(path)
+                removed.append(path)
+        except OSError:  # (another process removed it first, or the tree is not ours)
+            continue
+    return removed
+
+
+_chosen: Path | None = None
+
+
+def use_source_keyed_cache() -> Path:
+    """Point numba's cache at the directory of the current sources (under ``NUMBA_CACHE_DIR``
+    if set, else ``simulator/__pycache__``), prune stale ones, and return it; once per process."""
+    global _chosen
+    if _chosen is None:
+        import numba
+
+        base = Path(os.environ.get("NUMBA_CACHE_DIR") or _ROOT / "simulator" / "__pycache__")
+        _chosen = cache_dir(package_sources(_ROOT), _ROOT, base)
+        numba.config.CACHE_DIR = str(_chosen)
+        prune(base, _chosen)
+    return _chosen
