@@ -147,10 +147,10 @@ def units_of_jobs(sorted_jobs, units_by_job, job_ids):  # pragma: no cover - com
         job_ids: the jobs to look up.
     """
     units = np.empty(job_ids.shape[0], dtype=np.int64)
+    at = np.searchsorted(sorted_jobs, job_ids)
     for i in range(job_ids.shape[0]):
-        at = np.searchsorted(sorted_jobs, job_ids[i])
-        found = at < sorted_jobs.shape[0] and sorted_jobs[at] == job_ids[i]
-        units[i] = units_by_job[at] if found else -1
+        found = at[i] < sorted_jobs.shape[0] and sorted_jobs[at[i]] == job_ids[i]
+        units[i] = units_by_job[at[i]] if found else -1
     return units
 
 
@@ -345,7 +345,13 @@ def job_stage_order(
         most_work_first[i] = -bottleneck[unit_of[i]]
     for r in range(n_present):
         rank_ptr[r + 1] += rank_ptr[r]
-    # by rank, then the most remaining work, then arrival: two stable sorts
+    # by rank, then the most remaining work, then arrival: a stable sort by work, then a
+    # counting sort by rank (stable: the order of two stable sorts, in O(n) for the second)
     by_work = np.argsort(most_work_first, kind="mergesort")
-    by_rank = np.argsort(coflow_rank[by_work], kind="mergesort")
-    return by_work[by_rank], rank_ptr, True
+    order = np.empty(n, dtype=np.int64)
+    fill = rank_ptr[:-1].copy()
+    for i in range(n):
+        c = by_work[i]
+        order[fill[coflow_rank[c]]] = c
+        fill[coflow_rank[c]] += 1
+    return order, rank_ptr, True
