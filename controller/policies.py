@@ -581,10 +581,11 @@ class Beamer(Policy):
         if sparse is None:
             rates, gammas = madd(state, order)
         else:
-            rows = _rows(sparse, list(map(_COFLOW_ID, order)))
+            ids = list(map(_COFLOW_ID, order))
             everyone = np.arange(len(order), dtype=np.int64)
-            ids = np.array(list(map(_COFLOW_ID, order)), dtype=object)  # (any int)
-            rates, gammas = _sparse_madd(state, sparse, order, everyone, ids, rows)
+            rates, gammas = _sparse_madd(
+                state, sparse, order, everyone, np.array(ids, dtype=object), _rows(sparse, ids)
+            )  # (ids as objects: any int)
         return Schedule.from_groups(ranks, rates, gammas)
 
     def _ranks(

@@ -582,7 +582,7 @@ def move_coflows(flows, groups, slots, buckets, slot_ranges, slot_bucket, bucket
     # pragma: no cover - compiled
     """Move each coflow of ``slots`` into its bucket of ``buckets`` (its unfinished flows, one
     coflow after the other: :func:`place_flows`), keeping the buckets' coflow counts; returns
-    the buckets it left that it emptied (each once, in the order it left them).
+    the buckets it left that it emptied (a bucket left twice is listed twice).
 
     Args:
         flows: the :class:`FlowTable` (modified as :func:`place_flows` does).
@@ -605,13 +605,9 @@ def move_coflows(flows, groups, slots, buckets, slot_ranges, slot_bucket, bucket
     emptied = np.empty(n, dtype=np.int64)
     n_emptied = 0
     for i in range(n):
-        b = left[i]
-        if b >= 0 and bucket_count[b] == 0:
-            bucket_count[b] = -1  # (listed once: restored below)
-            emptied[n_emptied] = b
+        if left[i] >= 0 and bucket_count[left[i]] == 0:
+            emptied[n_emptied] = left[i]
             n_emptied += 1
-    for k in range(n_emptied):
-        bucket_count[emptied[k]] = 0
     for i in range(n):
         s = slots[i]
         slot_bucket[s] = buckets[i]
