@@ -20,7 +20,7 @@ import functools
 import operator
 import weakref
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import compress
 
 from controller.model import ClusterState, Coflow
@@ -123,30 +123,80 @@ class Op:
     rate_kbps: int | None = None
 
 
-@dataclass
 class SwitchTable:
     """What this controller has installed on one switch (rules by key, meters by id).
 
-    A table made by :meth:`MarkingTable.update` also knows the table the same marking table
-    made before it (``base``, held weakly) and the rule keys and meter ids whose values differ
-    from it (``changed_rules``, ``changed_meters``), so that :func:`diff` from that table looks
-    at those only; and the marking table (``maker``, held weakly), which knows each owner's
-    rules while this is its last table. None of these counts in comparisons.
+    ``rules`` maps each rule's key to the rule. A table made by :meth:`MarkingTable.update`
+    keeps them in two parts: the rules as made, and ``owner_dscp``, the DSCP of every rule of
+    an owner (a cookie) that moved to one level as a whole, whatever its rule as made says
+    (such an owner's rules have no meter). A reorder then moves a job with one entry instead
+    of one rule per host pair, and :func:`diff` sends one non-strict MODIFY for it. ``rules``
+    puts the two together (once, on first use); :meth:`rule` reads one.
+
+    Such a table also knows the table the same marking table made before it (``base``, held
+    weakly) and the rule keys, meter ids and owners whose values differ from it
+    (``changed_rules``, ``changed_meters``, ``changed_owners``), so that :func:`diff` from that
+    table looks at those only; and the marking table (``maker``, held weakly), which knows each
+    owner's rules while this is its last table. Two tables are equal when their rules and
+    meters are.
     """
 
-    rules: dict[tuple, FlowRule]
-    meters: dict[int, int]
-    base: weakref.ref | None = field(default=None, compare=False, repr=False)
-    maker: weakref.ref | None = field(default=None, compare=False, repr=False)
-    changed_rules: tuple[tuple, ...] = field(default=(), compare=False, repr=False)
-    changed_meters: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    __slots__ = ("_made", "_rules", "meters", "owner_dscp", "base", "maker",
+                 "changed_rules", "changed_meters", "changed_owners", "__weakref__")  # fmt: skip
 
-    def changes_from(self, installed: SwitchTable) -> tuple[tuple, tuple] | None:
-        """The rule keys and meter ids that may differ from ``installed``, if this table was
-        made right after it by the same marking table; else ``None`` (everything may)."""
+    def __init__(
+        self,
+        rules: dict[tuple, FlowRule],
+        meters: dict[int, int],
+        owner_dscp: dict[int, int] | None = None,
+    ) -> None:
+        self._made = rules
+        self._rules = None if owner_dscp else rules
+        self.meters = meters
+        self.owner_dscp = owner_dscp or {}
+        self.base: weakref.ref | None = None
+        self.maker: weakref.ref | None = None
+        self.changed_rules: tuple[tuple, ...] = ()
+        self.changed_meters: tuple[int, ...] = ()
+        self.changed_owners: tuple[int, ...] = ()
+
+    @property
+    def rules(self) -> dict[tuple, FlowRule]:
+        """Every rule by its key, with its owner's DSCP."""
+        if self._rules is None:
+            self._rules = {key: self._resolved(rule) for key, rule in self._made.items()}
+        return self._rules
+
+    def rule(self, key: tuple) -> FlowRule | None:
+        """The rule with ``key``, if there is one."""
+        if self._rules is not None:
+            return self._rules.get(key)
+        rule = self._made.get(key)
+        return None if rule is None else self._resolved(rule)
+
+    def _resolved(self, rule: FlowRule) -> FlowRule:
+        dscp = self.owner_dscp.get(rule.cookie)
+        if dscp is None or (dscp == rule.dscp and rule.meter_id is None):
+            return rule
+        return FlowRule(rule.cookie, rule.priority, rule.match, dscp)
+
+    def changes_from(self, installed: SwitchTable) -> tuple[tuple, tuple, tuple] | None:
+        """The rule keys, meter ids and owners whose marks may differ from ``installed``, if
+        this table was made right after it by the same marking table; else ``None``
+        (everything may)."""
         if self.base is None or self.base() is not installed:
             return None
-        return self.changed_rules, self.changed_meters
+        return self.changed_rules, self.changed_meters, self.changed_owners
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SwitchTable):
+            return NotImplemented
+        return self.rules == other.rules and self.meters == other.meters
+
+    __hash__ = None  # (mutable)
+
+    def __repr__(self) -> str:
+        return f"SwitchTable(rules={self.rules!r}, meters={self.meters!r})"
 
     @classmethod
     def empty(cls) -> SwitchTable:
@@ -252,6 +302,12 @@ class MarkingTable:
     (cookie, source, destination) order is the one installed. Meter ids come from
     ``meter_ids``: a pair keeps its id while it is metered, and pairs newly metered take the
     lowest free ids in pair order.
+
+    A reorder of Beamer or JPAS usually moves whole jobs between levels. Where every coflow of
+    an owner ends up at one level and nothing else of the owner changed (its flows and ports;
+    no caps anywhere), the owner's DSCP is set once (:class:`SwitchTable`'s ``owner_dscp``)
+    instead of rebuilding its pairs one by one. Its rules as made are brought up to date
+    (folded) only when a later update rebuilds any of its pairs.
     """
 
     def __init__(self, meter_ids: MeterIds) -> None:
@@ -265,20 +321,25 @@ class MarkingTable:
         self._ports_kept: dict = {}
         self._job_coflows: dict[int, set[int]] = {}  # job id -> its marked coflows
         self._capped: set[int] = set()  # coflows with caps
-        self._users: dict[Pair, dict[int, int]] = {}  # forward pair -> {coflow id: level}
+        self._level: dict[int, int] = {}  # each marked coflow's level
+        self._users: dict[Pair, set[int]] = {}  # forward pair -> the coflows that use it
         self._caps: dict[Pair, dict[tuple[int, int], float]] = {}  # -> {(coflow, flow): bps}
         self._ports: dict[Pair, tuple[int, ...]] = {}  # forward pair -> its owner's TCP ports
         self._rated: dict[Pair, float] = {}  # metered pair -> its rate
         self._meter_of: dict[Pair, int] = {}
-        self._pair_rules: dict[Pair, tuple[FlowRule, ...]] = {}
-        self._made_from: dict[Pair, tuple] = {}  # pair -> the (ports, dscp, meter) of its rules
+        # pair -> the (ports, dscp, meter) its rules are made from (by _pair_rules)
+        self._made_from: dict[Pair, tuple] = {}
         self._rule_pairs: dict[tuple, set[Pair]] = {}  # rule key -> the pairs that make it
+        self._owner_pairs: dict[int, set[Pair]] = {}  # cookie -> its pairs with rules
+        # cookie -> the DSCP of all its rules (no meter), whatever its rules as made say
+        self.owner_dscp: dict[int, int] = {}
         self._owner_keys: dict[int, set[tuple]] = {}  # cookie -> the keys its rules hold
-        self.rules: dict[tuple, FlowRule] = {}
+        self.rules: dict[tuple, FlowRule] = {}  # as made (see owner_dscp)
         self.meters: dict[int, int] = {}
-        # the rule keys and meter ids this update changed (ordered sets), and its table
+        # the rule keys, meter ids and owners this update changed (ordered sets), and its table
         self._changed_rules: dict[tuple, None] = {}
         self._changed_meters: dict[int, None] = {}
+        self._changed_owners: dict[int, None] = {}
         self._last: SwitchTable | None = None
 
     def update(
@@ -288,7 +349,7 @@ class MarkingTable:
         (to change a job's ports, give them as a new object, as the registry's records do)."""
         caps = schedule.flow_rates_bps
         coflows = state.coflows
-        self._changed_rules, self._changed_meters = {}, {}
+        self._changed_rules, self._changed_meters, self._changed_owners = {}, {}, {}
         # the levels without a dict of every coflow: the few of the first ranks, and a set of
         # the others
         lowest = N_LEVELS - 1
@@ -320,6 +381,7 @@ class MarkingTable:
             candidates.update(self._capped)
         self._top, self._lowest = top, shared
         touched: set[Pair] = set()
+        moved: dict[int, list[_Marks]] = {}  # cookie -> its coflows of which only the level moved
         for coflow_id in candidates:
             level = lowest if coflow_id in shared else top.get(coflow_id)
             old = self._marks.get(coflow_id)
@@ -350,12 +412,11 @@ class MarkingTable:
                 continue
             if same and not (caps or old.capped):
                 # only its level moved (Beamer moves whole stages): the same flows on the same
-                # pairs, whose users take the new level in place
-                self._marks[coflow_id] = _Marks(coflow, level, cookie, ports, old.flows, False)
-                users = self._users
-                for pair, _, _ in old.flows:
-                    users[pair][coflow_id] = level
-                    touched.add(pair)
+                # pairs, which take the new level (below, by owner)
+                marks = _Marks(coflow, level, cookie, ports, old.flows, False)
+                self._marks[coflow_id] = marks
+                self._level[coflow_id] = level
+                moved.setdefault(cookie, []).append(marks)
                 continue
             if old is not None:
                 touched.update(self._unmark(coflow_id))
@@ -371,21 +432,67 @@ class MarkingTable:
                 self._job_coflows.setdefault(coflow.job_id, set()).add(coflow_id)
             if capped:
                 self._capped.add(coflow_id)
+            self._level[coflow_id] = level
             for pair, flow_id, cap in flows:
-                self._users.setdefault(pair, {})[coflow_id] = level
+                self._users.setdefault(pair, set()).add(coflow_id)
                 self._ports[pair] = ports
                 if cap is not None:
                     self._caps.setdefault(pair, {})[(coflow_id, flow_id)] = cap
                 touched.add(pair)
+        if moved:
+            rebuilt = {cookie for cookie, _, _ in touched}
+            for cookie, marks in moved.items():
+                # (only the level of uncapped coflows moves, where nothing is capped; a coflow
+                # of the owner capped before is rebuilt: the owner's pairs have no meter)
+                if (
+                    cookie not in rebuilt
+                    and cookie in self._owner_pairs
+                    and self._at_one_level(marks[0])
+                ):
+                    # every rule of the owner: its pairs' levels are the minimum of one level
+                    self.owner_dscp[cookie] = LEVEL_DSCP[marks[0].level]
+                    self._changed_owners[cookie] = None
+                else:
+                    touched.update(pair for m in marks for pair, _, _ in m.flows)
         self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
         # (copy() clones a dict with few deleted entries at C speed; dict() inserts one by one)
-        table = SwitchTable(self.rules.copy(), self.meters.copy(), maker=weakref.ref(self))
+        table = SwitchTable(self.rules.copy(), self.meters.copy(), self.owner_dscp.copy())
+        table.maker = weakref.ref(self)
         if self._last is not None:
             table.base = weakref.ref(self._last)
             table.changed_rules = tuple(self._changed_rules)
             table.changed_meters = tuple(self._changed_meters)
+            table.changed_owners = tuple(self._changed_owners)
         self._last = table
         return table
+
+    def _at_one_level(self, marks: _Marks) -> bool:
+        """Whether every marked coflow of the owner of ``marks``' coflow is at its level."""
+        job_id = marks.coflow.job_id
+        if job_id is None:
+            return True  # (the owner's only coflow)
+        level, levels = marks.level, self._level
+        return all(levels[c] == level for c in self._job_coflows[job_id])
+
+    def _fold(self, cookie: int) -> None:
+        """Make an owner's rules as made carry its DSCP, and forget the DSCP (the table's rules
+        do not change)."""
+        dscp = self.owner_dscp.pop(cookie)
+        made_from, table = self._made_from, self.rules
+        for pair in self._owner_pairs.get(cookie, ()):
+            made = made_from[pair] = (made_from[pair][0], dscp, None)
+            for rule in _pair_rules(*pair, *made):
+                have = table.get(rule.key)
+                if have is not None and have.cookie == cookie:  # (else another pair's rule)
+                    table[rule.key] = rule
+
+    def owner_keys(self, table: SwitchTable, cookies: Iterable[int]) -> dict | None:
+        """The keys of the rules each of ``cookies`` owns in ``table``, if ``table`` is the last
+        one this made (else ``None``). The sets are this table's: do not change them."""
+        if table is not self._last:
+            return None
+        owner_keys = self._owner_keys
+        return {cookie: owner_keys[cookie] for cookie in cookies if cookie in owner_keys}
 
     def owner_marks(
         self, table: SwitchTable, cookies: Iterable[int]
@@ -394,9 +501,13 @@ class MarkingTable:
         from its rules alone, if ``table`` is the last one this made (else ``None``)."""
         if table is not self._last:
             return None
-        rules, owner_keys = table.rules, self._owner_keys
+        rule, owner_keys, owner_dscp = table.rule, self._owner_keys, table.owner_dscp
         return {
-            cookie: {(r.dscp, r.meter_id) for r in map(rules.__getitem__, owner_keys[cookie])}
+            cookie: (
+                {(owner_dscp[cookie], None)}
+                if cookie in owner_dscp
+                else {(r.dscp, r.meter_id) for r in map(rule, owner_keys[cookie])}
+            )
             for cookie in cookies
             if cookie in owner_keys
         }
@@ -404,7 +515,7 @@ class MarkingTable:
     def _unmark(self, coflow_id: int) -> list[Pair]:
         """Take a coflow's marks out of its pairs; returns the pairs."""
         marks = self._marks.pop(coflow_id)
-        del self._coflow_of[coflow_id]
+        del self._coflow_of[coflow_id], self._level[coflow_id]
         job_id = marks.coflow.job_id
         if job_id is not None:
             self._job_coflows[job_id].discard(coflow_id)
@@ -415,7 +526,7 @@ class MarkingTable:
         for pair, flow_id, cap in marks.flows:
             users = self._users.get(pair)
             if users is not None:
-                users.pop(coflow_id, None)
+                users.discard(coflow_id)
                 if not users:
                     del self._users[pair]
                     self._ports.pop(pair, None)
@@ -429,18 +540,22 @@ class MarkingTable:
 
     def _rebuild(self, pairs: set[Pair]) -> None:
         """Make the marks, meters and rules of ``pairs`` (and the rules they share) anew."""
+        if self.owner_dscp:
+            for cookie in self.owner_dscp.keys() & {cookie for cookie, _, _ in pairs}:
+                self._fold(cookie)
         wanted: dict[Pair, tuple[int, tuple[int, ...], float | None] | None] = {}
+        level_of = self._level.__getitem__
         for pair in pairs:
             users = self._users.get(pair)
             if users:
                 pair_caps = self._caps.get(pair)
                 rate = sum(pair_caps[k] for k in sorted(pair_caps)) if pair_caps else None
-                wanted[pair] = (min(users.values()), self._ports[pair], rate)
+                wanted[pair] = (min(map(level_of, users)), self._ports[pair], rate)
                 continue
             cookie, src, dst = pair
             forward = self._users.get((cookie, dst, src))  # pair carries that one's ACKs
             if forward:
-                wanted[pair] = (min(forward.values()), self._ports[(cookie, dst, src)], None)
+                wanted[pair] = (min(map(level_of, forward)), self._ports[(cookie, dst, src)], None)
             else:
                 wanted[pair] = None
         # meters: free those of pairs no longer metered, then number the new ones in order
@@ -478,7 +593,6 @@ class MarkingTable:
                 if before is not None and before[0] == ports:
                     # the same matches with other marks (a level moved): no maker changes
                     made_from[pair] = made
-                    self._pair_rules[pair] = rules
                     for rule in rules:
                         key = rule.key
                         # its own rule if it alone made it (and still does): else settled below
@@ -488,16 +602,23 @@ class MarkingTable:
                         else:
                             changed_keys.add(key)
                     continue
-            for rule in self._pair_rules.get(pair, ()):
-                self._rule_pairs[rule.key].discard(pair)
-                changed_keys.add(rule.key)
+            cookie = pair[0]
+            if pair in made_from:
+                for rule in _pair_rules(*pair, *made_from[pair]):
+                    self._rule_pairs[rule.key].discard(pair)
+                    changed_keys.add(rule.key)
             for rule in rules:
                 self._rule_pairs.setdefault(rule.key, set()).add(pair)
                 changed_keys.add(rule.key)
             if rules:
-                self._pair_rules[pair], made_from[pair] = rules, made
+                made_from[pair] = made
+                self._owner_pairs.setdefault(cookie, set()).add(pair)
             else:
-                del self._pair_rules[pair], made_from[pair]
+                del made_from[pair]
+                owner_pairs = self._owner_pairs[cookie]
+                owner_pairs.discard(pair)
+                if not owner_pairs:
+                    del self._owner_pairs[cookie]
         owner_keys = self._owner_keys
         for key in changed_keys:
             self._changed_rules[key] = None
@@ -509,7 +630,8 @@ class MarkingTable:
                 rule = None
             else:
                 first = min(makers)
-                rule = self.rules[key] = next(r for r in self._pair_rules[first] if r.key == key)
+                rule = next(r for r in _pair_rules(*first, *made_from[first]) if r.key == key)
+                self.rules[key] = rule
             if old is not None and (rule is None or rule.cookie != old.cookie):
                 keys = owner_keys[old.cookie]
                 keys.discard(key)
@@ -532,19 +654,24 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     adds and modifies; then meter deletes (in OpenFlow 1.3 deleting a meter deletes the flows
     that still use it, so they go last); then a barrier. Nothing is sent for what is unchanged.
     """
-    flow_deletes, flow_adds, flow_mods = [], [], []
-    # Only the keys and meters that may differ are looked at: those the marking table changed
-    # since ``installed``, if it made ``desired`` right after it; else all of them.
+    flow_deletes, flow_adds = [], []
+    mods: dict[int, list[FlowRule]] = {}  # owner cookie -> its rules to modify
+    moved: dict[int, set[tuple]] = {}  # owner cookie -> keys of its rules that took its DSCP
+    # Only the keys, meters and owners that may differ are looked at: those the marking table
+    # changed since ``installed``, if it made ``desired`` right after it; else all of them.
     changes = desired.changes_from(installed)
     if changes is None:
         old_keys, new_keys = installed.rules, desired.rules
         old_meters, new_meters = installed.meters, desired.meters
+        wanted, had = desired.rules.get, installed.rules.get
     else:
         old_keys = new_keys = changes[0]
         old_meters = new_meters = changes[1]
+        wanted, had = desired.rule, installed.rule
+        if changes[2]:
+            moved = _owner_moves(installed, desired, *changes)
     # (a rule left as it was is usually the very object installed: the identity test spares
     # comparing its fields, thousands of times a reorder)
-    wanted, had = desired.rules.get, installed.rules.get
     for key in old_keys:
         rule, want = had(key), wanted(key)
         if rule is not None and want is not rule and (want is None or want.cookie != rule.cookie):
@@ -556,7 +683,8 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
         if have is None or have.cookie != rule.cookie:
             flow_adds.append(Op(OpKind.FLOW_ADD, rule=rule))
         elif have.dscp != rule.dscp or have.meter_id != rule.meter_id:
-            flow_mods.append(rule)  # (same key and owner: only the marks can differ)
+            # (same key and owner: only the marks can differ)
+            mods.setdefault(rule.cookie, []).append(rule)
     meter_puts, meter_deletes = [], []
     for meter_id in new_meters:
         kbps = desired.meters.get(meter_id)
@@ -569,38 +697,82 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
     for meter_id in old_meters:
         if meter_id in installed.meters and meter_id not in desired.meters:
             meter_deletes.append(Op(OpKind.METER_DELETE, meter_id=meter_id))
-    ops = flow_deletes + meter_puts + flow_adds + _by_owner(flow_mods, desired) + meter_deletes
+    modifies = _by_owner(mods, moved, desired)
+    ops = flow_deletes + meter_puts + flow_adds + modifies + meter_deletes
     return [*ops, Op(OpKind.BARRIER)] if ops else []
 
 
-def _by_owner(flow_mods: list[FlowRule], desired: SwitchTable) -> list[Op]:
-    """The modifies of the rules ``flow_mods``, those of an owner whose rules all end up with
-    the same marks folded into one.
+def _owner_moves(
+    installed: SwitchTable,
+    desired: SwitchTable,
+    changed_rules: tuple,
+    changed_meters: tuple,
+    changed_owners: tuple,
+) -> dict[int, set[tuple]]:
+    """For each owner whose DSCP ``desired`` set (made right after ``installed``), the keys of
+    its rules that only that DSCP changed (the other keys are looked at one by one)."""
+    changed = set(changed_rules)
+    keys_of = _keys_by_owner(desired, changed_owners)
+    moved = {}
+    for cookie in changed_owners:
+        dscp = desired.owner_dscp[cookie]
+        before = installed.owner_dscp.get(cookie)
+        # (C speed) the owner's keys not changed one by one hold its rules as made before; if
+        # it had a DSCP of its own, all its coflows were at another level: every key moves
+        keys = keys_of.get(cookie, set()) - changed
+        if before is None:  # its rules' marks as made, maybe several: read them
+            keys = {
+                key
+                for key in keys
+                if (rule := installed.rule(key)).dscp != dscp or rule.meter_id is not None
+            }
+        if keys:
+            moved[cookie] = keys
+    return moved
+
+
+def _keys_by_owner(table: SwitchTable, cookies: Iterable[int]) -> dict[int, set[tuple]]:
+    """The keys of the rules each of ``cookies`` owns in ``table``."""
+    maker = table.maker() if table.maker is not None else None
+    keys = maker.owner_keys(table, cookies) if maker is not None else None
+    if keys is None:  # (every rule read)
+        wanted, keys = set(cookies), {}
+        for key, rule in table.rules.items():
+            if rule.cookie in wanted:
+                keys.setdefault(rule.cookie, set()).add(key)
+    return keys
+
+
+def _by_owner(
+    mods: dict[int, list[FlowRule]], moved: dict[int, set[tuple]], desired: SwitchTable
+) -> list[Op]:
+    """The modifies of the rules ``mods`` and of the keys ``moved``, by owner, those of an
+    owner whose rules all end up with the same marks folded into one.
 
     A reorder usually moves whole owners (jobs) between levels; one non-strict MODIFY limited
     by the owner's cookie then replaces a MODIFY_STRICT per rule.
     """
-    if not flow_mods:
+    if not (mods or moved):
         return []
-    by_cookie: dict[int, list[FlowRule]] = {}
-    for rule in flow_mods:
-        by_cookie.setdefault(rule.cookie, []).append(rule)
+    cookies = [*mods, *(cookie for cookie in moved if cookie not in mods)]
     maker = desired.maker() if desired.maker is not None else None
-    marks = maker.owner_marks(desired, by_cookie) if maker is not None else None
+    marks = maker.owner_marks(desired, cookies) if maker is not None else None
     if marks is None:  # (every rule read)
-        marks = {}
+        marks, wanted = {}, set(cookies)
         for rule in desired.rules.values():
-            if rule.cookie in by_cookie:
+            if rule.cookie in wanted:
                 marks.setdefault(rule.cookie, set()).add((rule.dscp, rule.meter_id))
     out = []
-    for cookie, rules in by_cookie.items():
-        if len(rules) > 1 and len(marks[cookie]) == 1:
-            first = rules[0]
+    for cookie in cookies:
+        rules, keys = mods.get(cookie, ()), moved.get(cookie, ())
+        if len(rules) + len(keys) > 1 and len(marks[cookie]) == 1:
+            ((dscp, meter_id),) = marks[cookie]
             # the match must name IP: set_field ip_dscp needs it as a prerequisite
-            template = FlowRule(cookie, 0, OWNER_MATCH, first.dscp, first.meter_id)
+            template = FlowRule(cookie, 0, OWNER_MATCH, dscp, meter_id)
             out.append(Op(OpKind.OWNER_MODIFY, rule=template))
         else:
             out.extend(Op(OpKind.FLOW_MODIFY, rule=rule) for rule in rules)
+            out.extend(Op(OpKind.FLOW_MODIFY, rule=desired.rule(key)) for key in keys)
     return out
 
 

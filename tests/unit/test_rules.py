@@ -136,6 +136,82 @@ def test_owner_rules_with_different_marks_are_modified_one_by_one():
     assert apply_ops(first, ops) == second
 
 
+def test_jobs_that_move_as_a_whole_take_their_dscp_in_one_entry_and_one_message():
+    # Beamer's level moves: whole jobs change level; the kept table gives each moved job one
+    # DSCP (not a rule per pair), the table's rules are the ones made from scratch, and the
+    # diff sends one MODIFY by cookie per moved job and nothing else
+    import random
+
+    from controller.model import ClusterState
+    from controller.rules import LEVEL_DSCP, MarkingTable
+
+    rng = random.Random(3)
+    hosts = [f"10.0.0.{h}" for h in range(1, 9)]
+    coflows = [
+        Coflow(job * 10 + k, [Flow(*rng.sample(hosts, 2), 100.0) for _ in range(3)], job_id=job)
+        for job in range(6)
+        for k in range(2)
+    ]
+    state = ClusterState.build(coflows)
+    ports = {job: [5000 + job] for job in range(6)}
+    table, fresh = MarkingTable(MeterIds()), MeterIds()
+    jobs = list(range(6))
+    installed = SwitchTable.empty()
+    for step in range(12):
+        before = jobs[:]
+        rng.shuffle(jobs)
+        groups = [[c.coflow_id for c in coflows if c.job_id == job] for job in jobs]
+        got = table.update(state, Schedule.from_groups(groups), ports)
+        assert got.rules == reference_table(state, Schedule.from_groups(groups), ports, fresh).rules
+        ops = diff(installed, got)
+        assert apply_ops(installed, ops) == got
+        installed = got
+        if step == 0:
+            continue
+        movers = {job for job in jobs if jobs.index(job) != before.index(job)}
+        assert {cookie_owner(c)[1]: d for c, d in got.owner_dscp.items() if cookie_owner(c)[1]
+                in movers} == {job: LEVEL_DSCP[jobs.index(job)] for job in movers}  # fmt: skip
+        assert sorted(got.changed_owners) == sorted(owner_cookie(OWNER_JOB, j) for j in movers)
+        assert got.changed_rules == ()
+        assert sorted((op.kind, op.rule.cookie, op.rule.dscp) for op in ops[:-1]) == sorted(
+            (OpKind.OWNER_MODIFY, owner_cookie(OWNER_JOB, job), LEVEL_DSCP[jobs.index(job)])
+            for job in movers
+        )
+    # a job's coflow gets new flows: its pairs are rebuilt from its DSCP, the table is the
+    # same as made from scratch, and the job no longer has a DSCP of its own
+    moved = Coflow(coflows[0].coflow_id, [Flow("10.0.0.1", "10.0.0.8", 5.0)], job_id=0)
+    state = ClusterState.build([moved, *coflows[1:]])
+    groups = [[c.coflow_id for c in coflows if c.job_id == job] for job in jobs]
+    got = table.update(state, Schedule.from_groups(groups), ports)
+    assert got.rules == reference_table(state, Schedule.from_groups(groups), ports, fresh).rules
+    assert owner_cookie(OWNER_JOB, 0) not in got.owner_dscp
+    assert apply_ops(installed, diff(installed, got)) == got
+
+
+def test_a_job_at_one_level_again_modifies_only_the_rules_that_were_elsewhere():
+    # job 7 (no TCP ports: one rule a pair) sends both ways; each direction is the other's
+    # ACK pair but has users of its own, so each takes its own coflow's level. Coflow 2 joins
+    # coflow 1's level: the job is at one level, and only the one rule of 10.0.0.2 -> .1 moves
+    from controller.model import ClusterState
+    from controller.rules import LEVEL_DSCP, MarkingTable
+
+    state = ClusterState.build(
+        [
+            Coflow(1, [Flow("10.0.0.1", "10.0.0.2", 100)], job_id=7),
+            Coflow(2, [Flow("10.0.0.2", "10.0.0.1", 100)], job_id=7),
+        ]
+    )
+    table = MarkingTable(MeterIds())
+    first = table.update(state, Schedule.from_groups([[1], [2]]), {})
+    second = table.update(state, Schedule.from_groups([[1, 2]]), {})
+    assert second.owner_dscp == {owner_cookie(OWNER_JOB, 7): LEVEL_DSCP[0]}
+    ops = diff(first, second)
+    assert [(op.kind, op.rule.match[1], op.rule.dscp) for op in ops[:-1]] == [
+        (OpKind.FLOW_MODIFY, ("ipv4_src", "10.0.0.2"), LEVEL_DSCP[0])
+    ]
+    assert apply_ops(first, ops) == second
+
+
 def test_finished_owners_lose_rules_and_meters():
     state, ports = example()
     ids = MeterIds()
@@ -281,7 +357,7 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
             kept.append(got)
         if step % 10 == 0:  # the same update again changes nothing
             again = table.update(state, schedule, job_ports)
-            assert again.changed_rules == again.changed_meters == ()
+            assert again.changed_rules == again.changed_meters == again.changed_owners == ()
             assert diff(installed, again) == []
             installed = again
         assert (
@@ -301,5 +377,6 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
     assert emptied == SwitchTable.empty()
     assert not (table._marks or table._users or table._caps or table._ports or table._rated)
     assert not (table._coflow_of or table._top or table._lowest or table._made_from)
-    assert not (table._meter_of or table._pair_rules or table._rule_pairs)
+    assert not (table._meter_of or table._rule_pairs or table._level)
+    assert not (table._owner_pairs or table.owner_dscp)
     assert not (table._job_coflows or table._capped)
