@@ -9,19 +9,21 @@ TCP ports), resets the statistics, then makes ``--registrations`` registrations,
 coflow followed by the deletion of the oldest, so ``--active`` coflows stay active. The controller
 measures, for every event, the time from the REST handler to the last FlowMod of the reorder that
 served it being handed to the switch connection; the script prints its p50/p99 and the client's
-request round trip, then compares the rules on the switch with what the controller expects.
+request round trip, then compares the rules on the switch with what the controller expects:
+their number, and each one's DSCP and meter (exit status 1 if one differs).
 Everything it started is stopped by PID and the bridge deleted by name.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import sys
 import time
 
-from bench_switch import controller_on_bridge, our_rules_and_meters
+from bench_switch import controller_on_bridge, our_marks, our_rules_and_meters, wanted_marks
 
 from workloads.launcher import wait_for
 
@@ -100,6 +102,17 @@ def main(argv=None) -> int:
                        what=f"{want[0]} rules and {want[1]} meters on the switch")  # fmt: skip
         print(f"rules on the switch: {got[0]} (expected {want[0]}); "
               f"meters: {got[1]} (expected {want[1]})")  # fmt: skip
+        wanted = wanted_marks(desired)
+
+        def wrong() -> int:
+            held = our_marks(BRIDGE)
+            return sum(held.get(key) != marks for key, marks in wanted.items())
+
+        with contextlib.suppress(AssertionError):  # (the count below says how many)
+            wait_for(lambda: wrong() == 0, timeout_s=10, what="every rule's marks")
+        print(f"rules whose DSCP or meter on the switch is not the wanted one: {wrong()}")
+        if wrong():
+            return 1
     return 0
 
 

@@ -136,6 +136,46 @@ def test_registration_reorder_and_delete(fabric, controller):
     assert client.rules()["switches"][str(0xAA)] == {"flows": [], "meters": []}
 
 
+def desired_marks(client) -> dict[tuple, tuple]:
+    """The controller's wanted marking rules (``/api/rules``), keyed as :func:`marks`."""
+    out = {}
+    for flow in client.rules()["desired"]["flows"]:
+        match = flow["match"]
+        tcp = "dst" if "tcp_dst" in match else "src" if "tcp_src" in match else None
+        port = match[f"tcp_{tcp}"] if tcp else None
+        out[(match["ipv4_src"], match["ipv4_dst"], tcp, port)] = (flow["dscp"], flow["meter_id"])
+    return out
+
+
+def test_jobs_moved_as_a_whole_are_remarked_on_the_switch(fabric, controller):
+    # Beamer moves whole stages: job 1 (two coflows) drops a level when a smaller stage on its
+    # receiver's downlink comes, and comes back when it goes (the job's rules move by its DSCP,
+    # one MODIFY by cookie): the switch ends with every rule's DSCP as wanted
+    client = controller.client
+    client.set_policy("beamer")
+    client.put_stage(1)
+    client.put_job(1, stage_id=1, tcp_ports=[JOB_PORT], iteration_budget=5)
+    client.put_coflow(11, job_flows("h1", "h2", 4e6), job_id=1)
+    client.put_coflow(12, job_flows("h3", "h2", 4e6), job_id=1)
+    job1 = set(wait_for(lambda: len(m := marks(fabric)) == 8 and m, what="job 1's rules"))
+    wait_for(lambda: marks(fabric) == desired_marks(client), what="the wanted marks")
+    assert {marks(fabric)[k][0] for k in job1} == {56}
+
+    client.put_stage(2)
+    client.put_job(2, stage_id=2, tcp_ports=[JOB_PORT + 1], iteration_budget=5)
+    client.put_coflow(21, job_flows("h1", "h2", 1e5), job_id=2)
+    moved = wait_for(lambda: len(m := marks(fabric)) == 12 and {m[k][0] for k in job1} == {48}
+                     and m, what="job 1 one level down")  # fmt: skip
+    assert moved == desired_marks(client)
+    assert {dscp for key, (dscp, _) in moved.items() if key not in job1} == {56}
+
+    client.delete("stages", 2)
+    back = wait_for(lambda: len(m := marks(fabric)) == 8 and m, what="job 2's rules to go")
+    assert back == desired_marks(client) and {dscp for dscp, _ in back.values()} == {56}
+    stats = client.stats()
+    assert stats["switch_errors"] == 0 and stats["reorder_failures"] == 0
+
+
 def test_restart_restores_rules_from_the_registry(fabric, controller, tmp_path):
     client = controller.client
     client.put_stage(1)
