@@ -172,6 +172,10 @@ def main(argv=None) -> int:
             "HPO_API_TOKEN)",
             file=sys.stderr,
         )
+    # (the kernels load now, not in the first reorder: compiled the first time on a machine)
+    from controller.warm import warm_up
+
+    warm_up()
     from controller import ryu_app
 
     settings = ryu_app.Settings(

@@ -834,6 +834,8 @@ class _JobStages:
             self.extra_bytes = np.fromiter(
                 chain.from_iterable(map(_VALUES, self.sources)), float, sum(counts)
             )
+            # (read-only as the packed bytes are: one compiled kernel serves both)
+            self.extra_bytes.flags.writeable = False
 
     def units_of(self, job_ids: np.ndarray) -> np.ndarray:
         """The unit of each of ``job_ids`` (-1 for a job no stage lists)."""

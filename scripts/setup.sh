@@ -2,8 +2,8 @@
 # Idempotent set-up for a Debian 12 machine, run as root:
 #   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv),
 #   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 as DESIGN.md section 3 says),
-#   3. the simulator's numba kernels compiled into their on-disk cache (once: about a minute),
-#      so that the first run after set-up does not compile them,
+#   3. the simulator's and the controller's numba kernels compiled into their on-disk cache (once:
+#      about a minute), so that the first run or reorder after set-up does not compile them,
 #   4. Open vSwitch started on the userspace datapath (scripts/ovs.sh start).
 # A second run finds everything in place and finishes in seconds.
 # Environment: PYTHON (default python3.11), VENV (default .venv), SKIP_OVS=1 to not start OVS.
@@ -60,7 +60,7 @@ install_venv() {
 warm_kernels() {
     # Loads them from the cache when it is current (a second or two), compiles them otherwise.
     "$VENV/bin/python" -c 'from simulator.engine import warm_up; warm_up()'
-    say "simulator kernels ready"
+    say "simulator and controller kernels ready"
 }
 
 install_apt

@@ -79,3 +79,84 @@ def test_a_process_uses_the_directory_of_its_sources(tmp_path):
             check=True,
         ).stdout.split()  # fmt: skip
         assert out == [str(expected)], imports
+
+
+WARM_CHECK = """
+import importlib, pkgutil, sys
+import controller, simulator
+from numba.core.registry import CPUDispatcher
+
+kernels = {}
+for package in (controller, simulator):
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name in ("ryu_app", "__main__"):  # (Ryu's glue and the command line)
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.__module__ == module.__name__:
+                kernels[f"{module.__name__}.{name}"] = obj
+
+def loaded_by(action):
+    before = {n: len(k.signatures) for n, k in kernels.items()}
+    action()
+    return sorted(n for n, k in kernels.items() if len(k.signatures) != before[n])
+
+if sys.argv[1] == "controller":
+    # its warm-up, then a reorder under every policy and boolean option, of coflows of jobs
+    # in stages and then with a coflow without a job (Beamer's general path)
+    from itertools import product
+    from controller.engine import Engine
+    from controller.policies import POLICIES
+    from controller.warm import _tiny_registry, warm_up
+    registry = _tiny_registry()
+
+    def reorders():
+        for coflow in (None, {"flows": [{"src": "10.0.0.3", "dst": "10.0.0.1", "bytes": 1e5}]}):
+            if coflow:
+                registry.put("coflows", 9, coflow)
+            for name, policy in POLICIES.items():
+                flags = [key for key, spec in policy.OPTIONS.items() if spec.kind is bool]
+                for values in product((False, True), repeat=len(flags)):
+                    options = dict(zip(flags, values))
+                    Engine(registry, policy=name, policy_options=options).reorder()
+
+    print("warm-up:", len(loaded_by(warm_up)))
+    print("loaded after:", loaded_by(reorders))
+else:
+    # its warm-up, then HPO runs of every policy in both modes, drawing their schedules
+    import runpy
+    from simulator.engine import warm_up
+
+    def runs():
+        for mode in ("levels", "ideal"):
+            sys.argv = ["simulator", "hpo", "--hosts", "6", "--tasks", "1", "--mode", mode,
+                        "--out", out, "--schedule"]
+            try:
+                runpy.run_module("simulator", run_name="__main__")
+            except SystemExit:
+                pass
+
+    out = sys.argv[2]
+    print("warm-up:", len(loaded_by(warm_up)))
+    print("loaded after:", loaded_by(runs))
+"""
+
+
+def test_after_the_warm_up_no_run_or_reorder_loads_a_kernel(tmp_path):
+    # set-up and every command call the warm-up so that no run or reorder compiles a kernel
+    # (or loads it from the disk cache) inside what it measures: in a process started after
+    # set-up, after the controller's warm-up its reorders under every policy and option load
+    # none, and after the simulator's, HPO runs of every policy in both modes, drawing their
+    # schedules, load none
+    def python(*args: str) -> list[str]:
+        run = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=900)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        return run.stdout.splitlines()
+
+    python("-c", "from simulator.engine import warm_up; warm_up()")  # (the set-up's step)
+    for side, least in (("controller", 5), ("simulator", 8)):
+        lines = python("-c", WARM_CHECK, side, str(tmp_path))
+        warmed = next(line for line in lines if line.startswith("warm-up:"))
+        assert int(warmed.split()[1]) >= least, (side, lines)
+        assert "loaded after: []" in lines, (side, lines)

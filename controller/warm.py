@@ -1,0 +1,84 @@
+"""Load the compiled kernels the controller's policies call, before the first reorder needs them.
+
+numba compiles a kernel the first time a machine runs it (seconds for Beamer's stage kernel)
+and loads it from its on-disk cache afterwards (milliseconds, once per process). Either would
+otherwise happen inside the first reorder that reaches the kernel, while the controller's only
+event loop waits. :func:`warm_up` reorders a tiny registry under every policy and every
+boolean option instead: ``python -m controller`` calls it before it serves, and
+``scripts/setup.sh`` once, so that a fresh set-up does not compile on the first request.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from itertools import product
+
+from controller.engine import Engine
+from controller.policies import POLICIES
+from controller.registry import Registry
+
+_warm = False
+
+
+def kernels_cached() -> bool | None:
+    """Whether numba's on-disk cache holds Beamer's stage kernel for this source (``None``:
+    cannot tell; it reads numba's cache index, not a public interface)."""
+    from controller.stage_loads import job_stage_order
+
+    try:
+        return bool(job_stage_order._cache._cache_file._load_index())
+    except Exception:  # another numba version: the warm-up still works, silently
+        return None
+
+
+HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+def _tiny_registry() -> Registry:
+    """Two stages of jobs with TCP ports and a coflow of each job on three hosts (every coflow
+    with a job in a stage: Beamer's path by stage)."""
+    registry = Registry(":memory:")
+    for stage in (1, 2):
+        registry.put("stages", stage, {})
+    for job, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2)), start=1):
+        registry.put("jobs", job, {"stage_id": 1 + job // 3, "tcp_ports": [5000 + job],
+                                   "iteration_budget": 5})  # fmt: skip
+        flow = {"src": HOSTS[src], "dst": HOSTS[dst], "bytes": 1e5 * job}
+        registry.put("coflows", job, {"flows": [flow], "job_id": job})
+    return registry
+
+
+def warm_up(stream=None) -> float:
+    """Reorder a tiny registry under every policy and boolean option, once per process, so that
+    the kernels are loaded (compiled the first time on a machine; says so on ``stream``,
+    default stderr). Returns the seconds it took (0 once warm)."""
+    global _warm
+    if _warm:
+        return 0.0
+    stream = stream if stream is not None else sys.stderr
+    started = time.perf_counter()
+    compiling = kernels_cached() is False
+    if compiling:
+        print("compiling controller kernels, once (cached on disk afterwards)", file=stream,
+              flush=True)  # fmt: skip
+    registry = _tiny_registry()
+    jobless = {"flows": [{"src": HOSTS[2], "dst": HOSTS[0], "bytes": 4e5}]}
+    try:
+        # every policy and boolean option, on coflows of jobs in stages and then with a
+        # coflow without a job besides them (Beamer's general path)
+        for with_jobless in (False, True):
+            if with_jobless:
+                registry.put("coflows", 4, jobless)
+            for name, policy in POLICIES.items():
+                flags = [key for key, spec in policy.OPTIONS.items() if spec.kind is bool]
+                for values in product((False, True), repeat=len(flags)):
+                    options = dict(zip(flags, values, strict=True))
+                    Engine(registry, policy=name, policy_options=options).reorder()
+    finally:
+        registry.close()
+    _warm = True
+    took = time.perf_counter() - started
+    if compiling:
+        print(f"compiled in {took:.0f} s", file=stream, flush=True)
+    return took
