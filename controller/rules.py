@@ -21,7 +21,7 @@ import operator
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from itertools import compress
+from itertools import chain, compress
 
 from controller.model import ClusterState, Coflow
 from controller.schedule import LEVEL_DSCP, N_LEVELS, Schedule, level_split
@@ -141,7 +141,7 @@ class SwitchTable:
     meters are.
     """
 
-    __slots__ = ("_made", "_rules", "meters", "owner_dscp", "base", "maker",
+    __slots__ = ("_made", "_rules", "_base_rules", "meters", "owner_dscp", "base", "maker",
                  "changed_rules", "changed_meters", "changed_owners", "__weakref__")  # fmt: skip
 
     def __init__(
@@ -152,6 +152,8 @@ class SwitchTable:
     ) -> None:
         self._made = rules
         self._rules = None if owner_dscp else rules
+        # the table before's rules, if they were put together when this was made
+        self._base_rules: dict[tuple, FlowRule] | None = None
         self.meters = meters
         self.owner_dscp = owner_dscp or {}
         self.base: weakref.ref | None = None
@@ -164,8 +166,33 @@ class SwitchTable:
     def rules(self) -> dict[tuple, FlowRule]:
         """Every rule by its key, with its owner's DSCP."""
         if self._rules is None:
-            self._rules = {key: self._resolved(rule) for key, rule in self._made.items()}
+            self._rules = self._from_base()
+            if self._rules is None:
+                self._rules = {key: self._resolved(rule) for key, rule in self._made.items()}
+            self._base_rules = None
         return self._rules
+
+    def _from_base(self) -> dict[tuple, FlowRule] | None:
+        """:attr:`rules` from those of the table before, where the marking table that made
+        both knows this one's owners' keys: only the changed keys and owners' rules are put
+        together (a switch of a fabric gets its part of every table)."""
+        if self._base_rules is None:
+            return None
+        keys_of: dict = {}
+        if self.changed_owners:
+            maker = self.maker() if self.maker is not None else None
+            keys_of = maker.owner_keys(self, self.changed_owners) if maker is not None else None
+            if keys_of is None:
+                return None
+        rules = self._base_rules.copy()
+        made, resolved = self._made, self._resolved
+        for key in chain(self.changed_rules, chain.from_iterable(keys_of.values())):
+            rule = made.get(key)
+            if rule is None:
+                rules.pop(key, None)
+            else:
+                rules[key] = resolved(rule)
+        return rules
 
     def rule(self, key: tuple) -> FlowRule | None:
         """The rule with ``key``, if there is one."""
@@ -460,6 +487,7 @@ class MarkingTable:
         table.maker = weakref.ref(self)
         if self._last is not None:
             table.base = weakref.ref(self._last)
+            table._base_rules = self._last._rules
             table.changed_rules = tuple(self._changed_rules)
             table.changed_meters = tuple(self._changed_meters)
             table.changed_owners = tuple(self._changed_owners)
