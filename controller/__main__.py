@@ -175,7 +175,10 @@ def main(argv=None) -> int:
     # (the kernels load now, not in the first reorder: compiled the first time on a machine)
     from controller.warm import warm_up
 
-    warm_up()
+    try:
+        warm_up()
+    except Exception as exc:  # (the first reorder then loads them, as it did before)
+        print(f"warning: the compiled kernels could not be loaded ahead: {exc}", file=sys.stderr)
     from controller import ryu_app
 
     settings = ryu_app.Settings(

@@ -202,6 +202,8 @@ class SwitchTable:
         return None if rule is None else self._resolved(rule)
 
     def _resolved(self, rule: FlowRule) -> FlowRule:
+        # (an owner with a DSCP of its own has no meter: MarkingTable gives one to an owner
+        # only where nothing is capped, and rebuilds it when caps come)
         dscp = self.owner_dscp.get(rule.cookie)
         if dscp is None or (dscp == rule.dscp and rule.meter_id is None):
             return rule
@@ -471,14 +473,17 @@ class MarkingTable:
             for cookie, marks in moved.items():
                 # (only the level of uncapped coflows moves, where nothing is capped; a coflow
                 # of the owner capped before is rebuilt: the owner's pairs have no meter)
+                # (an owner without pairs has no rules: no DSCP is kept for it)
                 if (
                     cookie not in rebuilt
                     and cookie in self._owner_pairs
                     and self._at_one_level(marks[0])
                 ):
                     # every rule of the owner: its pairs' levels are the minimum of one level
-                    self.owner_dscp[cookie] = LEVEL_DSCP[marks[0].level]
-                    self._changed_owners[cookie] = None
+                    dscp = LEVEL_DSCP[marks[0].level]
+                    if self.owner_dscp.get(cookie) != dscp:  # (else its rules have it already)
+                        self.owner_dscp[cookie] = dscp
+                        self._changed_owners[cookie] = None
                 else:
                     touched.update(pair for m in marks for pair, _, _ in m.flows)
         self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
@@ -487,7 +492,8 @@ class MarkingTable:
         table.maker = weakref.ref(self)
         if self._last is not None:
             table.base = weakref.ref(self._last)
-            table._base_rules = self._last._rules
+            if table._rules is None:  # (else it has them: nothing to keep)
+                table._base_rules = self._last._rules
             table.changed_rules = tuple(self._changed_rules)
             table.changed_meters = tuple(self._changed_meters)
             table.changed_owners = tuple(self._changed_owners)
@@ -507,11 +513,10 @@ class MarkingTable:
         do not change)."""
         dscp = self.owner_dscp.pop(cookie)
         made_from, table = self._made_from, self.rules
-        for pair in self._owner_pairs.get(cookie, ()):
+        for pair in self._owner_pairs[cookie]:
             made = made_from[pair] = (made_from[pair][0], dscp, None)
             for rule in _pair_rules(*pair, *made):
-                have = table.get(rule.key)
-                if have is not None and have.cookie == cookie:  # (else another pair's rule)
+                if table[rule.key].cookie == cookie:  # (else another owner's pair's rule)
                     table[rule.key] = rule
 
     def owner_keys(self, table: SwitchTable, cookies: Iterable[int]) -> dict | None:
@@ -697,7 +702,7 @@ def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:
         old_meters = new_meters = changes[1]
         wanted, had = desired.rule, installed.rule
         if changes[2]:
-            moved = _owner_moves(installed, desired, *changes)
+            moved = _owner_moves(installed, desired, changes[0], changes[2])
     # (a rule left as it was is usually the very object installed: the identity test spares
     # comparing its fields, thousands of times a reorder)
     for key in old_keys:
@@ -734,7 +739,6 @@ def _owner_moves(
     installed: SwitchTable,
     desired: SwitchTable,
     changed_rules: tuple,
-    changed_meters: tuple,
     changed_owners: tuple,
 ) -> dict[int, set[tuple]]:
     """For each owner whose DSCP ``desired`` set (made right after ``installed``), the keys of
@@ -746,7 +750,8 @@ def _owner_moves(
         dscp = desired.owner_dscp[cookie]
         before = installed.owner_dscp.get(cookie)
         # (C speed) the owner's keys not changed one by one hold its rules as made before; if
-        # it had a DSCP of its own, all its coflows were at another level: every key moves
+        # it had a DSCP of its own, it was another (an owner is listed only when its DSCP
+        # changed): every key moves
         keys = keys_of.get(cookie, set()) - changed
         if before is None:  # its rules' marks as made, maybe several: read them
             keys = {

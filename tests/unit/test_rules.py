@@ -212,6 +212,29 @@ def test_a_job_at_one_level_again_modifies_only_the_rules_that_were_elsewhere():
     assert apply_ops(first, ops) == second
 
 
+def test_a_coflow_with_no_bytes_left_moving_alone_sends_nothing():
+    # coflow 3 of job 7 has no bytes left (no pairs, no rules): its moves leave every rule as
+    # it was, and the diffs are empty, also when the job is at one level again
+    from controller.model import ClusterState
+    from controller.rules import MarkingTable
+
+    state = ClusterState.build(
+        [
+            Coflow(1, [Flow("10.0.0.1", "10.0.0.2", 100)], job_id=7),
+            Coflow(2, [Flow("10.0.0.1", "10.0.0.3", 100)], job_id=7),
+            Coflow(3, [Flow("10.0.0.1", "10.0.0.2", 100, 0.0)], job_id=7),
+            Coflow(9, [Flow("10.0.0.4", "10.0.0.5", 100)]),
+        ]
+    )
+    table = MarkingTable(MeterIds())
+    table.update(state, Schedule.from_groups([[1, 2, 3], [9]]), {})
+    first = table.update(state, Schedule.from_groups([[9], [1, 2, 3]]), {})
+    apart = table.update(state, Schedule.from_groups([[9], [1, 2], [3]]), {})
+    again = table.update(state, Schedule.from_groups([[9], [1, 2, 3]]), {})
+    assert first.rules == apart.rules == again.rules
+    assert diff(first, apart) == diff(apart, again) == []
+
+
 def test_finished_owners_lose_rules_and_meters():
     state, ports = example()
     ids = MeterIds()
@@ -333,6 +356,8 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
             schedule = Schedule.from_groups([order[:cut], order[cut:]], caps)
         state = ClusterState.build(coflows.values())
         got = table.update(state, schedule, job_ports)
+        # a table keeps the one before's rules only until it puts its own together
+        assert got._base_rules is None or got._rules is None
         want = reference_table(state, schedule, job_ports, fresh_ids)
         assert got.rules == want.rules
         assert got.meters == want.meters
