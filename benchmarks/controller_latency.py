@@ -23,9 +23,9 @@ import statistics
 import sys
 import time
 
-from bench_switch import controller_on_bridge, our_marks, our_rules_and_meters, wanted_marks
+from bench_switch import controller_on_bridge, our_marks, our_rules_and_meters
 
-from workloads.launcher import wait_for
+from workloads.launcher import wait_for, wanted_marks
 
 BRIDGE = "benchlat"
 HOSTS = [f"10.0.0.{i}" for i in range(1, 14)]

@@ -16,8 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 PACKAGES = ("controller", "simulator")
@@ -76,3 +77,35 @@ def use_source_keyed_cache() -> Path:
         numba.config.CACHE_DIR = str(_chosen)
         prune(base, _chosen)
     return _chosen
+
+
+def is_cached(kernel) -> bool | None:
+    """Whether numba's on-disk cache holds ``kernel`` (a compiled function) for this source
+    (``None``: cannot tell; it reads numba's cache index, not a public interface)."""
+    try:
+        return bool(kernel._cache._cache_file._load_index())
+    except Exception:  # another numba version: the warm-up still works, silently
+        return None
+
+
+_warmed: set[str] = set()
+
+
+def warm_once(what: str, kernel, load: Callable[[], object], stream=None, note: str = "") -> float:
+    """Call ``load`` (tiny runs that load ``what``'s kernels) once per process. Where ``kernel``
+    is not in the disk cache, say on ``stream`` (default stderr) that they compile (``note``:
+    how long that takes), and in how long it did. Returns the seconds it took (0 once warm)."""
+    if what in _warmed:
+        return 0.0
+    stream = stream if stream is not None else sys.stderr
+    started = time.perf_counter()
+    compiling = is_cached(kernel) is False
+    if compiling:
+        print(f"compiling {what} kernels, once ({note}cached on disk afterwards)", file=stream,
+              flush=True)  # fmt: skip
+    load()
+    _warmed.add(what)
+    took = time.perf_counter() - started
+    if compiling:
+        print(f"compiled in {took:.0f} s", file=stream, flush=True)
+    return took

@@ -10,27 +10,12 @@ boolean option instead: ``python -m controller`` calls it before it serves, and
 
 from __future__ import annotations
 
-import sys
-import time
 from itertools import product
 
 from controller.engine import Engine
+from controller.kernel_cache import warm_once
 from controller.policies import POLICIES
 from controller.registry import Registry
-
-_warm = False
-
-
-def kernels_cached() -> bool | None:
-    """Whether numba's on-disk cache holds Beamer's stage kernel for this source (``None``:
-    cannot tell; it reads numba's cache index, not a public interface)."""
-    from controller.stage_loads import job_stage_order
-
-    try:
-        return bool(job_stage_order._cache._cache_file._load_index())
-    except Exception:  # another numba version: the warm-up still works, silently
-        return None
-
 
 HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
 
@@ -53,20 +38,17 @@ def warm_up(stream=None) -> float:
     """Reorder a tiny registry under every policy and boolean option, once per process, so that
     the kernels are loaded (compiled the first time on a machine; says so on ``stream``,
     default stderr). Returns the seconds it took (0 once warm)."""
-    global _warm
-    if _warm:
-        return 0.0
-    stream = stream if stream is not None else sys.stderr
-    started = time.perf_counter()
-    compiling = kernels_cached() is False
-    if compiling:
-        print("compiling controller kernels, once (cached on disk afterwards)", file=stream,
-              flush=True)  # fmt: skip
+    from controller.stage_loads import job_stage_order
+
+    return warm_once("controller", job_stage_order, _reorders, stream)
+
+
+def _reorders() -> None:
+    """Every policy and boolean option, on coflows of jobs in stages and then with a coflow
+    without a job besides them (Beamer's general path)."""
     registry = _tiny_registry()
     jobless = {"flows": [{"src": HOSTS[2], "dst": HOSTS[0], "bytes": 4e5}]}
     try:
-        # every policy and boolean option, on coflows of jobs in stages and then with a
-        # coflow without a job besides them (Beamer's general path)
         for with_jobless in (False, True):
             if with_jobless:
                 registry.put("coflows", 4, jobless)
@@ -77,8 +59,3 @@ def warm_up(stream=None) -> float:
                     Engine(registry, policy=name, policy_options=options).reorder()
     finally:
         registry.close()
-    _warm = True
-    took = time.perf_counter() - started
-    if compiling:
-        print(f"compiled in {took:.0f} s", file=stream, flush=True)
-    return took

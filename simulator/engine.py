@@ -32,13 +32,13 @@ import heapq
 import itertools
 import math
 import operator
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from controller.kernel_cache import warm_once
 from controller.model import ClusterState, Coflow, CoflowKeys, Job, SparsePortBytes, Stage
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, Schedule
@@ -1042,52 +1042,30 @@ class _SimulatorState(ClusterState):
         return CoflowKeys.unpack(self.packed_keys)
 
 
-_warm = False
-
-
-def kernels_cached() -> bool | None:
-    """Whether numba's on-disk cache holds the step loop for this source (``None``: cannot
-    tell; it reads numba's cache index, not a public interface)."""
-    try:
-        return bool(run_steps._cache._cache_file._load_index())
-    except Exception:  # another numba version: the warm-up still works, silently
-        return None
-
-
 def warm_up(stream=None) -> float:
-    """Load the simulator's kernels (compiling them the first time on a machine, about a minute,
-    then cached on disk) with tiny runs, once per process, so that what a run reports as its
-    wall time excludes it. Says so on ``stream`` (default stderr) when it compiles. Returns the
-    seconds it took (0 once warm)."""
-    global _warm
-    if _warm:
-        return 0.0
-    stream = stream if stream is not None else sys.stderr
-    started = time.perf_counter()
-    compiling = kernels_cached() is False
-    if compiling:
-        print("compiling simulator kernels, once (about a minute; cached on disk afterwards)",
-              file=stream, flush=True)  # fmt: skip
-    # pair levels and port loads (sincronia), capped one-flow groups at fixed rates (varys),
-    # the greedy ideal mode, and the stage loads (beamer)
-    # and the per-slot loads (``bytes_delivered``, a timeline's samples)
-    for policy, mode in (
-        ("sincronia", "levels"),
-        ("varys", "levels"),
-        ("sincronia", "ideal"),
-        ("beamer", "levels"),
-    ):
-        sim = Simulator(Fabric(3, 1e9), make_policy(policy), mode=mode)
-        for cid, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2))):
-            sim.release(CoflowSpec(cid, np.array([src, src]), np.array([dst, dst]),
-                                   np.array([1e5, 2e5])))  # fmt: skip
-        sim.run()
-        _ = sim.bytes_delivered
+    """Load the simulator's kernels and the controller's (compiling them the first time on a
+    machine, about a minute, then cached on disk) with tiny runs, once per process, so that
+    what a run reports as its wall time excludes it. Says so on ``stream`` (default stderr)
+    when it compiles. Returns the seconds it took (0 once warm)."""
     from controller.warm import warm_up as controller_warm_up
 
-    controller_warm_up(stream)  # (Beamer's stage kernel, which HPO runs call, among them)
-    _warm = True
-    took = time.perf_counter() - started
-    if compiling:
-        print(f"compiled in {took:.0f} s", file=stream, flush=True)
-    return took
+    def runs() -> None:
+        # pair levels and port loads (sincronia), capped one-flow groups at fixed rates
+        # (varys), the greedy ideal mode, the stage loads (beamer), the per-slot loads
+        # (``bytes_delivered``, a timeline's samples), and the controller's kernels (Beamer's
+        # stage kernel, which HPO runs call, among them)
+        for policy, mode in (
+            ("sincronia", "levels"),
+            ("varys", "levels"),
+            ("sincronia", "ideal"),
+            ("beamer", "levels"),
+        ):
+            sim = Simulator(Fabric(3, 1e9), make_policy(policy), mode=mode)
+            for cid, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2))):
+                sim.release(CoflowSpec(cid, np.array([src, src]), np.array([dst, dst]),
+                                       np.array([1e5, 2e5])))  # fmt: skip
+            sim.run()
+            _ = sim.bytes_delivered
+        controller_warm_up(stream)
+
+    return warm_once("simulator", run_steps, runs, stream, note="about a minute; ")

@@ -6,6 +6,7 @@ Only the process started here is ever signalled, by its handle.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -112,3 +113,31 @@ class ControllerProcess:
             have = f"{len(fabric.get('switches', []))} and {len(fabric.get('links', []))}"
             raise AssertionError(f"{exc} (found {have})") from None
         return fabric
+
+
+def parse_marks(dump_flows: str) -> dict[tuple, tuple]:
+    """The marking rules in ``ovs-ofctl -O OpenFlow13 dump-flows`` output (those that set a
+    DSCP): (source, destination, TCP field, port) -> (DSCP, meter id or None)."""
+    out = {}
+    for line in dump_flows.splitlines():
+        if "set_field" not in line:
+            continue
+        src = re.search(r"nw_src=([\d.]+)", line).group(1)
+        dst = re.search(r"nw_dst=([\d.]+)", line).group(1)
+        tcp = re.search(r"tp_(src|dst)=(\d+)", line)
+        dscp = int(re.search(r"set_field:(\d+)->ip_dscp", line).group(1))
+        meter = re.search(r"meter:(\d+)", line)
+        key = (src, dst, tcp.group(1) if tcp else None, int(tcp.group(2)) if tcp else None)
+        out[key] = (dscp, int(meter.group(1)) if meter else None)
+    return out
+
+
+def wanted_marks(rules_json: dict) -> dict[tuple, tuple]:
+    """The same for the rules the controller wants (``/api/rules``' ``desired``)."""
+    out = {}
+    for flow in rules_json["flows"]:
+        match = flow["match"]
+        tcp = "dst" if "tcp_dst" in match else "src" if "tcp_src" in match else None
+        port = match[f"tcp_{tcp}"] if tcp else None
+        out[(match["ipv4_src"], match["ipv4_dst"], tcp, port)] = (flow["dscp"], flow["meter_id"])
+    return out

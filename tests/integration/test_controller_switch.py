@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import needs_root_and
 from topologies.host_qos import GENERATION_PREFS, HostPriorities, host_batch
 from topologies.qos import class_bytes, level_classid, parse_class_bytes
+from workloads.launcher import parse_marks, wanted_marks
 
 from .fabric import ControllerProcess, NetnsFabric, free_port, sh, wait_for
 
@@ -62,18 +63,7 @@ def controller(fabric, tmp_path):
 
 def marks(fabric) -> dict[tuple, tuple]:
     """Our table-0 marking rules: (src, dst, tcp field, port) -> (dscp, meter or None)."""
-    out = {}
-    for line in fabric.dump_flows().splitlines():
-        if "set_field" not in line:
-            continue
-        src = re.search(r"nw_src=([\d.]+)", line).group(1)
-        dst = re.search(r"nw_dst=([\d.]+)", line).group(1)
-        tcp = re.search(r"tp_(src|dst)=(\d+)", line)
-        dscp = int(re.search(r"set_field:(\d+)->ip_dscp", line).group(1))
-        meter = re.search(r"meter:(\d+)", line)
-        key = (src, dst, tcp.group(1) if tcp else None, int(tcp.group(2)) if tcp else None)
-        out[key] = (dscp, int(meter.group(1)) if meter else None)
-    return out
+    return parse_marks(fabric.dump_flows())
 
 
 def meters(fabric) -> dict[int, int]:
@@ -138,13 +128,7 @@ def test_registration_reorder_and_delete(fabric, controller):
 
 def desired_marks(client) -> dict[tuple, tuple]:
     """The controller's wanted marking rules (``/api/rules``), keyed as :func:`marks`."""
-    out = {}
-    for flow in client.rules()["desired"]["flows"]:
-        match = flow["match"]
-        tcp = "dst" if "tcp_dst" in match else "src" if "tcp_src" in match else None
-        port = match[f"tcp_{tcp}"] if tcp else None
-        out[(match["ipv4_src"], match["ipv4_dst"], tcp, port)] = (flow["dscp"], flow["meter_id"])
-    return out
+    return wanted_marks(client.rules()["desired"])
 
 
 def test_jobs_moved_as_a_whole_are_remarked_on_the_switch(fabric, controller):
