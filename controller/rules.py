@@ -305,10 +305,11 @@ def desired_table(
 Pair = tuple  # (owner cookie, source host, destination host)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Marks:
     """What one coflow asked of the table at the last update: its level, owner, TCP ports and
-    each flow with bytes left as ``(pair, flow id, rate cap or None)``."""
+    each flow with bytes left as ``(pair, flow id, rate cap or None)``. Only the level changes
+    in place (a coflow that only moved); anything else makes new marks."""
 
     coflow: Coflow
     level: int
@@ -399,10 +400,12 @@ class MarkingTable:
                 ),
             )
         )
+        ports_moved: set[int] = set()  # jobs whose TCP ports changed
         if job_tcp_ports != self._ports_kept:  # (C speed: the same objects compare at once)
             kept = self._ports_kept
             for job_id in job_tcp_ports.keys() | kept.keys():
                 if job_tcp_ports.get(job_id) != kept.get(job_id):
+                    ports_moved.add(job_id)
                     candidates.update(self._job_coflows.get(job_id, ()))
             self._ports_kept = dict(job_tcp_ports)
         if caps or self._capped:
@@ -419,17 +422,21 @@ class MarkingTable:
                     touched.update(self._unmark(coflow_id))
                 continue
             coflow = coflows[coflow_id]
-            if coflow.job_id is not None:
-                cookie = owner_cookie(OWNER_JOB, coflow.job_id)
-                ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
+            if old is not None and old.coflow is coflow and coflow.job_id not in ports_moved:
+                # the same object: the same owner, whose ports did not change
+                same, cookie, ports = True, old.cookie, old.ports
             else:
-                cookie, ports = owner_cookie(OWNER_COFLOW, coflow_id), ()
-            same = (
-                old is not None
-                and old.coflow is coflow
-                and old.cookie == cookie
-                and old.ports == ports
-            )
+                if coflow.job_id is not None:
+                    cookie = owner_cookie(OWNER_JOB, coflow.job_id)
+                    ports = tuple(job_tcp_ports.get(coflow.job_id, ()))
+                else:
+                    cookie, ports = owner_cookie(OWNER_COFLOW, coflow_id), ()
+                same = (
+                    old is not None
+                    and old.coflow is coflow
+                    and old.cookie == cookie
+                    and old.ports == ports
+                )
             if (
                 same
                 and old.level == level
@@ -442,10 +449,9 @@ class MarkingTable:
             if same and not (caps or old.capped):
                 # only its level moved (Beamer moves whole stages): the same flows on the same
                 # pairs, which take the new level (below, by owner)
-                marks = _Marks(coflow, level, cookie, ports, old.flows, False)
-                self._marks[coflow_id] = marks
+                old.level = level
                 self._level[coflow_id] = level
-                moved.setdefault(cookie, []).append(marks)
+                moved.setdefault(cookie, []).append(old)
                 continue
             if old is not None:
                 touched.update(self._unmark(coflow_id))
@@ -505,8 +511,8 @@ class MarkingTable:
         job_id = marks.coflow.job_id
         if job_id is None:
             return True  # (the owner's only coflow)
-        level, levels = marks.level, self._level
-        return all(levels[c] == level for c in self._job_coflows[job_id])
+        # (C speed: an owner that moved has its coflows compared at every reorder)
+        return all(map(marks.level.__eq__, map(self._level.__getitem__, self._job_coflows[job_id])))
 
     def _fold(self, cookie: int) -> None:
         """Make an owner's rules as made carry its DSCP, and forget the DSCP (the table's rules

@@ -40,7 +40,7 @@ from ryu.lib.packet import ethernet, packet  # noqa: E402
 from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
 from controller.api import RestApi, allowed_hosts  # noqa: E402
-from controller.engine import Engine, GcPauses  # noqa: E402
+from controller.engine import Engine, GcPauses, collections_after  # noqa: E402
 from controller.model import HostPort  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.rules import (  # noqa: E402
@@ -231,12 +231,14 @@ class HpoScheduler(app_manager.RyuApp):
                 LOG.exception("link discovery failed")
 
     def reorder_and_send(self) -> None:
-        """Recompute the plan and send every switch what changed."""
-        self.engine.reorder()
-        for dpid, datapath in list(self.datapaths.items()):
-            for op in self.engine.ops_for(dpid):
-                datapath.send_msg(build_message(datapath, op))
-        self.engine.sent()
+        """Recompute the plan and send every switch what changed (garbage collections wait
+        until it is sent: :func:`collections_after`)."""
+        with collections_after():
+            self.engine.reorder()
+            for dpid, datapath in list(self.datapaths.items()):
+                for op in self.engine.ops_for(dpid):
+                    datapath.send_msg(build_message(datapath, op))
+            self.engine.sent()
 
 
 class RestController(ControllerBase):
