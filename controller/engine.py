@@ -41,16 +41,15 @@ class NoPlan(Exception):
 
 @contextlib.contextmanager
 def collections_after() -> Iterator[None]:
-    """Run the block with the interpreter's garbage collector held, then the collection it
-    would have run meanwhile, if any.
+    """Run the block with the interpreter's garbage collector held; the collection that fell
+    due meanwhile, if any, starts at the first allocation after it.
 
     A collection starts whenever enough objects were allocated, and a reorder allocates most
     of them: one in ~25 reorders of 1,000 coflows ran a young-generation collection in the
     middle, 1-1.5 ms of walking the objects made since the last one (among them the new
     table's rules dict), which was most of the reorders' p99 (benchmarks/reorder_parts.py).
-    Held around a reorder and its sending, the collection runs once the operations are out.
-    The oldest generation is left to the interpreter (its rule reads counts Python does not
-    expose); the block itself must not depend on a collection to free memory.
+    Held around a reorder and its sending, the collection runs once the operations are out,
+    and the interpreter still chooses which generations it takes.
     """
     held = gc.isenabled()
     gc.disable()
@@ -59,9 +58,6 @@ def collections_after() -> Iterator[None]:
     finally:
         if held:
             gc.enable()
-            counts, thresholds = gc.get_count(), gc.get_threshold()
-            if counts[0] > thresholds[0]:
-                gc.collect(1 if counts[1] > thresholds[1] else 0)
 
 
 class GcPauses:

@@ -123,3 +123,19 @@ def test_errors_are_counted_and_a_lost_switch_is_forgotten(app):
     app.state_change_handler(SimpleNamespace(state=DEAD_DISPATCHER, datapath=datapath))
     assert 0xCC not in app.datapaths and 0xCC not in app.engine.switches
     assert 0xCC not in app.forwarding.installed and 0xCC not in app.forwarding.fabric.graph
+
+
+def test_no_garbage_collection_starts_while_a_reorder_is_computed_or_sent(app, monkeypatch):
+    import gc
+
+    datapath = FakeDatapath(0xAA)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    enabled_in = []  # whether the collector may run, at each reorder and message sent
+
+    def noting(call):
+        return lambda *args: enabled_in.append(gc.isenabled()) or call(*args)
+
+    monkeypatch.setattr(app.engine, "reorder", noting(app.engine.reorder))
+    monkeypatch.setattr(datapath, "send_msg", noting(datapath.send_msg))
+    app.reorder_and_send()
+    assert enabled_in and not any(enabled_in) and gc.isenabled()
