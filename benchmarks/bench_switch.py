@@ -10,6 +10,7 @@ the switch, to compare with :func:`workloads.launcher.wanted_marks` of ``/api/ru
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,14 +39,20 @@ def controller_on_bridge(bridge: str, *controller_args: str) -> Iterator[Control
        "protocols=OpenFlow13", "fail_mode=secure")  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix=f"{bridge}-"))
     ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, *controller_args)
+    done = False
     try:
         ctl.start()
         sh("ovs-vsctl", "set-controller", bridge, f"tcp:127.0.0.1:{ofp_port}")
         ctl.wait_switch()
         yield ctl
+        done = True
     finally:
         ctl.stop()
         subprocess.run(["ovs-vsctl", "--if-exists", "del-br", bridge], check=False)
+        if done:  # (the controller's database and log; kept to read after a failure)
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"the controller's log: {ctl.log}", file=sys.stderr)
 
 
 def our_rules_and_meters(bridge: str) -> tuple[int, int]:
