@@ -25,8 +25,7 @@ def collections():
     gc.callbacks.append(note)
     yield seen
     gc.callbacks.remove(note)
-    if not was_enabled:
-        gc.disable()
+    (gc.enable if was_enabled else gc.disable)()  # (as it was before the test, whatever it did)
 
 
 def _allocate(n: int) -> list:
