@@ -236,8 +236,9 @@ class HpoScheduler(app_manager.RyuApp):
         with collections_after():
             self.engine.reorder()
             for dpid, datapath in list(self.datapaths.items()):
-                for op in self.engine.ops_for(dpid):
-                    datapath.send_msg(build_message(datapath, op))
+                send_together(
+                    datapath, [build_message(datapath, op) for op in self.engine.ops_for(dpid)]
+                )
             self.engine.sent()
 
 
@@ -384,6 +385,18 @@ def parse_packet_in(msg) -> PacketIn | None:
         buffer_id=None if no_buffer else msg.buffer_id,
         data=msg.data,
     )
+
+
+def send_together(datapath, messages: list) -> None:
+    """Send ``messages`` to ``datapath`` as one write, in order: one entry in Ryu's send queue
+    and one socket write for a reorder's operations, not one each (the switch reads the same
+    stream of OpenFlow messages)."""
+    if not messages:
+        return
+    for msg in messages:
+        datapath.set_xid(msg)
+        msg.serialize()
+    datapath.send(b"".join(msg.buf for msg in messages))
 
 
 def send(datapath, ops: list[SwitchOp]) -> None:

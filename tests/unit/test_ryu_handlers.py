@@ -13,6 +13,7 @@ ryu_app = pytest.importorskip("controller.ryu_app", reason="Ryu is installed by 
 from ryu.app.wsgi import WSGIApplication  # noqa: E402
 from ryu.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER  # noqa: E402
 from ryu.lib.packet import ethernet, packet  # noqa: E402
+from ryu.ofproto import ofproto_parser  # noqa: E402
 from ryu.ofproto import ofproto_v1_3 as ofp  # noqa: E402
 from ryu.ofproto import ofproto_v1_3_parser as parser  # noqa: E402
 
@@ -28,13 +29,33 @@ class FakeDatapath:
     def __init__(self, dpid: int) -> None:
         self.id = dpid
         self.sent: list = []
+        self.writes = 0  # calls of send (raw bytes)
+        self.xid = 0
 
     def set_xid(self, msg) -> None:
-        msg.set_xid(len(self.sent) + 1)
+        self.xid += 1  # (as Ryu's: one more for every message)
+        msg.set_xid(self.xid)
 
     def send_msg(self, msg) -> None:
         msg.serialize()
         self.sent.append(msg)
+
+    def send(self, buf: bytes) -> None:
+        """Raw bytes, as Ryu's ``Datapath.send`` takes them: kept as the messages they parse
+        into, so a write of several messages must be a valid stream of them."""
+        self.writes += 1
+        while buf:
+            version, msg_type, msg_len, xid = ofproto_parser.header(buf)
+            assert version == ofp.OFP_VERSION and ofp.OFP_HEADER_SIZE <= msg_len <= len(buf)
+            if msg_type == ofp.OFPT_BARRIER_REQUEST:  # (Ryu parses only what switches send)
+                assert msg_len == ofp.OFP_HEADER_SIZE
+                msg = parser.OFPBarrierRequest(self)
+                msg.set_xid(xid)
+            else:
+                msg = ofproto_parser.msg(self, version, msg_type, msg_len, xid, buf[:msg_len])
+                assert msg is not None
+            self.sent.append(msg)
+            buf = buf[msg_len:]
 
     def take(self) -> list:
         sent, self.sent = self.sent, []
@@ -145,3 +166,35 @@ def test_no_garbage_collection_starts_while_a_reorder_is_computed_or_sent(app, m
     finally:
         (gc.enable if was_enabled else gc.disable)()
     assert enabled_in and not any(enabled_in) and enabled_after
+
+
+def test_a_reorder_reaches_each_switch_as_one_write_of_its_messages_in_order(app):
+    datapath = FakeDatapath(0xAA)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    datapath.take()
+    for coflow_id, (src, dst) in enumerate([("h1", "h2"), ("h2", "h1"), ("h1", "h2")], 1):
+        body = json.dumps({"flows": [{"src": src, "dst": dst, "bytes": 1e6 * coflow_id}]})
+        app.api.handle("PUT", f"/api/coflows/{coflow_id}", body.encode(),
+                       {"Content-Type": "application/json"})  # fmt: skip
+    ops = None
+    real_ops_for = app.engine.ops_for
+
+    def keeping(dpid):
+        nonlocal ops
+        ops = real_ops_for(dpid)
+        return ops
+
+    app.engine.ops_for = keeping
+    app.reorder_and_send()
+    sent = datapath.take()
+    assert datapath.writes == 1 and len(ops) >= 3 and len(sent) == len(ops)
+    xids = [m.xid for m in sent]
+    assert xids == sorted(set(xids))  # each its own, in the order of the operations
+    for op, msg in zip(ops, sent, strict=True):
+        expected = ryu_app.build_message(datapath, op)
+        expected.set_xid(msg.xid)
+        expected.serialize()
+        msg.serialize()
+        assert bytes(msg.buf) == bytes(expected.buf)
+    app.reorder_and_send()  # nothing changed: nothing written
+    assert datapath.writes == 1 and datapath.take() == []
