@@ -381,9 +381,10 @@ def test_garbage_collection_pauses_are_in_the_stats():
 
 def test_the_slowest_event_is_broken_down_into_wait_compute_and_send():
     # The clocks' readings in the order the engine takes them: two events (0 and 10 ms), the
-    # reorder loop starts at 30 ms and has the plan at 35 ms, the operations are sent at 45 ms.
+    # reorder loop starts at 30 ms and has the plan at 35 ms, of which the process ran 4 ms,
+    # the operations are sent at 45 ms.
     wall = iter([0.0, 0.010, 0.030, 0.035, 0.045, 1.0, 1.001])
-    cpu = iter([0.0, 0.012, 0.5, 0.5])
+    cpu = iter([0.0, 0.002, 0.006, 0.012, 0.5, 0.5])
     engine = Engine(
         Registry(":memory:"), "fair", monotonic=lambda: next(wall), cpu_clock=lambda: next(cpu)
     )
@@ -399,6 +400,8 @@ def test_the_slowest_event_is_broken_down_into_wait_compute_and_send():
         "send_ms": 10.0,
         "cpu_ms": 12.0,
     }
+    compute = RestApi(engine).handle("GET", "/api/stats")[1]["reorder_compute_ms"]
+    assert compute == {"count": 1, "p50": 5.0, "p99": 5.0, "cpu_p50": 4.0, "cpu_p99": 4.0}
     engine.note_event()  # a faster event later (1 ms) does not replace it
     engine.sent()
     assert engine.stats.slowest.latency_s == pytest.approx(0.045)
