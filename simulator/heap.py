@@ -54,3 +54,57 @@ def heap_pop(keys, items, size):  # pragma: no cover - compiled
         keys[child], keys[i] = keys[i], keys[child]
         items[child], items[i] = items[i], items[child]
         i = child
+
+
+@njit(cache=True, inline="always")
+def heap_replace(keys, items, size, key, item):  # pragma: no cover - compiled
+    """Replace the smallest entry of the min-heap (there is one) by (``key``, ``item``): one
+    pass down the heap, where a pop and a push take two.
+
+    Args:
+        keys: the heap's keys.
+        items: its items, alongside.
+        size: ``[entries in the heap]`` (unchanged).
+        key: the new entry's key.
+        item: its item.
+    """
+    n = size[0]
+    keys[0], items[0] = key, item
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and keys[child + 1] < keys[child]:
+            child += 1
+        if keys[i] <= keys[child]:
+            break
+        keys[child], keys[i] = keys[i], keys[child]
+        items[child], items[i] = items[i], items[child]
+        i = child
+
+
+@njit(cache=True)
+def heapify(keys, items, size):  # pragma: no cover - compiled
+    """Make the first ``size[0]`` entries a min-heap in place, in O(entries) (pushing them one
+    by one takes O(entries log entries)).
+
+    Args:
+        keys: the entries' keys.
+        items: their items, alongside.
+        size: ``[entries]``.
+    """
+    n = size[0]
+    for start in range(n // 2 - 1, -1, -1):
+        i = start
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and keys[child + 1] < keys[child]:
+                child += 1
+            if keys[i] <= keys[child]:
+                break
+            keys[child], keys[i] = keys[i], keys[child]
+            items[child], items[i] = items[i], items[child]
+            i = child
