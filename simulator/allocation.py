@@ -252,16 +252,6 @@ def sparse_row(pairs, n, factor):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def set_pair_bit(bits, pairs, level, s, d):  # pragma: no cover - compiled
-    """Set bit ``d`` of row ``s`` of ``level``'s ``bits`` (``(levels, n, words)`` uint64),
-    counting it in ``pairs[level, s]`` if it was clear."""
-    mask = BIT_ONE << np.uint64(d & 63)
-    if not bits[level, s, d >> 6] & mask:
-        bits[level, s, d >> 6] |= mask
-        pairs[level, s] += 1
-
-
-@njit(cache=True, inline="always")
 def clear_pair_bit(bits, pairs, level, s, d):  # pragma: no cover - compiled
     """Clear bit ``d`` of row ``s`` of ``level``'s ``bits``, taking it off ``pairs[level, s]``
     if it was set."""

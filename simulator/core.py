@@ -51,7 +51,6 @@ from simulator.allocation import (
     bit_words,
     clear_pair_bit,
     pair_shares,
-    set_pair_bit,
     sparse_row,
 )
 from simulator.greedy import GreedyPass, greedy_start, greedy_update
@@ -718,8 +717,16 @@ def set_group_levels(groups, pairs, bucket_level, bucket_row, live_buckets, n_le
             w[level, s, d] += g_n_flows[g]
             wt[level, d, s] += g_n_flows[g]
             if g_n_flows[g] >= 0.5:
-                set_pair_bit(row_bits, row_pairs, level, s, d)
-                set_pair_bit(col_bits, col_pairs, level, d, s)
+                # (the pair's bits set here, not by an inlined helper: its array arguments
+                # would cost a reference count each, at every group of every reorder)
+                mask = BIT_ONE << np.uint64(d & 63)
+                if not row_bits[level, s, d >> 6] & mask:
+                    row_bits[level, s, d >> 6] |= mask
+                    row_pairs[level, s] += 1
+                mask = BIT_ONE << np.uint64(s & 63)
+                if not col_bits[level, d, s >> 6] & mask:
+                    col_bits[level, d, s >> 6] |= mask
+                    col_pairs[level, d] += 1
             row_count[level, s] += g_n_flows[g]
             col_count[level, d] += g_n_flows[g]
     for level in range(n_levels):
