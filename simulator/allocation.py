@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from simulator.heap import heap_pop, heap_push, heap_replace, heapify
+from simulator.heap import heap_pop, heap_push, heap_replace, heapify, sort_prefix
 
 # relative slack when comparing shares, so that float error never leaves a link a hair short
 _REL = 1e-9
@@ -506,14 +506,7 @@ def _pair_rounds(level, count, residual, live, n):  # pragma: no cover - compile
             if count[link] > 0.5:
                 near[n_near] = link
                 n_near += 1
-        # in host order, as the scan visits the links
-        for i in range(1, n_near):
-            link = near[i]
-            j = i - 1
-            while j >= 0 and near[j] > link:
-                near[j + 1] = near[j]
-                j -= 1
-            near[j + 1] = link
+        sort_prefix(near, n_near)  # in host order, as the scan visits the links
         share = np.inf
         for i in range(n_near):
             link = near[i]

@@ -54,7 +54,7 @@ from simulator.allocation import (
     sparse_row,
 )
 from simulator.greedy import GreedyPass, greedy_start, greedy_update
-from simulator.heap import heap_pop, heap_push
+from simulator.heap import heap_pop, heap_push, sort_prefix
 
 DONE = -1  # group of a finished flow
 PENDING = -2  # released, not placed yet (its threshold is then its size in bits)
@@ -882,17 +882,7 @@ def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, 
                     columns[n_touched] = column
                     n_touched += 1
                 bits[column] += left
-        # most coflows touch a few ports: sort those in place (insertion sort, no allocation)
-        if n_touched <= 32:
-            for m in range(1, n_touched):
-                column = columns[m]
-                t = m - 1
-                while t >= 0 and columns[t] > column:
-                    columns[t + 1] = columns[t]
-                    t -= 1
-                columns[t + 1] = column
-        else:
-            columns[:n_touched] = np.sort(columns[:n_touched])
+        sort_prefix(columns, n_touched)  # (most coflows touch a few ports)
         for m in range(n_touched):
             column = columns[m]
             if bits[column] != 0.0:

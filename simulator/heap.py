@@ -1,10 +1,28 @@
 """A binary min-heap of (key, item) pairs kept in numpy arrays, for the compiled kernels: the
-fixed-rate groups' projected end times (:mod:`simulator.core`) and the greedy's walk over
-links by order entry (:mod:`simulator.greedy`)."""
+fixed-rate groups' projected end times (:mod:`simulator.core`), the greedy's walk over links
+by order entry (:mod:`simulator.greedy`) and the pair levels' filling rounds
+(:mod:`simulator.allocation`); and the in-place sort of a few ids those kernels share."""
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
+
+
+@njit(cache=True, inline="always")
+def _sift_down(keys, items, n, i):  # pragma: no cover - compiled
+    """Move entry ``i`` down the heap of the first ``n`` entries until neither child is smaller."""
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and keys[child + 1] < keys[child]:
+            child += 1
+        if keys[i] <= keys[child]:
+            break
+        keys[child], keys[i] = keys[i], keys[child]
+        items[child], items[i] = items[i], items[child]
+        i = child
 
 
 @njit(cache=True, inline="always")
@@ -42,18 +60,7 @@ def heap_pop(keys, items, size):  # pragma: no cover - compiled
     size[0] -= 1
     n = size[0]
     keys[0], items[0] = keys[n], items[n]
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and keys[child + 1] < keys[child]:
-            child += 1
-        if keys[i] <= keys[child]:
-            break
-        keys[child], keys[i] = keys[i], keys[child]
-        items[child], items[i] = items[i], items[child]
-        i = child
+    _sift_down(keys, items, n, 0)
 
 
 @njit(cache=True, inline="always")
@@ -70,18 +77,7 @@ def heap_replace(keys, items, size, key, item):  # pragma: no cover - compiled
     """
     n = size[0]
     keys[0], items[0] = key, item
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= n:
-            break
-        if child + 1 < n and keys[child + 1] < keys[child]:
-            child += 1
-        if keys[i] <= keys[child]:
-            break
-        keys[child], keys[i] = keys[i], keys[child]
-        items[child], items[i] = items[i], items[child]
-        i = child
+    _sift_down(keys, items, n, 0)
 
 
 @njit(cache=True)
@@ -96,15 +92,20 @@ def heapify(keys, items, size):  # pragma: no cover - compiled
     """
     n = size[0]
     for start in range(n // 2 - 1, -1, -1):
-        i = start
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                break
-            if child + 1 < n and keys[child + 1] < keys[child]:
-                child += 1
-            if keys[i] <= keys[child]:
-                break
-            keys[child], keys[i] = keys[i], keys[child]
-            items[child], items[i] = items[i], items[child]
-            i = child
+        _sift_down(keys, items, n, start)
+
+
+@njit(cache=True, inline="always")
+def sort_prefix(values, n):  # pragma: no cover - compiled
+    """Sort the first ``n`` entries of ``values`` in place: by insertion for a few (no
+    allocation; most calls sort a handful), else with ``np.sort``."""
+    if n > 32:
+        values[:n] = np.sort(values[:n])
+        return
+    for m in range(1, n):
+        value = values[m]
+        t = m - 1
+        while t >= 0 and values[t] > value:
+            values[t + 1] = values[t]
+            t -= 1
+        values[t + 1] = value

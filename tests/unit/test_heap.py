@@ -1,4 +1,5 @@
-"""The compiled kernels' min-heap: push, pop, replace and heapify keep the heap order."""
+"""The compiled kernels' min-heap (push, pop, replace and heapify keep the heap order) and
+small in-place sort."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.heap import heap_pop, heap_push, heap_replace, heapify
+from simulator.heap import heap_pop, heap_push, heap_replace, heapify, sort_prefix
 
 
 @settings(max_examples=200, deadline=None)
@@ -43,3 +44,12 @@ def test_the_heap_gives_its_entries_smallest_first(start, operations):
         heap_pop(keys, items, size)
     assert [k for k, _ in drained] == sorted(k for k, _ in drained)
     assert all(k == v for k, v in drained) and not held
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=80), st.integers(0, 80))
+def test_sort_prefix_sorts_the_first_entries_and_leaves_the_rest(values, n):
+    n = min(n, len(values))  # by insertion up to 32 entries, by np.sort beyond
+    array = np.array(values + [-1], dtype=np.int64)
+    sort_prefix(array, n)
+    assert array.tolist() == sorted(values[:n]) + values[n:] + [-1]
