@@ -146,8 +146,8 @@ class Stats:
     compute_s: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
-    # the process's CPU time in each reorder: its wall time less the time another process
-    # had the core (on a small machine the switch and the clients share the controller's)
+    # the process's CPU time in each reorder (all its threads): where it falls short of the
+    # wall time, another process had the core (the switch and the clients share a small one)
     compute_cpu_s: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
