@@ -469,8 +469,10 @@ class Jpas(Policy):
                 entries.append((job.progress, job.arrival_s, 0, job_id, ids))
             else:
                 entries.append((0.0, first_arrival[job_id], 0, job_id, ids))
-        for coflow in jobless:
-            sent = coflow.sent_bytes / coflow.size_bytes if coflow.size_bytes else 1.0
+        # (sizes and bytes left in one gather where the state keeps them in arrays)
+        sizes, lefts = state.byte_counts(jobless) if jobless else ([], [])
+        for coflow, size, left in zip(jobless, sizes, lefts, strict=True):
+            sent = (size - left) / size if size else 1.0  # (Coflow.sent_bytes / size_bytes)
             # equal progress must tie (and go by arrival) whatever the float noise in the
             # bytes counted, else the order flips between equals at every re-ranking
             sent = round(sent, _PROGRESS_DIGITS)

@@ -775,6 +775,48 @@ def order_by_head(order, g_level, g_head):  # pragma: no cover - compiled
     return out
 
 
+@njit(cache=True)
+def ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges, slots, used_prefix):
+    # pragma: no cover - compiled
+    """The ideal mode's order without sorting every group: each coflow of ``slots`` (the
+    schedule's order) in turn, its flows' groups in flow order, each group's level set to its
+    coflow's position. This is :func:`set_group_levels` then :func:`order_by_head` where every
+    coflow has a level of its own and every flow a group of its own (its head), so that a
+    level's groups are one coflow's, by head. ``None`` unless the groups listed are every group
+    in use, each of one flow (so listed once): then those two kernels are the way.
+
+    Args:
+        f_group: :class:`FlowTable`'s ``group``.
+        g_n_flows: :class:`GroupTable`'s ``n_flows``.
+        g_used: :class:`GroupTable`'s ``used``.
+        g_level: :class:`GroupTable`'s ``level``; set for the groups listed.
+        slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
+        slots: the scheduled coflows' slots, in the schedule's order.
+        used_prefix: ``GroupTable.ids[USED_PREFIX]``: every group in use is below it.
+    """
+    n = 0
+    for i in range(slots.shape[0]):
+        n += slot_ranges[slots[i], 1] - slot_ranges[slots[i], 0]
+    order = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(slots.shape[0]):
+        for f in range(slot_ranges[slots[i], 0], slot_ranges[slots[i], 1]):
+            g = f_group[f]
+            if g >= 0:
+                if not g_used[g] or g_n_flows[g] > 1.5:
+                    return None
+                order[k] = g
+                g_level[g] = i
+                k += 1
+    n_used = 0
+    for g in range(used_prefix):
+        if g_used[g]:
+            n_used += 1
+    if k != n_used:
+        return None
+    return order[:k]
+
+
 @njit(cache=True, inline="always")
 def _bits_left(f, f_group, f_threshold, g_served):  # pragma: no cover - compiled
     """Bits flow ``f`` has left: 0 once finished, its size while pending (no group yet),
@@ -825,6 +867,30 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
                 ports[i, f_pair[f] // n_hosts] += left
                 ports[i, n_hosts + f_pair[f] % n_hosts] += left
     return total, ports
+
+
+@njit(cache=True)
+def slot_bits_left(f_threshold, f_group, g_served, slot_ranges, slots):
+    # pragma: no cover - compiled
+    """Each of the given coflow slots' bits left in total: :func:`slot_port_bytes`' ``total``
+    (the same sums in the same order) without the ports, for the policies that read no port
+    (JPAS ranks by progress, FIFO-LM by bytes left).
+
+    Args:
+        f_threshold: :class:`FlowTable`'s ``threshold``.
+        f_group: :class:`FlowTable`'s ``group``.
+        g_served: :class:`GroupTable`'s ``served``.
+        slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
+        slots: the slots.
+    """
+    total = np.zeros(slots.shape[0])
+    for i in range(slots.shape[0]):
+        for f in range(slot_ranges[slots[i], 0], slot_ranges[slots[i], 1]):
+            left = _bits_left(f, f_group, f_threshold, g_served)
+            if left <= 0.0:
+                continue
+            total[i] += left
+    return total
 
 
 @njit(cache=True)

@@ -28,6 +28,7 @@ Allocation modes:
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -47,15 +48,18 @@ from simulator.buckets import assign_buckets
 from simulator.core import (
     MAX_LEVEL_ROWS,
     STUCK,
+    USED_PREFIX,
     LevelPlan,
     StepBuffers,
     StepSettings,
     Tables,
+    ideal_order,
     move_coflows,
     order_by_head,
     run_steps,
     set_coflow_caps,
     set_group_levels,
+    slot_bits_left,
     slot_loads,
     slot_port_bytes,
 )
@@ -527,7 +531,8 @@ class Simulator:
         the number of levels."""
         ranks = schedule.ranks
         latest = self._loads.latest
-        if latest is not None and schedule.rows is not None and schedule.loads is latest.sparse:
+        made = latest.made_sparse() if latest is not None else None
+        if made is not None and schedule.rows is not None and schedule.loads is made:
             slots = latest.slots[schedule.rows]  # (the order as rows of the state's loads)
             n = len(slots)
         else:
@@ -594,6 +599,30 @@ class Simulator:
         if not moved and not self._relevelled and layout == self._layout:
             return  # same groups at the same levels: the sorted groups still hold
         self._layout, self._relevelled = layout, False
+        order = None
+        if self.mode == "ideal":
+            order = ideal_order(
+                tables.f_group,
+                tables.g_n_flows,
+                tables.g_used,
+                tables.g_level,
+                self._slot_ranges,
+                slots,
+                tables.ids[USED_PREFIX],
+            )
+        if order is not None:  # (every coflow its level, every flow its group: no sort)
+            self._plan = LevelPlan(
+                order, np.asarray([0, len(order)], dtype=np.int64), np.ones(n_levels, bool)
+            )
+        else:
+            self._plan = self._sorted_plan(tables, n_levels)
+        room = len(self._plan.order)
+        if len(self._positive) < room:  # (kept: a new one costs a page fault a page)
+            self._positive = np.empty(max(room, 2 * len(self._positive)), dtype=np.int64)
+
+    def _sorted_plan(self, tables: Tables, n_levels: int) -> LevelPlan:
+        """Every group in use given its bucket's level and sorted by level
+        (:func:`~simulator.core.set_group_levels`; in the ideal mode, then by head flow)."""
         bucket_level = self._b_level[: self._n_buckets]
         bucket_row = self._b_row[: self._n_buckets]
         live = np.fromiter(self._live_buckets, np.int64, len(self._live_buckets))
@@ -611,9 +640,7 @@ class Simulator:
             # one flow per group: by level, then release order inside a coflow
             order = order_by_head(order, tables.g_level, tables.g_head)
             start = np.asarray([0, len(order)], dtype=np.int64)
-        self._plan = LevelPlan(order, start, general)
-        if len(self._positive) < len(order):  # (kept: a new one costs a page fault a page)
-            self._positive = np.empty(max(len(order), 2 * len(self._positive)), dtype=np.int64)
+        return LevelPlan(order, start, general)
 
     def _greedy_room(self, tables: Tables) -> GreedyPass:
         """The ideal mode's greedy pass with room for the order and the group ids: kept, or made
@@ -756,9 +783,10 @@ def _grown(array: np.ndarray, extra: int, fill) -> np.ndarray:
 
 
 class _PortBits:
-    """The active coflows' loads as a state saw them, computed with the state in one compiled
-    pass: each one's bytes left and its bytes left per port (sparse rows). Reading them after
-    the simulator moved on (its clock or its step count changed) is an error.
+    """The active coflows' loads as a state saw them: each one's bytes left, computed with the
+    state in one compiled pass, and its bytes left per port (sparse rows), computed in another
+    when a policy first reads them (JPAS and FIFO-LM never do). Reading them after the
+    simulator moved on (its clock or its step count changed) is an error.
 
     Args:
         sim: the simulator.
@@ -768,7 +796,6 @@ class _PortBits:
     Attributes:
         slots: each row's slot.
         ids: each row's coflow id.
-        sparse: every row's bytes left per port, as the policies read them.
         all_left: whether every coflow has bytes left.
     """
 
@@ -777,17 +804,34 @@ class _PortBits:
         self.slots = slots
         self.ids = ids
         self._bytes: list[dict] | None = None
-        row_ptr, column, size_bytes, total_bits = self._compute()
-        self.sparse = SparsePortBytes(row_ptr, column, size_bytes, ids, self.n_hosts)
+        self._sparse: SparsePortBytes | None = None
+        tables = sim._tables
+        total_bits = slot_bits_left(
+            tables.f_threshold, tables.f_group, tables.g_served, sim._slot_ranges, slots
+        )
         # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
         remaining_bytes = total_bits / 8.0
         self._remaining = remaining_bytes.tolist()
         self.all_left = not len(remaining_bytes) or bool(remaining_bytes.min() > 0)
 
     @property
+    def sparse(self) -> SparsePortBytes:
+        """Every row's bytes left per port, as the policies read them (made on first use)."""
+        if self._sparse is None:
+            row_ptr, column, size_bytes, _ = self._compute()
+            self._sparse = SparsePortBytes(row_ptr, column, size_bytes, self.ids, self.n_hosts)
+        return self._sparse
+
+    def made_sparse(self) -> SparsePortBytes | None:
+        """:attr:`sparse` if a policy read it, else ``None`` (without making it)."""
+        return self._sparse
+
+    @functools.cached_property
     def row_of(self) -> dict[int, int]:
         """Each active coflow's row (made on first use)."""
-        return self.sparse.row_of
+        if self._sparse is not None:
+            return self._sparse.row_of
+        return dict(zip(self.ids, range(len(self.ids)), strict=True))
 
     def _check_current(self) -> None:
         if (self._sim.now_s, self._sim.steps) != (self._now_s, self._steps):
@@ -809,7 +853,11 @@ class _PortBits:
         gather (the numbers :attr:`Coflow.size_bytes` and :meth:`remaining_bytes` give)."""
         self._check_current()
         try:
-            rows = self.sparse.rows_of(ids)
+            rows = (
+                None
+                if ids == self.ids
+                else np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(ids))
+            )
         except KeyError as missing:
             raise RuntimeError(
                 f"coflow {missing.args[0]} was not active in the latest state"

@@ -663,3 +663,91 @@ def test_the_cost_model_s_two_terms_are_measured_within_the_run():
     wall = time.perf_counter() - started
     assert sim.reorders > 0 and sim.steps >= sim.reorders / 2
     assert 0 < sim.reorder_s and 0 < sim.step_s and sim.reorder_s + sim.step_s <= wall
+
+
+@pytest.mark.parametrize("policy", ["fair", "sincronia", "varys", "jpas", "beamer", "fifo-lm"])
+def test_the_ideal_order_without_a_sort_is_the_sorted_one(monkeypatch, policy):
+    """At every reorder of the ideal mode, the order listed coflow by coflow
+    (``ideal_order``) is the one sorting every group by level, then head, gives, and so are
+    the groups' levels; and it is taken at nearly every reorder."""
+    import simulator.engine as engine
+
+    taken, sims = [], []
+
+    def checked(f_group, g_n_flows, g_used, g_level, slot_ranges, slots, used_prefix):
+        order = engine_ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges, slots,
+                                   used_prefix)  # fmt: skip
+        taken.append(order is not None)
+        if order is not None:
+            used = np.flatnonzero(g_used[:used_prefix])
+            levels = g_level[used].copy()
+            g_level[used] = -1  # (set again by the sort)
+            sorted_plan = sims[0]._sorted_plan(sims[0]._tables, max(len(slots), 1))
+            assert np.array_equal(order, sorted_plan.order)
+            assert np.array_equal(g_level[used], levels)
+        return order
+
+    engine_ideal_order = engine.ideal_order
+    monkeypatch.setattr(engine, "ideal_order", checked)
+    rng = random.Random(policy)
+    for offline in (False, True):
+        specs = random_specs(rng, 30, 6)
+        at = [0.0] * len(specs) if offline else sorted(rng.uniform(0, 20) for _ in specs)
+        sim = Simulator(Fabric(6, BPS), make_policy(policy), mode="ideal")
+        sims[:] = [sim]
+        for when, one in zip(at, specs, strict=True):
+            sim.at(when, lambda one=one, sim=sim: sim.release(one))
+        sim.run()
+    assert len(taken) > 20 and all(taken)
+
+
+def test_the_ideal_order_declines_groups_it_cannot_vouch_for():
+    """``ideal_order`` lists each coflow's flows' groups in turn, and gives ``None`` (the
+    sorting kernels then decide) for a group in use that no listed flow has, or a group of
+    two flows."""
+    from simulator.core import ideal_order
+
+    slot_ranges = np.array([[0, 2], [2, 4]], dtype=np.int64)
+    f_group = np.array([0, 1, -1, 2], dtype=np.int64)  # flow 2 finished
+    g_used = np.ones(3, dtype=np.bool_)
+    g_n_flows = np.ones(3)
+    g_level = np.zeros(3, dtype=np.int64)
+    order = ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges,
+                        np.array([1, 0], dtype=np.int64), 3)  # fmt: skip
+    assert order.tolist() == [2, 0, 1] and g_level.tolist() == [1, 1, 0]
+    listed_once = ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges,
+                              np.array([1], dtype=np.int64), 3)  # fmt: skip
+    assert listed_once is None  # groups 0 and 1 are in use and not listed
+    g_n_flows[2] = 2.0
+    assert ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges,
+                       np.array([1, 0], dtype=np.int64), 3) is None  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "policy, reads_ports",
+    [("jpas", False), ("fifo-lm", False), ("fair", False), ("sincronia", True), ("varys", True)],
+)
+def test_the_ports_loads_are_made_only_for_a_policy_that_reads_them(policy, reads_ports):
+    """A state's bytes left per port (a second compiled pass over every active flow) are
+    made when a policy first reads them, and then equal the loads summed from the flows."""
+    rng = random.Random(5)
+    specs = random_specs(rng, 12, 6)
+    sim = Simulator(Fabric(6, BPS), make_policy(policy), mode="levels")
+    for one in specs:
+        sim.release(one)
+    sim.run(until_s=3.0)
+    state = sim.cluster_state()
+    sim.policy.schedule(state)
+    loads = sim._loads.latest
+    assert (loads.made_sparse() is not None) == reads_ports
+    sparse = state.sparse_port_bytes()
+    assert loads.made_sparse() is sparse
+    # against the dense per-port bits left of every active coflow (another kernel)
+    slots, _, dense = sim._slot_bits(with_ports=True)
+    id_of = {slot: cid for cid, slot in sim._slot_of.items()}
+    assert len(state.active_coflows()) == len(slots) > 3
+    for slot, bits in zip(slots, dense, strict=True):
+        row = sparse.row_of[id_of[slot]]
+        lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
+        assert sparse.column[lo:hi].tolist() == np.flatnonzero(bits).tolist()
+        assert sparse.size_bytes[lo:hi].tolist() == (bits[bits != 0] / 8.0).tolist()
