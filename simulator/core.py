@@ -373,61 +373,6 @@ def _free_pop(bits, summary, ids):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _new_group(groups, links, bucket, row, pair, reuse):  # pragma: no cover - compiled
-    """A group for ``pair`` in ``bucket``: ``reuse`` if it is a group id just emptied (and not
-    freed: saves freeing and finding an id per flow a reorder moves), else a free id.
-
-    Args:
-        groups: the :class:`GroupTable`, modified in place: the group's fields are set (no
-            flows, nothing served, no rate, no cap, an empty list), its id is taken off the
-            free list or handed out, ``ids[USED_PREFIX]`` covers it and, for a shared bucket,
-            ``pair_group[row, pair]`` names it.
-        links: ``(k,)`` int: the links its flows cross (a row of :class:`FlowTable`'s
-            ``links``).
-        bucket: its bucket (its level follows from it in :func:`set_group_levels`).
-        row: the bucket's row of ``GroupTable.pair_group``, :data:`NIL` for a one-flow group.
-        pair: its flows' host pair (source host * hosts + destination host).
-        reuse: a group id just emptied (and taken off its row by :func:`_empty_group`), or
-            :data:`NIL` to take a free id.
-
-    Returns:
-        The group id.
-    """
-    g_links, g_n_flows, g_served, g_rate = groups.links, groups.n_flows, groups.served, groups.rate
-    g_cap, g_bucket, g_head, g_head_threshold = (
-        groups.cap,
-        groups.bucket,
-        groups.head,
-        groups.head_threshold,
-    )
-    g_used, g_row, g_pair, pair_group = groups.used, groups.row, groups.pair, groups.pair_group
-    free_bits, free_summary, ids = groups.free_bits, groups.free_summary, groups.ids
-    if reuse != NIL:
-        g = reuse
-    elif ids[FREED] > 0:
-        g = _free_pop(free_bits, free_summary, ids)
-    else:
-        g = ids[HANDED_OUT]
-        ids[HANDED_OUT] += 1
-    g_used[g] = True
-    if g >= ids[USED_PREFIX]:
-        ids[USED_PREFIX] = g + 1
-    g_links[g, :] = links
-    g_n_flows[g] = 0.0
-    g_served[g] = 0.0
-    g_rate[g] = 0.0
-    g_cap[g] = np.inf
-    g_bucket[g] = bucket  # its level is set with every group's by set_group_levels
-    g_head[g] = NIL
-    g_head_threshold[g] = np.inf
-    g_row[g] = row
-    g_pair[g] = pair
-    if row >= 0:
-        pair_group[row, pair] = g
-    return g
-
-
-@njit(cache=True)
 def _empty_group(groups, g):  # pragma: no cover - compiled
     """Take the emptied group ``g`` off its bucket's pair row (before reusing or freeing it).
 
@@ -470,63 +415,6 @@ def _free_group(groups, g):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _unlink(flows, groups, f, g):  # pragma: no cover - compiled
-    """Take flow ``f`` out of group ``g``'s list.
-
-    Args:
-        flows: the :class:`FlowTable`; ``prev`` and ``next`` of ``f`` (set to :data:`NIL`)
-            and of its neighbours are modified.
-        groups: the :class:`GroupTable`; ``head`` and ``head_threshold`` of ``g`` are
-            modified if ``f`` was its head.
-        f: the flow id.
-        g: its group id (taking ``f`` off ``g``'s ``n_flows`` is the caller's part).
-    """
-    threshold, prev, next_flow = flows.threshold, flows.prev, flows.next
-    head, head_threshold = groups.head, groups.head_threshold
-    before, after = prev[f], next_flow[f]
-    if before == NIL:
-        head[g] = after
-        head_threshold[g] = np.inf if after == NIL else threshold[after]
-    else:
-        next_flow[before] = after
-    if after != NIL:
-        prev[after] = before
-    prev[f] = NIL
-    next_flow[f] = NIL
-
-
-@njit(cache=True)
-def _insert(flows, groups, f, g):  # pragma: no cover - compiled
-    """Insert ``f`` into ``g``'s list after every flow whose threshold is not larger.
-
-    Args:
-        flows: the :class:`FlowTable`; ``f``'s ``threshold`` (set by the caller) is read,
-            ``prev`` and ``next`` of ``f`` and of its neighbours are modified.
-        groups: the :class:`GroupTable`; ``head`` and ``head_threshold`` of ``g`` are
-            modified if ``f`` becomes its head.
-        f: the flow id, in no list.
-        g: the group id (counting ``f`` in ``g``'s ``n_flows`` is the caller's part).
-    """
-    threshold, prev, next_flow = flows.threshold, flows.prev, flows.next
-    head, head_threshold = groups.head, groups.head_threshold
-    thr = threshold[f]
-    before = NIL
-    after = head[g]
-    while after != NIL and threshold[after] <= thr:
-        before = after
-        after = next_flow[after]
-    prev[f] = before
-    next_flow[f] = after
-    if after != NIL:
-        prev[after] = f
-    if before == NIL:
-        head[g] = f
-        head_threshold[g] = thr
-    else:
-        next_flow[before] = f
-
-
-@njit(cache=True)
 def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - compiled
     """Move the unfinished flows ``first..last-1`` (one coflow) into ``bucket``'s groups.
 
@@ -543,9 +431,16 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
         row: the bucket's pair -> group row (of ``GroupTable.pair_group``), or -1 for one
             group per flow.
     """
-    # (fields read once: a field read inside the loop costs a reference count per flow)
+    # (fields read once, and the list and group steps written out, not helpers taking the
+    # tables: a field read, or an array handed to a callee, costs a reference count per flow)
     f_links, f_pair, f_threshold, f_group = flows.links, flows.pair, flows.threshold, flows.group
+    f_prev, f_next = flows.prev, flows.next
     n_flows, served, pair_group = groups.n_flows, groups.served, groups.pair_group
+    g_links, g_rate, g_cap, g_bucket = groups.links, groups.rate, groups.cap, groups.bucket
+    head, head_threshold = groups.head, groups.head_threshold
+    g_used, g_row, g_pair, ids = groups.used, groups.row, groups.pair, groups.ids
+    free_bits, free_summary = groups.free_bits, groups.free_summary
+    k = f_links.shape[1]
     spare = NIL  # an emptied group, not freed yet
     for f in range(first, last):
         old = f_group[f]
@@ -553,12 +448,36 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
             continue
         if old >= 0:
             left = max(f_threshold[f] - served[old], 0.0)
-            _unlink(flows, groups, f, old)
+            # off its old group's list
+            before, after = f_prev[f], f_next[f]
+            if before == NIL:
+                head[old] = after
+                head_threshold[old] = np.inf if after == NIL else f_threshold[after]
+            else:
+                f_next[before] = after
+            if after != NIL:
+                f_prev[after] = before
+            f_prev[f] = NIL
+            f_next[f] = NIL
             n_flows[old] -= 1.0
             if n_flows[old] < 0.5:
-                _empty_group(groups, old)
+                # off its pair row (_empty_group)
+                if g_row[old] >= 0 and pair_group[g_row[old], g_pair[old]] == old:
+                    pair_group[g_row[old], g_pair[old]] = NIL
+                g_row[old] = NIL
                 if spare != NIL:
-                    _free_group(groups, spare)
+                    # freed (_free_group: its row is already off)
+                    n_flows[spare] = 0.0
+                    g_rate[spare] = 0.0
+                    head[spare] = NIL
+                    head_threshold[spare] = np.inf
+                    g_used[spare] = False
+                    word = spare >> 6
+                    free_bits[word] |= np.uint64(1) << np.uint64(spare & 63)
+                    free_summary[word >> 6] |= np.uint64(1) << np.uint64(word & 63)
+                    ids[FREED] += 1
+                    while ids[USED_PREFIX] > 0 and not g_used[ids[USED_PREFIX] - 1]:
+                        ids[USED_PREFIX] -= 1
                 spare = old
         else:
             left = f_threshold[f]
@@ -566,11 +485,50 @@ def place_flows(flows, groups, first, last, bucket, row):  # pragma: no cover - 
         if row >= 0:
             g = pair_group[row, f_pair[f]]
         if g == NIL:
-            g = _new_group(groups, f_links[f], bucket, row, f_pair[f], spare)
-            spare = NIL
+            # a new group: the one just emptied (saves freeing it and finding an id), else
+            # the lowest freed id, else a new one
+            if spare != NIL:
+                g = spare
+                spare = NIL
+            elif ids[FREED] > 0:
+                g = _free_pop(free_bits, free_summary, ids)
+            else:
+                g = ids[HANDED_OUT]
+                ids[HANDED_OUT] += 1
+            g_used[g] = True
+            if g >= ids[USED_PREFIX]:
+                ids[USED_PREFIX] = g + 1
+            for c in range(k):
+                g_links[g, c] = f_links[f, c]
+            n_flows[g] = 0.0
+            served[g] = 0.0
+            g_rate[g] = 0.0
+            g_cap[g] = np.inf
+            g_bucket[g] = bucket  # its level is set with every group's by set_group_levels
+            head[g] = NIL
+            head_threshold[g] = np.inf
+            g_row[g] = row
+            g_pair[g] = f_pair[f]
+            if row >= 0:
+                pair_group[row, f_pair[f]] = g
         f_threshold[f] = served[g] + left
         f_group[f] = g
-        _insert(flows, groups, f, g)
+        # into its group's list, after every flow whose threshold is not larger
+        thr = f_threshold[f]
+        before = NIL
+        after = head[g]
+        while after != NIL and f_threshold[after] <= thr:
+            before = after
+            after = f_next[after]
+        f_prev[f] = before
+        f_next[f] = after
+        if after != NIL:
+            f_prev[after] = f
+        if before == NIL:
+            head[g] = f
+            head_threshold[g] = thr
+        else:
+            f_next[before] = f
         n_flows[g] += 1.0
     if spare != NIL:
         _free_group(groups, spare)
