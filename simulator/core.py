@@ -201,6 +201,11 @@ class Tables:
         self.pair_group = np.full((0, n_pairs), NIL, dtype=np.int64)
         self.n_rows = 0  # rows of pair_group handed out
         self.slot_left = np.zeros(0, dtype=np.int64)
+        # each slot's flows not seen finished yet, in flow order: slot s's are
+        # f_live[first:first + slot_live[s]] of its range (the scans of a reorder read them and
+        # drop the finished ones, so an offline run's reorders stop reading finished flows)
+        self.f_live = np.zeros(0, dtype=np.int64)
+        self.slot_live = np.zeros(0, dtype=np.int64)
         self.enable_pairs(1, 0)
 
     def add_flows(self, links, pair, size_bits, slot: int) -> tuple[int, int]:
@@ -214,6 +219,7 @@ class Tables:
             ("f_prev", NIL),
             ("f_next", NIL),
             ("f_slot", 0),
+            ("f_live", 0),
         ):
             setattr(self, name, _grow(getattr(self, name), last, fill))
         self.f_links[first:last] = links
@@ -224,6 +230,9 @@ class Tables:
         self.n_flows = last
         self.slot_left = _grow(self.slot_left, slot + 1, 0)
         self.slot_left[slot] = last - first
+        self.f_live[first:last] = np.arange(first, last)
+        self.slot_live = _grow(self.slot_live, slot + 1, 0)
+        self.slot_live[slot] = last - first
         return first, last
 
     def reserve_groups(self, extra: int) -> None:
@@ -734,7 +743,8 @@ def order_by_head(order, g_level, g_head):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges, slots, used_prefix):
+def ideal_order(f_group, g_n_flows, g_used, g_level, f_live, slot_live, slot_ranges, slots,
+                used_prefix):  # fmt: skip
     # pragma: no cover - compiled
     """The ideal mode's order without sorting every group: each coflow of ``slots`` (the
     schedule's order) in turn, its flows' groups in flow order, each group's level set to its
@@ -748,18 +758,21 @@ def ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges, slots, used_pr
         g_n_flows: :class:`GroupTable`'s ``n_flows``.
         g_used: :class:`GroupTable`'s ``used``.
         g_level: :class:`GroupTable`'s ``level``; set for the groups listed.
+        f_live: each slot's flows not seen finished, in flow order, from its first flow id.
+        slot_live: their number, per slot.
         slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
         slots: the scheduled coflows' slots, in the schedule's order.
         used_prefix: ``GroupTable.ids[USED_PREFIX]``: every group in use is below it.
     """
     n = 0
     for i in range(slots.shape[0]):
-        n += slot_ranges[slots[i], 1] - slot_ranges[slots[i], 0]
+        n += slot_live[slots[i]]
     order = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(slots.shape[0]):
-        for f in range(slot_ranges[slots[i], 0], slot_ranges[slots[i], 1]):
-            g = f_group[f]
+        first = slot_ranges[slots[i], 0]
+        for e in range(first, first + slot_live[slots[i]]):
+            g = f_group[f_live[e]]
             if g >= 0:
                 if not g_used[g] or g_n_flows[g] > 1.5:
                     return None
@@ -828,31 +841,44 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 
 
 @njit(cache=True)
-def slot_bits_left(f_threshold, f_group, g_served, slot_ranges, slots):
+def slot_bits_left(f_threshold, f_group, g_served, f_live, slot_live, slot_ranges, slots):
     # pragma: no cover - compiled
     """Each of the given coflow slots' bits left in total: :func:`slot_port_bytes`' ``total``
     (the same sums in the same order) without the ports, for the policies that read no port
-    (JPAS ranks by progress, FIFO-LM by bytes left).
+    (JPAS ranks by progress, FIFO-LM by bytes left). It reads each slot's live flows
+    (:class:`Tables`' ``f_live``) and drops from them the flows that finished, in place.
 
     Args:
         f_threshold: :class:`FlowTable`'s ``threshold``.
         f_group: :class:`FlowTable`'s ``group``.
         g_served: :class:`GroupTable`'s ``served``.
+        f_live: each slot's flows not seen finished, in flow order, from its first flow id.
+        slot_live: their number, per slot; updated.
         slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
         slots: the slots.
     """
     total = np.zeros(slots.shape[0])
     for i in range(slots.shape[0]):
-        for f in range(slot_ranges[slots[i], 0], slot_ranges[slots[i], 1]):
+        first = slot_ranges[slots[i], 0]
+        kept = first
+        for e in range(first, first + slot_live[slots[i]]):
+            f = f_live[e]
+            if f_group[f] == DONE:
+                continue  # (adds nothing: its bits left are 0)
+            f_live[kept] = f
+            kept += 1
             left = _bits_left(f, f_group, f_threshold, g_served)
             if left <= 0.0:
                 continue
             total[i] += left
+        slot_live[slots[i]] = kept - first
     return total
 
 
 @njit(cache=True)
-def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, n_hosts):
+def slot_port_bytes(
+    f_pair, f_threshold, f_group, g_served, f_live, slot_live, slot_ranges, slots, n_hosts
+):
     # pragma: no cover - compiled
     """Bytes left of the given coflow slots per host port, in compressed sparse rows, without
     the dense slots x ports array: the nonzero entries of :func:`slot_loads`' per-port bits
@@ -867,6 +893,9 @@ def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, 
         f_threshold: :class:`FlowTable`'s ``threshold``.
         f_group: :class:`FlowTable`'s ``group``.
         g_served: :class:`GroupTable`'s ``served``.
+        f_live: each slot's flows not seen finished, in flow order, from its first flow id
+            (the finished ones add nothing).
+        slot_live: their number, per slot.
         slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
         slots: the slots, one row each.
         n_hosts: the fabric's hosts ``n`` (columns as :func:`slot_loads`).
@@ -877,10 +906,10 @@ def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, 
     """
     n_slots = slots.shape[0]
     slot_first = np.empty(n_slots, dtype=np.int64)
-    slot_last = np.empty(n_slots, dtype=np.int64)
+    slot_last = np.empty(n_slots, dtype=np.int64)  # (one past its last live flow's entry)
     for i in range(n_slots):
         slot_first[i] = slot_ranges[slots[i], 0]
-        slot_last[i] = slot_ranges[slots[i], 1]
+        slot_last[i] = slot_first[i] + slot_live[slots[i]]
     n_columns = 2 * n_hosts
     bits = np.zeros(n_columns)
     touched = np.zeros(n_columns, dtype=np.bool_)
@@ -895,7 +924,8 @@ def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_ranges, slots, 
     k = 0
     for i in range(n_slots):
         n_touched = 0
-        for f in range(slot_first[i], slot_last[i]):
+        for e in range(slot_first[i], slot_last[i]):
+            f = f_live[e]
             left = _bits_left(f, f_group, f_threshold, g_served)
             if left <= 0.0:
                 continue

@@ -606,6 +606,8 @@ class Simulator:
                 tables.g_n_flows,
                 tables.g_used,
                 tables.g_level,
+                tables.f_live,
+                tables.slot_live,
                 self._slot_ranges,
                 slots,
                 tables.ids[USED_PREFIX],
@@ -807,7 +809,13 @@ class _PortBits:
         self._sparse: SparsePortBytes | None = None
         tables = sim._tables
         total_bits = slot_bits_left(
-            tables.f_threshold, tables.f_group, tables.g_served, sim._slot_ranges, slots
+            tables.f_threshold,
+            tables.f_group,
+            tables.g_served,
+            tables.f_live,
+            tables.slot_live,
+            sim._slot_ranges,
+            slots,
         )
         # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
         remaining_bytes = total_bits / 8.0
@@ -881,6 +889,8 @@ class _PortBits:
             tables.f_threshold,
             tables.f_group,
             tables.g_served,
+            tables.f_live,
+            tables.slot_live,
             self._sim._slot_ranges,
             self.slots,
             self.n_hosts,

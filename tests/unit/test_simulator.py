@@ -674,9 +674,10 @@ def test_the_ideal_order_without_a_sort_is_the_sorted_one(monkeypatch, policy):
 
     taken, sims = [], []
 
-    def checked(f_group, g_n_flows, g_used, g_level, slot_ranges, slots, used_prefix):
-        order = engine_ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges, slots,
-                                   used_prefix)  # fmt: skip
+    def checked(f_group, g_n_flows, g_used, g_level, f_live, slot_live, slot_ranges, slots,
+                used_prefix):  # fmt: skip
+        order = engine_ideal_order(f_group, g_n_flows, g_used, g_level, f_live, slot_live,
+                                   slot_ranges, slots, used_prefix)  # fmt: skip
         taken.append(order is not None)
         if order is not None:
             used = np.flatnonzero(g_used[:used_prefix])
@@ -712,14 +713,15 @@ def test_the_ideal_order_declines_groups_it_cannot_vouch_for():
     g_used = np.ones(3, dtype=np.bool_)
     g_n_flows = np.ones(3)
     g_level = np.zeros(3, dtype=np.int64)
-    order = ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges,
+    live = (np.arange(4), np.array([2, 2]))  # (every flow in its slot's live list)
+    order = ideal_order(f_group, g_n_flows, g_used, g_level, *live, slot_ranges,
                         np.array([1, 0], dtype=np.int64), 3)  # fmt: skip
     assert order.tolist() == [2, 0, 1] and g_level.tolist() == [1, 1, 0]
-    listed_once = ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges,
+    listed_once = ideal_order(f_group, g_n_flows, g_used, g_level, *live, slot_ranges,
                               np.array([1], dtype=np.int64), 3)  # fmt: skip
     assert listed_once is None  # groups 0 and 1 are in use and not listed
     g_n_flows[2] = 2.0
-    assert ideal_order(f_group, g_n_flows, g_used, g_level, slot_ranges,
+    assert ideal_order(f_group, g_n_flows, g_used, g_level, *live, slot_ranges,
                        np.array([1, 0], dtype=np.int64), 3) is None  # fmt: skip
 
 
@@ -751,3 +753,31 @@ def test_the_ports_loads_are_made_only_for_a_policy_that_reads_them(policy, read
         lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
         assert sparse.column[lo:hi].tolist() == np.flatnonzero(bits).tolist()
         assert sparse.size_bytes[lo:hi].tolist() == (bits[bits != 0] / 8.0).tolist()
+
+
+@pytest.mark.parametrize("mode", ["levels", "ideal"])
+def test_each_slot_lists_its_flows_not_finished_in_flow_order(mode):
+    """A reorder's scans read each coflow's live flows, not its whole range: the list holds
+    every flow not finished, in flow order (the order every sum adds them in), and after a
+    reorder no finished one; the bits left read from it are those of the whole range."""
+    from simulator.core import DONE
+
+    rng = random.Random(9)
+    specs = random_specs(rng, 20, 6)
+    sim = Simulator(Fabric(6, BPS), make_policy("jpas", period_s=0.5), mode=mode)
+    for one in specs:
+        sim.release(one)
+    dropped = 0
+    for until in (2.0, 5.0, 9.0, 14.0):
+        sim.run(until_s=until)
+        sim.cluster_state()  # (a reorder's first scan)
+        tables = sim._tables
+        slots, total, _ = sim._slot_bits(with_ports=False)
+        assert sim._loads.latest._remaining == (total / 8.0).tolist()
+        for slot in slots:
+            first, last = sim._slot_ranges[slot]
+            listed = tables.f_live[first : first + tables.slot_live[slot]].tolist()
+            live = [f for f in range(first, last) if tables.f_group[f] != DONE]
+            assert listed == live
+            dropped += (last - first) - len(listed)
+    assert dropped > 0
