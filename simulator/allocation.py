@@ -331,29 +331,75 @@ def _spread_share(share, pairs, bits, sparse, row, other_count, other_residual, 
             other_residual[j] = max(other_residual[j] - share * x, 0.0)
 
 
-@njit(cache=True, inline="always")
-def _add_row(out, matrix, bits, row, sparse, weight):  # pragma: no cover - compiled
-    """``out[i] += matrix[row, i] * weight[i]`` for every host ``i``: a sparse row (see
-    :func:`sparse_row`) visits only the hosts its ``bits`` set (the others would add 0).
+@njit(cache=True)
+def _recount_side(hits, level, other_side, cnt, live, other_live, n):
+    # pragma: no cover - compiled
+    """One side of :func:`_recount_starved`: this side's counts lose the flows of the other
+    side's links just frozen at 0, or are recounted from the other side's live links,
+    whichever are fewer. A row sparser than :data:`SPARSE_ROW` is read by its bits (its other
+    entries would add 0). (The row loops are written out: a helper's array arguments cost a
+    reference count each, at every row.)
 
     Args:
-        out: ``(n,)`` float, updated.
-        matrix: ``(n, n)``: a :class:`PairLevel`'s ``flows`` or ``flows_t``.
-        bits: its ``row_bits`` or ``col_bits``.
-        row: the row.
-        sparse: whether the row is read by its bits.
-        weight: ``(n,)`` float per host.
+        hits: int: the links just frozen at 0 (``s`` for egress ``s``, ``n + d`` for ingress
+            ``d``); those of the other side count.
+        level: the :class:`PairLevel`: the other side's links' pairs are read from
+            ``flows_t`` (row ``d``: ingress link ``d``'s) and ``col_bits`` if the other side
+            is the ingress links, else from ``flows`` and ``row_bits``.
+        other_side: 1 if the other side is the ingress links (this side the egress), else 0.
+        cnt: this side's flows on each link not frozen yet; updated for its live links.
+        live: this side's 1.0 per link not frozen yet.
+        other_live: the other side's.
+        n: the hosts.
     """
-    if not sparse:
-        for i in range(matrix.shape[1]):
-            out[i] += matrix[row, i] * weight[i]
+    # (chosen once a call: the loops below read them at every pair)
+    matrix = level.flows_t if other_side == 1 else level.flows
+    bits = level.col_bits if other_side == 1 else level.row_bits
+    n_pairs = level.col_pairs if other_side == 1 else level.row_pairs
+    factor = level.sparse_factor[0]
+    frozen = 0
+    for link in hits:
+        if (link >= n) == (other_side == 1):
+            frozen += 1
+    alive = 0
+    for j in range(n):
+        if other_live[j] > 0.0:
+            alive += 1
+    if frozen <= alive:
+        # (adding matrix * -live is subtracting matrix * live, float for float)
+        minus_live = -live
+        for link in hits:
+            if (link >= n) != (other_side == 1):
+                continue
+            j = link - n if other_side == 1 else link
+            if not sparse_row(n_pairs[j], n, factor):
+                for i in range(n):
+                    cnt[i] += matrix[j, i] * minus_live[i]
+                continue
+            for word in range(bits.shape[1]):
+                left = bits[j, word]
+                while left:
+                    i = word * 64 + np.int64(trailing_zeros(left))
+                    left &= left - BIT_ONE
+                    cnt[i] += matrix[j, i] * minus_live[i]
         return
-    for word in range(bits.shape[1]):
-        left = bits[row, word]
-        while left:
-            i = word * 64 + np.int64(trailing_zeros(left))
-            left &= left - BIT_ONE
-            out[i] += matrix[row, i] * weight[i]
+    recount = np.zeros(n)
+    for j in range(n):
+        if other_live[j] <= 0.0:
+            continue
+        if not sparse_row(n_pairs[j], n, factor):
+            for i in range(n):
+                recount[i] += matrix[j, i] * 1.0
+            continue
+        for word in range(bits.shape[1]):
+            left = bits[j, word]
+            while left:
+                i = word * 64 + np.int64(trailing_zeros(left))
+                left &= left - BIT_ONE
+                recount[i] += matrix[j, i] * 1.0
+    for i in range(n):
+        if live[i] > 0.0:
+            cnt[i] = recount[i]
 
 
 @njit(cache=True)
@@ -373,40 +419,9 @@ def _recount_starved(hits, level, row_cnt, col_cnt, row_live, col_live, n):
         col_live: 1.0 per ingress link not frozen yet.
         n: the hosts.
     """
-    for side in range(2):
-        # side 0: the rows' counts lose the pairs of frozen columns; side 1: the reverse
-        cnt, live, other_live = (
-            (row_cnt, row_live, col_live) if side == 0 else (col_cnt, col_live, row_live)
-        )
-        # matrix[j] = the pairs of the other side's link j
-        matrix = level.flows_t if side == 0 else level.flows
-        bits = level.col_bits if side == 0 else level.row_bits
-        n_pairs = level.col_pairs if side == 0 else level.row_pairs
-        factor = level.sparse_factor[0]
-        frozen = 0
-        for link in hits:
-            if (link >= n) == (side == 0):
-                frozen += 1
-        alive = 0
-        for j in range(n):
-            if other_live[j] > 0.0:
-                alive += 1
-        # (adding matrix * -live is subtracting matrix * live, float for float)
-        if frozen <= alive:
-            minus_live = -live
-            for link in hits:
-                if (link >= n) == (side == 0):
-                    j = link - n if side == 0 else link
-                    _add_row(cnt, matrix, bits, j, sparse_row(n_pairs[j], n, factor), minus_live)
-        else:
-            recount = np.zeros(n)
-            every = np.ones(n)
-            for j in range(n):
-                if other_live[j] > 0.0:
-                    _add_row(recount, matrix, bits, j, sparse_row(n_pairs[j], n, factor), every)
-            for i in range(n):
-                if live[i] > 0.0:
-                    cnt[i] = recount[i]
+    # the rows' counts lose the pairs of frozen columns; then the reverse
+    _recount_side(hits, level, 1, row_cnt, row_live, col_live, n)
+    _recount_side(hits, level, 0, col_cnt, col_live, row_live, n)
     for i in range(n):
         if row_live[i] == 0.0:
             row_cnt[i] = 0.0
@@ -527,17 +542,49 @@ def _pair_rounds(level, count, residual, live, n):  # pragma: no cover - compile
             heap_push(keys, ids, size, residual[far[i]] / count[far[i]], far[i])
         if share < 0.0:
             share = 0.0
+        # (the freeze and spread written out: the helpers' array arguments cost a reference
+        # count each at every frozen link, ~10 atomic operations, a third of a dense fill)
         for h in range(n_hits):
             link = near[h]
             if link < n:
-                _freeze_link(link, share, row_cnt, row_res, row_live, row_share)
-                sparse = sparse_row(w_pairs[link], n, factor)
-                _spread_share(share, w, w_bits, sparse, link, col_cnt, col_res, col_live)
+                row_share[link] = share
+                row_res[link] = max(row_res[link] - share * row_cnt[link], 0.0)
+                row_cnt[link] = 0.0
+                row_live[link] = 0.0
+                if not sparse_row(w_pairs[link], n, factor):
+                    for j in range(n):
+                        x = w[link, j] * col_live[j]
+                        col_cnt[j] -= x
+                        col_res[j] = max(col_res[j] - share * x, 0.0)
+                else:
+                    for word in range(w_bits.shape[1]):
+                        left = w_bits[link, word]
+                        while left:
+                            j = word * 64 + np.int64(trailing_zeros(left))
+                            left &= left - BIT_ONE
+                            x = w[link, j] * col_live[j]
+                            col_cnt[j] -= x
+                            col_res[j] = max(col_res[j] - share * x, 0.0)
             else:
                 d = link - n
-                _freeze_link(d, share, col_cnt, col_res, col_live, col_share)
-                sparse = sparse_row(wt_pairs[d], n, factor)
-                _spread_share(share, wt, wt_bits, sparse, d, row_cnt, row_res, row_live)
+                col_share[d] = share
+                col_res[d] = max(col_res[d] - share * col_cnt[d], 0.0)
+                col_cnt[d] = 0.0
+                col_live[d] = 0.0
+                if not sparse_row(wt_pairs[d], n, factor):
+                    for j in range(n):
+                        x = wt[d, j] * row_live[j]
+                        row_cnt[j] -= x
+                        row_res[j] = max(row_res[j] - share * x, 0.0)
+                else:
+                    for word in range(wt_bits.shape[1]):
+                        left = wt_bits[d, word]
+                        while left:
+                            j = word * 64 + np.int64(trailing_zeros(left))
+                            left &= left - BIT_ONE
+                            x = wt[d, j] * row_live[j]
+                            row_cnt[j] -= x
+                            row_res[j] = max(row_res[j] - share * x, 0.0)
 
 
 @njit(cache=True)

@@ -136,6 +136,16 @@ class LevelPlan(NamedTuple):
     general: np.ndarray  # bool per level: it takes the general max-min (else a pair level)
 
 
+class SlotFlows(NamedTuple):
+    """Each coflow slot's flows, as a reorder's scans read them."""
+
+    ranges: np.ndarray  # (slots, 2): each slot's flow ids, first and one past its last
+    # each slot's flows not seen finished yet, in flow order, from its first flow id: slot s's
+    # are live[first:first + n_live[s]] (:class:`Tables`' ``f_live`` and ``slot_live``)
+    live: np.ndarray
+    n_live: np.ndarray
+
+
 class StepSettings(NamedTuple):
     """What stays the same through a simulation's steps."""
 
@@ -743,8 +753,7 @@ def order_by_head(order, g_level, g_head):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def ideal_order(f_group, g_n_flows, g_used, g_level, f_live, slot_live, slot_ranges, slots,
-                used_prefix):  # fmt: skip
+def ideal_order(f_group, g_n_flows, g_used, g_level, slot_flows, slots, used_prefix):
     # pragma: no cover - compiled
     """The ideal mode's order without sorting every group: each coflow of ``slots`` (the
     schedule's order) in turn, its flows' groups in flow order, each group's level set to its
@@ -758,21 +767,20 @@ def ideal_order(f_group, g_n_flows, g_used, g_level, f_live, slot_live, slot_ran
         g_n_flows: :class:`GroupTable`'s ``n_flows``.
         g_used: :class:`GroupTable`'s ``used``.
         g_level: :class:`GroupTable`'s ``level``; set for the groups listed.
-        f_live: each slot's flows not seen finished, in flow order, from its first flow id.
-        slot_live: their number, per slot.
-        slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
+        slot_flows: the :class:`SlotFlows` (its live lists are read).
         slots: the scheduled coflows' slots, in the schedule's order.
         used_prefix: ``GroupTable.ids[USED_PREFIX]``: every group in use is below it.
     """
+    ranges, live, n_live = slot_flows
     n = 0
     for i in range(slots.shape[0]):
-        n += slot_live[slots[i]]
+        n += n_live[slots[i]]
     order = np.empty(n, dtype=np.int64)
     k = 0
     for i in range(slots.shape[0]):
-        first = slot_ranges[slots[i], 0]
-        for e in range(first, first + slot_live[slots[i]]):
-            g = f_group[f_live[e]]
+        first = ranges[slots[i], 0]
+        for e in range(first, first + n_live[slots[i]]):
+            g = f_group[live[e]]
             if g >= 0:
                 if not g_used[g] or g_n_flows[g] > 1.5:
                     return None
@@ -841,44 +849,41 @@ def slot_loads(flows, groups, slot_first, slot_last, n_hosts, with_ports):
 
 
 @njit(cache=True)
-def slot_bits_left(f_threshold, f_group, g_served, f_live, slot_live, slot_ranges, slots):
+def slot_bits_left(f_threshold, f_group, g_served, slot_flows, slots):
     # pragma: no cover - compiled
     """Each of the given coflow slots' bits left in total: :func:`slot_port_bytes`' ``total``
     (the same sums in the same order) without the ports, for the policies that read no port
-    (JPAS ranks by progress, FIFO-LM by bytes left). It reads each slot's live flows
-    (:class:`Tables`' ``f_live``) and drops from them the flows that finished, in place.
+    (JPAS ranks by progress, FIFO-LM by bytes left). It reads each slot's live flows and drops
+    from them the flows that finished, in place.
 
     Args:
         f_threshold: :class:`FlowTable`'s ``threshold``.
         f_group: :class:`FlowTable`'s ``group``.
         g_served: :class:`GroupTable`'s ``served``.
-        f_live: each slot's flows not seen finished, in flow order, from its first flow id.
-        slot_live: their number, per slot; updated.
-        slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
+        slot_flows: the :class:`SlotFlows`; the finished flows leave its live lists.
         slots: the slots.
     """
+    ranges, live, n_live = slot_flows
     total = np.zeros(slots.shape[0])
     for i in range(slots.shape[0]):
-        first = slot_ranges[slots[i], 0]
+        first = ranges[slots[i], 0]
         kept = first
-        for e in range(first, first + slot_live[slots[i]]):
-            f = f_live[e]
+        for e in range(first, first + n_live[slots[i]]):
+            f = live[e]
             if f_group[f] == DONE:
                 continue  # (adds nothing: its bits left are 0)
-            f_live[kept] = f
+            live[kept] = f
             kept += 1
             left = _bits_left(f, f_group, f_threshold, g_served)
             if left <= 0.0:
                 continue
             total[i] += left
-        slot_live[slots[i]] = kept - first
+        n_live[slots[i]] = kept - first
     return total
 
 
 @njit(cache=True)
-def slot_port_bytes(
-    f_pair, f_threshold, f_group, g_served, f_live, slot_live, slot_ranges, slots, n_hosts
-):
+def slot_port_bytes(f_pair, f_threshold, f_group, g_served, slot_flows, slots, n_hosts):
     # pragma: no cover - compiled
     """Bytes left of the given coflow slots per host port, in compressed sparse rows, without
     the dense slots x ports array: the nonzero entries of :func:`slot_loads`' per-port bits
@@ -893,10 +898,8 @@ def slot_port_bytes(
         f_threshold: :class:`FlowTable`'s ``threshold``.
         f_group: :class:`FlowTable`'s ``group``.
         g_served: :class:`GroupTable`'s ``served``.
-        f_live: each slot's flows not seen finished, in flow order, from its first flow id
-            (the finished ones add nothing).
-        slot_live: their number, per slot.
-        slot_ranges: ``(slots, 2)``: each slot's flow ids, first and one past its last.
+        slot_flows: the :class:`SlotFlows` (its live lists are read; a finished flow in them
+            adds nothing).
         slots: the slots, one row each.
         n_hosts: the fabric's hosts ``n`` (columns as :func:`slot_loads`).
 
@@ -904,12 +907,13 @@ def slot_port_bytes(
         ``(row_ptr, column, size_bytes, total)``: row i's entries are
         ``row_ptr[i]:row_ptr[i + 1]``, its bits left ``total[i]``.
     """
+    ranges, f_live, n_live = slot_flows
     n_slots = slots.shape[0]
     slot_first = np.empty(n_slots, dtype=np.int64)
     slot_last = np.empty(n_slots, dtype=np.int64)  # (one past its last live flow's entry)
     for i in range(n_slots):
-        slot_first[i] = slot_ranges[slots[i], 0]
-        slot_last[i] = slot_first[i] + slot_live[slots[i]]
+        slot_first[i] = ranges[slots[i], 0]
+        slot_last[i] = slot_first[i] + n_live[slots[i]]
     n_columns = 2 * n_hosts
     bits = np.zeros(n_columns)
     touched = np.zeros(n_columns, dtype=np.bool_)
@@ -999,13 +1003,14 @@ class Classes(NamedTuple):
     keyed: np.ndarray
 
 
-@njit(cache=True)
-def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
-    """Class of pair (s, d) under these row / column shares; NIL without a rate.
+@njit(cache=True, inline="always")
+def _pair_class(row, col, s, d, n, base):  # pragma: no cover - compiled
+    """Class of pair (s, d) under these shares of its links; NIL without a rate. (It takes the
+    two shares, not the arrays: an array argument costs a reference count at every pair.)
 
     Args:
-        rows: ``(n,)``: the level's egress link shares (bit/s per flow, inf without flows).
-        cols: ``(n,)``: its ingress link shares.
+        row: its egress link's share (bit/s per flow, inf without flows).
+        col: its ingress link's share.
         s: the source host.
         d: the destination host.
         n: the hosts.
@@ -1015,9 +1020,9 @@ def _pair_class(rows, cols, s, d, n, base):  # pragma: no cover - compiled
         ``base + s`` if the egress link bottlenecks the pair (on a tie too), ``base + n + d``
         if the ingress link does, :data:`NIL` if its rate is 0 or infinite.
     """
-    rate = min(rows[s], cols[d])
+    rate = min(row, col)
     if rate > 0.0 and rate < np.inf:
-        return base + (s if rows[s] <= cols[d] else n + d)
+        return base + (s if row <= col else n + d)
     return NIL
 
 
@@ -1043,7 +1048,6 @@ def _class_members(row_bits, col_bits, pair_group, level_rows, share, c, n, out)
     """
     level = c // (2 * n)
     base = level * 2 * n
-    rows, cols = share[base : base + n], share[base + n : base + 2 * n]
     egress = c - base < n
     m = 0
     for word in range(row_bits.shape[2]):
@@ -1052,7 +1056,7 @@ def _class_members(row_bits, col_bits, pair_group, level_rows, share, c, n, out)
             j = word * 64 + np.int64(trailing_zeros(left))
             left &= left - BIT_ONE
             s, d = (c - base, j) if egress else (j, c - base - n)
-            if _pair_class(rows, cols, s, d, n, base) == c:
+            if _pair_class(share[base + s], share[base + n + d], s, d, n, base) == c:
                 for r in range(1, level_rows[level, 0] + 1):
                     g = pair_group[level_rows[level, r], s * n + d]
                     if g != NIL:
@@ -1090,38 +1094,6 @@ def _moves_class(old_row, new_row, old_col, col):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _row_changes_class(weights, bits, sparse, row, old_row, new_row, old_cols, cols):
-    # pragma: no cover - compiled
-    """Whether a pair of a row whose share moved changes class (as :func:`_pair_class` tells).
-
-    Args:
-        weights: ``(n, n)``: a level's flows per host pair (:class:`PairTable`'s ``flows``);
-            pairs without flows do not count.
-        bits: its ``row_bits``.
-        sparse: the row is sparse (:func:`~simulator.allocation.sparse_row`): visited by
-            its bits, else whole.
-        row: the row (the egress link's host).
-        old_row: the row's share at the last allocation.
-        new_row: its share now.
-        old_cols: ``(n,)``: the level's ingress link shares at the last allocation.
-        cols: ``(n,)``: its ingress link shares now.
-    """
-    changes = 0
-    if not sparse:
-        for d in range(weights.shape[0]):
-            moves = _moves_class(old_row, new_row, old_cols[d], cols[d])
-            changes += (weights[row, d] >= 0.5) & moves
-        return changes > 0
-    for word in range(bits.shape[1]):
-        left = bits[row, word]
-        while left:
-            d = word * 64 + np.int64(trailing_zeros(left))
-            left &= left - BIT_ONE
-            changes += _moves_class(old_row, new_row, old_cols[d], cols[d])
-    return changes > 0
-
-
-@njit(cache=True)
 def _drop_moved(rows, n_rows, row_moved):  # pragma: no cover - compiled
     """Keep the first ``n_rows`` entries of ``rows`` (host ids) whose ``row_moved`` is False,
     in order, at its start; returns how many."""
@@ -1140,8 +1112,8 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
     Only pairs of a link whose share changed can change class: every pair of a row, of a
     column that gains or loses its rate; for a column whose positive share moved, only the
     pairs whose row has a finite share (the others are bottlenecked by the column). A row is
-    first checked in one branch-free pass (:func:`_row_changes_class`) and its pairs are looked
-    at one by one only if one changes class; the columns look only at the rows that did not
+    first checked in one branch-free pass (does any pair :func:`_moves_class`?) and its pairs
+    are looked at one by one only if one does; the columns look only at the rows that did not
     move. A sparse link's pairs are read from its bits (``row_bits``, ``col_bits``); a dense
     one's from the lists of the other side's links that qualify, as its matrix row says.
     Either way in host order.
@@ -1205,26 +1177,36 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
             if side == 0:
                 row_moved[link] = True
                 # nearly every share of a dense level moves a little at each allocation, but
-                # few pairs change class: a branch-free pass over the row finds out
-                sparse = sparse_row(row_pairs[link], n, factor)
-                if not _row_changes_class(
-                    w_level, row_bits, sparse, link, old, new, old_cols, cols
-                ):
+                # few pairs change class: a branch-free pass over the row finds out (written
+                # out: a helper's array arguments cost a reference count each, at every row)
+                changes = 0
+                if not sparse_row(row_pairs[link], n, factor):
+                    for d in range(n):
+                        moves = _moves_class(old, new, old_cols[d], cols[d])
+                        changes += (w_level[link, d] >= 0.5) & moves
+                else:
+                    for word in range(row_bits.shape[1]):
+                        pending = row_bits[link, word]
+                        while pending:
+                            d = word * 64 + np.int64(trailing_zeros(pending))
+                            pending &= pending - BIT_ONE
+                            changes += _moves_class(old, new, old_cols[d], cols[d])
+                if changes == 0:
                     continue
             whole = side == 0 or (old > 0.0) != (new > 0.0)
             # the link's pairs in host order: a row's and a sparse column's from their bits, a
             # dense column's from the rows that did not move (in a dense level nearly all do)
-            bits = row_bits if side == 0 else col_bits
             sparse = side == 0 or sparse_row(col_pairs[link], n, factor)
             n_listed = n_some if whole else n_finite
             listed = 0
             word = 0
-            left = bits[link, 0] if sparse else BIT_ONE
+            # (the bits read side by side, not an array chosen per link: a reference count)
+            left = (row_bits[link, 0] if side == 0 else col_bits[link, 0]) if sparse else BIT_ONE
             while True:
                 if sparse:
-                    while left == 0 and word + 1 < bits.shape[1]:
+                    while left == 0 and word + 1 < row_bits.shape[1]:
                         word += 1
-                        left = bits[link, word]
+                        left = row_bits[link, word] if side == 0 else col_bits[link, word]
                     if left == 0:
                         break
                     j = word * 64 + np.int64(trailing_zeros(left))
@@ -1247,8 +1229,8 @@ def _update_classes(groups, pairs, classes, level, n):  # pragma: no cover - com
                     listed += 1
                     if w_level[s, d] < 0.5:
                         continue
-                c = _pair_class(rows, cols, s, d, n, base)
-                was = _pair_class(old_rows, old_cols, s, d, n, base)
+                c = _pair_class(rows[s], cols[d], s, d, n, base)
+                was = _pair_class(old_rows[s], old_cols[d], s, d, n, base)
                 if c == was:
                     continue
                 # offset: its bits served minus its class's count (0 before the first step)

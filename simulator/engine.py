@@ -50,6 +50,7 @@ from simulator.core import (
     STUCK,
     USED_PREFIX,
     LevelPlan,
+    SlotFlows,
     StepBuffers,
     StepSettings,
     Tables,
@@ -475,8 +476,9 @@ class Simulator:
         """The policy's view: every active coflow in bulk, plus the workload's jobs and stages.
 
         The coflow objects live from release to finish (a reorder makes none and copies two
-        dicts); their remaining bytes and per-port loads read the loads of the latest state,
-        computed here in one compiled pass, and reading them after the simulator moved on
+        dicts); their remaining bytes and per-port loads read the loads of the latest state
+        (the bytes left computed here in one compiled pass, the loads per port in another
+        when a policy first reads them), and reading them after the simulator moved on
         raises."""
         # active coflows in release order: slots ascending
         slot_of = self._slot_of
@@ -606,9 +608,7 @@ class Simulator:
                 tables.g_n_flows,
                 tables.g_used,
                 tables.g_level,
-                tables.f_live,
-                tables.slot_live,
-                self._slot_ranges,
+                SlotFlows(self._slot_ranges, tables.f_live, tables.slot_live),
                 slots,
                 tables.ids[USED_PREFIX],
             )
@@ -812,9 +812,7 @@ class _PortBits:
             tables.f_threshold,
             tables.f_group,
             tables.g_served,
-            tables.f_live,
-            tables.slot_live,
-            sim._slot_ranges,
+            SlotFlows(sim._slot_ranges, tables.f_live, tables.slot_live),
             slots,
         )
         # the policy's arithmetic: bytes = bits / 8, done when bytes <= 0
@@ -889,9 +887,7 @@ class _PortBits:
             tables.f_threshold,
             tables.f_group,
             tables.g_served,
-            tables.f_live,
-            tables.slot_live,
-            self._sim._slot_ranges,
+            SlotFlows(self._sim._slot_ranges, tables.f_live, tables.slot_live),
             self.slots,
             self.n_hosts,
         )

@@ -674,10 +674,9 @@ def test_the_ideal_order_without_a_sort_is_the_sorted_one(monkeypatch, policy):
 
     taken, sims = [], []
 
-    def checked(f_group, g_n_flows, g_used, g_level, f_live, slot_live, slot_ranges, slots,
-                used_prefix):  # fmt: skip
-        order = engine_ideal_order(f_group, g_n_flows, g_used, g_level, f_live, slot_live,
-                                   slot_ranges, slots, used_prefix)  # fmt: skip
+    def checked(f_group, g_n_flows, g_used, g_level, slot_flows, slots, used_prefix):
+        order = engine_ideal_order(f_group, g_n_flows, g_used, g_level, slot_flows, slots,
+                                   used_prefix)  # fmt: skip
         taken.append(order is not None)
         if order is not None:
             used = np.flatnonzero(g_used[:used_prefix])
@@ -706,22 +705,23 @@ def test_the_ideal_order_declines_groups_it_cannot_vouch_for():
     """``ideal_order`` lists each coflow's flows' groups in turn, and gives ``None`` (the
     sorting kernels then decide) for a group in use that no listed flow has, or a group of
     two flows."""
-    from simulator.core import ideal_order
+    from simulator.core import SlotFlows, ideal_order
 
     slot_ranges = np.array([[0, 2], [2, 4]], dtype=np.int64)
     f_group = np.array([0, 1, -1, 2], dtype=np.int64)  # flow 2 finished
     g_used = np.ones(3, dtype=np.bool_)
     g_n_flows = np.ones(3)
     g_level = np.zeros(3, dtype=np.int64)
-    live = (np.arange(4), np.array([2, 2]))  # (every flow in its slot's live list)
-    order = ideal_order(f_group, g_n_flows, g_used, g_level, *live, slot_ranges,
+    # (every flow in its slot's live list)
+    slot_flows = SlotFlows(slot_ranges, np.arange(4), np.array([2, 2]))
+    order = ideal_order(f_group, g_n_flows, g_used, g_level, slot_flows,
                         np.array([1, 0], dtype=np.int64), 3)  # fmt: skip
     assert order.tolist() == [2, 0, 1] and g_level.tolist() == [1, 1, 0]
-    listed_once = ideal_order(f_group, g_n_flows, g_used, g_level, *live, slot_ranges,
+    listed_once = ideal_order(f_group, g_n_flows, g_used, g_level, slot_flows,
                               np.array([1], dtype=np.int64), 3)  # fmt: skip
     assert listed_once is None  # groups 0 and 1 are in use and not listed
     g_n_flows[2] = 2.0
-    assert ideal_order(f_group, g_n_flows, g_used, g_level, *live, slot_ranges,
+    assert ideal_order(f_group, g_n_flows, g_used, g_level, slot_flows,
                        np.array([1, 0], dtype=np.int64), 3) is None  # fmt: skip
 
 
