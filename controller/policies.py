@@ -45,7 +45,7 @@ from controller.model import (
     int64_ids,
     port_seconds,
 )
-from controller.schedule import Schedule
+from controller.schedule import Schedule, one_coflow_ranks
 from controller.stage_loads import (
     UnitsOfWork,
     job_stage_order,
@@ -302,7 +302,7 @@ class FifoLM(Policy):
             return Schedule.from_order(ids)
         # Coflow.sent_bytes: size - remaining
         heavy = np.subtract(sizes, left) > threshold
-        light = tuple(zip(compress(ids, ~heavy)))
+        light = one_coflow_ranks(list(compress(ids, ~heavy)))
         shared = tuple(compress(ids, heavy))
         return Schedule((*light, shared) if shared else light)
 
@@ -512,7 +512,7 @@ def _jobs_by_progress(
     coflow_rank = rank[coflow_job.reshape(-1)]
     ordered = ids[np.argsort(coflow_rank, kind="stable")].tolist()
     if len(job_ids) == n:  # one coflow per job
-        return tuple(zip(ordered))
+        return one_coflow_ranks(ordered)
     bounds = offsets(np.bincount(coflow_rank, minlength=len(job_ids))).tolist()
     return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
 
@@ -993,7 +993,7 @@ def _job_stage_order(
     ordered_ids = keys.coflow_id[order]
     ordered = ordered_ids.tolist()
     if len(bounds) == n + 1:  # one coflow per stage
-        ranks = tuple(zip(ordered))
+        ranks = one_coflow_ranks(ordered)
     else:
         bounds = bounds.tolist()
         ranks = tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))

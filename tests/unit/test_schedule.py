@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from controller import schedule as schedule_module
+from controller.model import ClusterState, Coflow, Flow, Job, Stage
+from controller.policies import make_policy
 from controller.schedule import (
     LEVEL_DSCP,
     N_LEVELS,
@@ -12,6 +16,7 @@ from controller.schedule import (
     dscp_of_level,
     level_of_dscp,
     level_of_rank,
+    one_coflow_ranks,
 )
 
 
@@ -38,3 +43,52 @@ def test_dscp_mapping_is_one_to_one_and_lowest_is_best_effort():
     assert level_of_dscp(46) == N_LEVELS - 1
     with pytest.raises(ValueError, match="level must be in 0..7"):
         dscp_of_level(8)
+
+
+def test_a_coflow_rank_of_its_own_is_made_once_and_kept():
+    order = list(range(1000, 3000))
+    first = one_coflow_ranks(order)
+    assert first == tuple(zip(order))
+    again = one_coflow_ranks(order[::-1])
+    assert again == tuple(zip(order[::-1]))
+    # the very same tuples: a reorder makes one tuple, not one per coflow
+    assert all(a is b for a, b in zip(again, first[::-1], strict=True))
+    assert Schedule.from_order(iter(order)).ranks[5] is first[5]
+
+
+def test_kept_ranks_are_forgotten_when_far_more_than_a_call_asks_for():
+    one_coflow_ranks(list(range(20_000)))
+    one_coflow_ranks([1, 2, 3])
+    assert len(schedule_module._ONE_COFLOW_RANKS) <= 2 * 3 + 4096
+
+
+def test_ids_of_another_type_get_ranks_of_their_own():
+    kept = one_coflow_ranks([5, 6])
+    ranks = one_coflow_ranks([np.int64(5), np.int64(6)])
+    assert ranks == ((5,), (6,))
+    assert ranks[0] is not kept[0] and type(ranks[0][0]) is np.int64
+    assert one_coflow_ranks([]) == ()
+
+
+def _one_coflow_per_job_and_stage(n: int) -> ClusterState:
+    """``n`` coflows between 4 hosts, each of its own job in a stage of its own, as arrays
+    (indexed), so every policy takes its array path."""
+    coflows, jobs, stages = [], [], []
+    for k in range(n):
+        src = k % 4
+        dst = (src + 1 + (k // 4) % 3) % 4
+        coflows.append(Coflow(k, [Flow(src, dst, 1e6 * (1 + k % 7))], arrival_s=k, job_id=k))
+        jobs.append(Job(k, {}, iteration_budget=2, iterations_done=k % 2, stage_id=k))
+        stages.append(Stage(k, [k], arrival_s=k))
+    return ClusterState.build(coflows, jobs, stages, default_port_bps=1e9, indexed=True)
+
+
+@pytest.mark.parametrize("name", ["sincronia", "varys", "jpas", "fifo-lm", "beamer"])
+def test_every_policy_keeps_its_one_coflow_ranks_between_reorders(name):
+    state = _one_coflow_per_job_and_stage(40)
+    policy = make_policy(name)
+    first, again = policy.schedule(state).ranks, policy.schedule(state).ranks
+    singles = [rank for rank in first if len(rank) == 1]
+    assert len(singles) >= 30  # (FIFO-LM's heavy coflows share its last rank)
+    kept = {rank[0]: rank for rank in again if len(rank) == 1}
+    assert all(kept[rank[0]] is rank for rank in singles)
