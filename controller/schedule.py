@@ -42,10 +42,11 @@ def one_coflow_ranks(order: Sequence[CoflowId]) -> tuple[tuple[CoflowId], ...]:
 
     Each rank is made once per coflow id and kept, so a reorder makes one tuple, not one per
     coflow: 10,000 new tuples a reorder started ten collections of the interpreter's youngest
-    generation and one of the middle one, a fifth to a third of ordering 10,000 coflows (see
-    ``docs/controller-internals.md``). The kept ranks are forgotten once they are more than
-    twice the coflows of a call. Ids are ints (:data:`~controller.model.CoflowId`); an order
-    that starts with another type gets new ranks.
+    generation and one of the middle one, from a seventh (Sincronia) to half (FIFO-LM) of the
+    time to order 10,000 coflows (``docs/controller-internals.md``). The kept ranks are
+    forgotten once they are more than twice a call's coflows plus 4,096. Ids are ints
+    (:data:`~controller.model.CoflowId`); an order whose first id is of another type gets
+    new ranks.
     """
     if not order or type(order[0]) is not int:
         # (kept ranks are found by equal ids: an id of another type, say numpy's, would get
