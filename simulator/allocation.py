@@ -365,41 +365,40 @@ def _recount_side(hits, level, other_side, cnt, live, other_live, n):
     for j in range(n):
         if other_live[j] > 0.0:
             alive += 1
-    if frozen <= alive:
-        # (adding matrix * -live is subtracting matrix * live, float for float)
-        minus_live = -live
+    # the other side's rows to add: its links just frozen, taken off this side's counts (adding
+    # matrix * -live is subtracting matrix * live, float for float); or its live links,
+    # counted afresh (matrix * 1.0) and kept for this side's live links
+    subtract = frozen <= alive
+    rows = np.empty(n, dtype=np.int64)
+    n_rows = 0
+    if subtract:
         for link in hits:
-            if (link >= n) != (other_side == 1):
-                continue
-            j = link - n if other_side == 1 else link
-            if not sparse_row(n_pairs[j], n, factor):
-                for i in range(n):
-                    cnt[i] += matrix[j, i] * minus_live[i]
-                continue
-            for word in range(bits.shape[1]):
-                left = bits[j, word]
-                while left:
-                    i = word * 64 + np.int64(trailing_zeros(left))
-                    left &= left - BIT_ONE
-                    cnt[i] += matrix[j, i] * minus_live[i]
-        return
-    recount = np.zeros(n)
-    for j in range(n):
-        if other_live[j] <= 0.0:
-            continue
+            if (link >= n) == (other_side == 1):
+                rows[n_rows] = link - n if other_side == 1 else link
+                n_rows += 1
+        target, weight = cnt, -live
+    else:
+        for j in range(n):
+            if other_live[j] > 0.0:
+                rows[n_rows] = j
+                n_rows += 1
+        target, weight = np.zeros(n), np.ones(n)
+    for k in range(n_rows):
+        j = rows[k]
         if not sparse_row(n_pairs[j], n, factor):
             for i in range(n):
-                recount[i] += matrix[j, i] * 1.0
+                target[i] += matrix[j, i] * weight[i]
             continue
         for word in range(bits.shape[1]):
             left = bits[j, word]
             while left:
                 i = word * 64 + np.int64(trailing_zeros(left))
                 left &= left - BIT_ONE
-                recount[i] += matrix[j, i] * 1.0
-    for i in range(n):
-        if live[i] > 0.0:
-            cnt[i] = recount[i]
+                target[i] += matrix[j, i] * weight[i]
+    if not subtract:
+        for i in range(n):
+            if live[i] > 0.0:
+                cnt[i] = target[i]
 
 
 @njit(cache=True)
