@@ -9,6 +9,12 @@ kernel of ``controller`` and ``simulator`` is cached in one directory named afte
 source of the two packages: any edit compiles them afresh, and an unchanged checkout reuses
 them. Directories of other sources left untouched for a day are removed (a checkout that is
 edited or updated would otherwise keep every version's kernels, ~8 MB each).
+
+Inside that directory numba would file each kernel under a hash of its source's absolute
+directory; :class:`SourceKeyedCacheLocator` files it under its package's name instead, so
+another copy of the same sources (a clone elsewhere, ``pip install``) pointed at the same base
+directory (``NUMBA_CACHE_DIR``) loads the kernels instead of compiling them again. Numba still
+checks each source file's hash against the one the kernel was compiled from.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from numba.core import config as numba_config
+from numba.core.caching import CacheImpl, UserProvidedCacheLocator
 
 PACKAGES = ("controller", "simulator")
 PREFIX = "kernels-"
@@ -65,16 +74,49 @@ def prune(base: Path, keep: Path, now_s: float | None = None) -> list[Path]:
 _chosen: Path | None = None
 
 
+class SourceKeyedCacheLocator(UserProvidedCacheLocator):
+    """Numba's cache locator for the kernels of :data:`PACKAGES` while numba caches in the
+    directory :func:`use_source_keyed_cache` chose: each kernel under its package's name
+    (``controller/``, ``simulator/``), not under a hash of its source's absolute directory.
+    That directory's name already stands for every source of both packages, so the same
+    sources anywhere share it. Other files get numba's own locators."""
+
+    @classmethod
+    def get_suitable_cache_subpath(cls, py_file: str) -> str:
+        """The name of the package ``py_file`` is in."""
+        return Path(py_file).resolve().parent.name
+
+    @classmethod
+    def from_function(cls, py_func, py_file: str):
+        """A locator for a kernel of :data:`PACKAGES` under this root while the source-keyed
+        directory is numba's cache; else ``None`` (numba tries its next locator)."""
+        source = Path(py_file).resolve()
+        if (
+            _chosen is None
+            or numba_config.CACHE_DIR != str(_chosen)
+            or source.parent.name not in PACKAGES
+            or source.parent.parent != _ROOT
+        ):
+            return None
+        return super().from_function(py_func, py_file)
+
+
 def use_source_keyed_cache() -> Path:
     """Point numba's cache at the directory of the current sources (under ``NUMBA_CACHE_DIR``
-    if set, else ``simulator/__pycache__``), prune stale ones, and return it; once per process."""
+    if set, else ``simulator/__pycache__``), with :class:`SourceKeyedCacheLocator` first
+    among its locators (unless ``NUMBA_CACHE_LOCATOR_CLASSES`` names others), prune stale
+    directories, and return it; once per process."""
     global _chosen
     if _chosen is None:
-        import numba
-
         base = Path(os.environ.get("NUMBA_CACHE_DIR") or _ROOT / "simulator" / "__pycache__")
         _chosen = cache_dir(package_sources(_ROOT), _ROOT, base)
-        numba.config.CACHE_DIR = str(_chosen)
+        numba_config.CACHE_DIR = str(_chosen)
+        if not numba_config.CACHE_LOCATOR_CLASSES:
+            # (numba resolves its own locators' bare names in its caching module)
+            numba_config.CACHE_LOCATOR_CLASSES = ",".join(
+                [f"{__name__}.{SourceKeyedCacheLocator.__name__}"]
+                + [locator.__name__ for locator in CacheImpl._locator_classes]
+            )
         prune(base, _chosen)
     return _chosen
 

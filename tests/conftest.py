@@ -36,3 +36,23 @@ def needs_root_and(*commands: str):
     elif missing:
         reason = f"needs {', '.join(missing)} (run scripts/setup.sh)"
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def pytest_collection_finish(session):
+    """Start the slow background part of a collected test as soon as the run is known: the
+    bounds-checked kernels' compile (``tests/unit/test_kernel_bounds.py``)."""
+    for item in session.items:
+        runs = getattr(getattr(item, "module", None), "BOUNDS_CHECKED_RUNS", None)
+        if runs is not None:
+            runs.start(session.config._tmp_path_factory.mktemp("kernel-bounds"))
+            return
+
+
+def pytest_sessionfinish(session):
+    """Stop what :func:`pytest_collection_finish` started if its test did not run to the end
+    (a run stopped early, ``-x``)."""
+    for item in session.items:
+        runs = getattr(getattr(item, "module", None), "BOUNDS_CHECKED_RUNS", None)
+        if runs is not None:
+            runs.stop()
+            return

@@ -9,7 +9,15 @@ import sys
 import time
 from pathlib import Path
 
-from controller.kernel_cache import PREFIX, STALE_S, cache_dir, package_sources, prune
+from controller.bssi import bssi_order
+from controller.kernel_cache import (
+    PREFIX,
+    STALE_S,
+    cache_dir,
+    package_sources,
+    prune,
+    use_source_keyed_cache,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,3 +168,44 @@ def test_after_the_warm_up_no_run_or_reorder_loads_a_kernel(tmp_path):
         warmed = next(line for line in lines if line.startswith("warm-up:"))
         assert int(warmed.split()[1]) >= least, (side, lines)
         assert "loaded after: []" in lines, (side, lines)
+
+
+COPY_CHECK = """
+import controller, numba
+from controller.bssi import _bssi, bssi_order
+from controller.kernel_cache import is_cached
+print("path", _bssi._cache._cache_path)
+print("cached", is_cached(_bssi))
+bssi_order([{"a": 1.0, "b": 2.0}, {"b": 1.0}])
+stats = _bssi.stats
+print("hits", sum(stats.cache_hits.values()), "misses", sum(stats.cache_misses.values()))
+"""
+
+
+def test_a_copy_of_the_sources_elsewhere_loads_the_kernels_the_checkout_compiled(tmp_path):
+    # numba files a kernel under a hash of its source's absolute directory; here under its
+    # package's name inside the directory named after every source, so a clone elsewhere or
+    # a pip install of the same sources, given the same NUMBA_CACHE_DIR, compiles nothing
+    bssi_order([{"a": 1.0, "b": 2.0}, {"b": 1.0}])  # (compiled or loaded here)
+    chosen = use_source_keyed_cache()
+    copy = tmp_path / "elsewhere"
+    copy_packages(copy)
+    run = subprocess.run(
+        [sys.executable, "-c", COPY_CHECK], cwd=copy, capture_output=True, text=True,
+        env=dict(os.environ, NUMBA_CACHE_DIR=str(chosen.parent), PYTHONPATH=str(copy)),
+        timeout=300, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert run[0] == f"path {chosen / 'controller'}"
+    assert run[1:] == ["cached True", "hits 1 misses 0"]
+    # an edited copy has a directory of its own and compiles there
+    bssi = copy / "controller" / "bssi.py"
+    bssi.write_text(bssi.read_text() + "\n# an edit\n")
+    edited = cache_dir(package_sources(copy), copy, chosen.parent)
+    assert edited != chosen
+    run = subprocess.run(
+        [sys.executable, "-c", COPY_CHECK], cwd=copy, capture_output=True, text=True,
+        env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(copy)),
+        timeout=300, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    assert run[0] == f"path {cache_dir(package_sources(copy), copy, tmp_path / 'cache')}/controller"
+    assert run[1:] == ["cached False", "hits 0 misses 1"]
