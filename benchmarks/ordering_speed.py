@@ -70,6 +70,7 @@ def index_of(state: ClusterState) -> CoflowIndex:
     index = CoflowIndex(state.coflows.values())
     for job in state.jobs.values():
         index.put_job(job)
+    index.mirror(state.jobs)  # (the jobs' numbers as arrays, as the registry's index has them)
     return index
 
 

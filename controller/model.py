@@ -14,7 +14,7 @@ import functools
 import operator
 from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice, repeat
 
 import numpy as np
@@ -391,6 +391,42 @@ _COFLOW_ID = operator.attrgetter("coflow_id")
 _SOURCE = operator.attrgetter("source")
 
 
+_JOB_NUMBERS = np.dtype(
+    [("job_id", np.int64), ("budget", np.int64), ("done", np.int64), ("arrival_s", np.float64),
+     ("stage_id", np.int64), ("has_stage", np.bool_), ("live", np.bool_)]
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobTable:
+    """The numbers of the jobs of a :class:`CoflowIndex` as arrays, at one moment, for
+    policies that read every job at every reorder (JPAS: progress and arrival; Beamer: budget,
+    iterations done and stage): a gather instead of a Python step per job.
+
+    A state offers it only for the very jobs dict it was read from (:attr:`jobs`, which its
+    maker named with :meth:`CoflowIndex.mirror`): the same job objects, so the same numbers.
+
+    Args:
+        job_ids: the jobs' ids, ascending.
+        rows: each one's row of the numbers.
+        numbers: per row: id, iteration budget, iterations done, arrival, stage id (0 for
+            none) and whether it has one.
+        jobs: the jobs dict these are the numbers of.
+    """
+
+    job_ids: np.ndarray
+    rows: np.ndarray
+    numbers: np.ndarray
+    jobs: Mapping[JobId, Job]
+
+    def rows_of(self, job_ids: np.ndarray) -> np.ndarray:
+        """Each of ``job_ids``' row of :attr:`numbers` (-1 for a job the table lacks)."""
+        if not len(self.job_ids):
+            return np.full(len(job_ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.job_ids, job_ids), len(self.job_ids) - 1)
+        return np.where(self.job_ids[at] == job_ids, self.rows[at], -1)
+
+
 class CoflowIndex:
     """Coflows with their loads read once, when they are put, so that a state lists its active
     coflows and offers their loads as :class:`SparsePortBytes` without reading every coflow's
@@ -423,6 +459,17 @@ class CoflowIndex:
         # holds the dict)
         self._jobs: dict[JobId, _PackedJob] = {}
         self._jobs_shared = False
+        # each job's numbers (a JobTable's), a row per job id, with the job object they were
+        # read from; the table of the last snapshot until a job changes; the ids in order
+        # until a job comes or goes; the jobs dict named by mirror() until a job changes
+        self._job_row: dict[JobId, int] = {}
+        self._job_objects: list[Job | None] = []
+        self._job_numbers = np.zeros(16, dtype=_JOB_NUMBERS)
+        self._job_table: JobTable | None = None
+        self._table_stale = False  # (the snapshot's table, until the next one)
+        self._job_order: tuple[np.ndarray, np.ndarray] | None = None
+        self._mirrored: Mapping[JobId, Job] | None = None
+        self._tabled = True  # (False once a job's id or stage id is not an int64)
         for coflow in coflows:
             self.put(coflow)
 
@@ -472,12 +519,43 @@ class CoflowIndex:
     def put_job(self, job: Job) -> None:
         """Add a job's loads per iteration, or replace the ones with its id (read now: put it
         again with a new ``bytes_per_iteration``; the same dict again changes nothing)."""
+        self._number(job)
         load = job.bytes_per_iteration
         kept = self._jobs.get(job.job_id)
         if kept is not None and kept.source is load:
             return  # (the same dict: the same loads)
         self._own_jobs()[job.job_id] = _PackedJob(load, len(load), *self._pack(load))
         self._view = None
+
+    def _number(self, job: Job) -> None:
+        """Note a job's numbers in its row (a new row for a new id)."""
+        row = self._job_row.get(job.job_id)
+        if row is not None and self._job_objects[row] is job:
+            return  # (the same object: the same numbers)
+        self._mirrored, self._table_stale = None, True
+        if not self._tabled:
+            return
+        stage = job.stage_id
+        try:
+            numbers = (job.job_id, job.iteration_budget, job.iterations_done, job.arrival_s,
+                       0 if stage is None else stage, stage is not None, True)  # fmt: skip
+            if self._job_table is not None:  # (a snapshot's table holds these: copy first)
+                self._job_numbers, self._job_table = self._job_numbers.copy(), None
+            if row is None:
+                row = len(self._job_objects)
+                if row == len(self._job_numbers):
+                    grown = np.zeros(max(16, 2 * row), dtype=_JOB_NUMBERS)
+                    grown[:row] = self._job_numbers
+                    self._job_numbers = grown
+                self._job_numbers[row] = numbers
+                self._job_row[job.job_id] = row
+                self._job_objects.append(job)
+                self._job_order = None
+            else:
+                self._job_numbers[row] = numbers
+                self._job_objects[row] = job
+        except (OverflowError, TypeError, ValueError):  # an id that is not an int64
+            self._tabled, self._job_table = False, None
 
     def _pack(self, load: Mapping[Port, float]) -> tuple[bytes, bytes]:
         """A load's ports (``2 * host number + direction``, its hosts numbered if new) and
@@ -494,6 +572,36 @@ class CoflowIndex:
         if job_id in self._jobs:
             del self._own_jobs()[job_id]
             self._view = None
+        row = self._job_row.pop(job_id, None)
+        if row is not None:
+            self._mirrored, self._table_stale, self._job_order = None, True, None
+            if self._job_table is not None:
+                self._job_numbers, self._job_table = self._job_numbers.copy(), None
+            self._job_numbers["live"][row] = False
+            self._job_objects[row] = None
+
+    def mirror(self, jobs: Mapping[JobId, Job]) -> None:
+        """Say that the jobs put (and not removed) are exactly ``jobs``, object for object,
+        until the next put or removal of a job: snapshots then offer their :class:`JobTable`
+        to states whose ``jobs`` is this very dict (:meth:`ClusterState.job_table`). The
+        caller must not change the dict, or a job in it, afterwards."""
+        self._mirrored, self._table_stale = jobs, True
+
+    def _table(self) -> JobTable | None:
+        """The jobs' numbers as a :class:`JobTable` (kept until a job changes), for the jobs
+        dict named by :meth:`mirror`; ``None`` without one."""
+        if self._mirrored is None or not self._tabled:
+            return None
+        if self._job_table is None or self._job_table.jobs is not self._mirrored:
+            n_rows = len(self._job_objects)
+            if self._job_order is None:
+                numbers = self._job_numbers[:n_rows]
+                live = np.flatnonzero(numbers["live"])
+                rows = live[np.argsort(numbers["job_id"][live], kind="stable")]
+                self._job_order = (numbers["job_id"][rows], rows)
+            job_ids, rows = self._job_order
+            self._job_table = JobTable(job_ids, rows, self._job_numbers, self._mirrored)
+        return self._job_table
 
     def _own_jobs(self) -> dict[JobId, _PackedJob]:
         if self._jobs_shared:
@@ -535,7 +643,12 @@ class CoflowIndex:
         """The active coflows and their loads as they are now (kept until the next change; a
         state holds it, so later puts do not change what an older state shows)."""
         if self._view is not None:
+            if self._table_stale:  # (only the jobs' numbers changed)
+                table, self._table_stale = self._table(), False
+                if table is not self._view.job_table:
+                    self._view = replace(self._view, job_table=table)
             return self._view
+        self._table_stale = False
         if not self._ordered:
             ordered = sorted(self._active.values(), key=operator.attrgetter("arrival_key"))
             self._active = {entry.coflow.coflow_id: entry for entry in ordered}
@@ -558,6 +671,7 @@ class CoflowIndex:
             rows.remaining_bytes,
             None if rows.keys is None else CoflowKeys.from_rows(rows.keys.view(np.int64), True),
             self._jobs,
+            self._table(),
         )
         self._jobs_shared = True
         return self._view
@@ -683,6 +797,7 @@ class CoflowLoads:
         remaining_bytes: each one's bytes left.
         keys: their ids, jobs and stages as arrays (``None`` if an id does not fit an int64).
         jobs: the jobs' loads per iteration the index packed, by job id.
+        job_table: the jobs' numbers, for the jobs dict the index mirrors (``None``: none).
     """
 
     coflows: tuple[Coflow, ...]
@@ -691,6 +806,7 @@ class CoflowLoads:
     remaining_bytes: list[float]
     keys: CoflowKeys | None = None
     jobs: Mapping[JobId, _PackedJob] = field(default_factory=dict)
+    job_table: JobTable | None = None
 
     def job_loads(
         self, job_ids: Sequence[JobId], sources: Sequence[Mapping[Port, float]]
@@ -832,8 +948,15 @@ class ClusterState:
             index = CoflowIndex(state.coflows.values())
             for job in state.jobs.values():
                 index.put_job(job)
+            index.mirror(state.jobs)
             state.loads = index.snapshot()
         return state
+
+    def job_table(self) -> JobTable | None:
+        """The jobs' numbers as arrays, if the state's loads have them for its very
+        :attr:`jobs` dict (:meth:`CoflowIndex.mirror`); else ``None``."""
+        table = self.loads.job_table if self.loads is not None else None
+        return table if table is not None and table.jobs is self.jobs else None
 
     def port_bps(self, port: Port) -> float:
         """Capacity of ``port`` in bit/s."""
@@ -911,6 +1034,13 @@ class ClusterState:
         """Each of ``job_ids``' iteration budget and iterations done, as int64 arrays (1 and
         1, nothing left, for a job the state does not have). A state whose maker keeps them
         in arrays may answer without reading every job (the simulator's does)."""
+        table = self.job_table()
+        if table is not None:
+            rows = table.rows_of(job_ids)
+            known = rows >= 0
+            numbers = table.numbers[rows]
+            return (np.where(known, numbers["budget"], _NO_JOB.iteration_budget),
+                    np.where(known, numbers["done"], _NO_JOB.iterations_done))  # fmt: skip
         jobs = list(map(self.jobs.get, job_ids.tolist(), repeat(_NO_JOB)))
         return (np.fromiter(map(_BUDGET, jobs), np.int64, len(jobs)),
                 np.fromiter(map(_DONE, jobs), np.int64, len(jobs)))  # fmt: skip

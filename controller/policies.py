@@ -435,13 +435,13 @@ class Jpas(Policy):
         keys = state.coflow_keys()
         if keys is not None:  # (the ids packed: no coflow read for them)
             if active and keys.has_job.all():
-                return Schedule(_jobs_by_progress(state.jobs, active, keys.job_id, keys.coflow_id))
+                return Schedule(_jobs_by_progress(state, active, keys.job_id, keys.coflow_id))
         else:
             job_of = list(map(_JOB_ID, active))
             if active and None not in job_of:
                 ids = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
                 job_of = np.asarray(job_of, dtype=np.int64)
-                return Schedule(_jobs_by_progress(state.jobs, active, job_of, ids))
+                return Schedule(_jobs_by_progress(state, active, job_of, ids))
         return Schedule(self._ranks(state, active))
 
     @staticmethod
@@ -482,38 +482,50 @@ class Jpas(Policy):
 
 
 def _jobs_by_progress(
-    jobs: Mapping[int, Job], active: list[Coflow], job_of: np.ndarray, ids: np.ndarray
+    state: ClusterState, active: list[Coflow], job_of: np.ndarray, ids: np.ndarray
 ) -> tuple[tuple[CoflowId, ...], ...]:
     """:class:`Jpas`' ranks where every active coflow has a job (``job_of``, by the coflows
     ``ids``), from arrays: the same keys (progress, arrival, job id; 0.0 and the first
     coflow's arrival for a job not registered) sorted the same way, each job's coflows in
-    arrival order, without a Python step per job."""
+    arrival order, without a Python step per job where the state has its jobs' numbers as
+    arrays (:meth:`ClusterState.job_table`)."""
     n = len(active)
     # the jobs (by id: the keys are unique, so the listing order does not matter), each one's
     # first coflow, and each coflow's job
     job_id_array, first, coflow_job = np.unique(job_of, return_index=True, return_inverse=True)
-    job_ids = job_id_array.tolist()
-    registered = list(map(jobs.get, job_ids))
-    arrival = np.fromiter(map(_ARRIVAL, active), float, n)
-    job_arrival = arrival[first]
-    progress = np.zeros(len(job_ids))
-    if not all(map(operator.is_not, registered, repeat(None))):  # (`in` would call __eq__)
-        known = [k for k, job in enumerate(registered) if job is not None]
-        registered = [registered[k] for k in known]
+    n_jobs = len(job_id_array)
+    progress = np.zeros(n_jobs)
+    table = state.job_table()
+    if table is not None:
+        rows = table.rows_of(job_id_array)
+        known = np.flatnonzero(rows >= 0)
+        numbers = table.numbers[rows[known]]
+        done, budget = numbers["done"].astype(float), numbers["budget"].astype(float)
+        registered_arrival = numbers["arrival_s"]
     else:
-        known = slice(None)
-    if registered:
+        registered = list(map(state.jobs.get, job_id_array.tolist()))
+        if not all(map(operator.is_not, registered, repeat(None))):  # (`in` calls __eq__)
+            known = [k for k, job in enumerate(registered) if job is not None]
+            registered = [registered[k] for k in known]
+        else:
+            known = slice(None)
         done = np.fromiter(map(_DONE, registered), float, len(registered))
         budget = np.fromiter(map(_BUDGET, registered), float, len(registered))
+        registered_arrival = np.fromiter(map(_ARRIVAL, registered), float, len(registered))
+    if len(done) == n_jobs:  # (every job registered: no coflow's arrival needed)
+        job_arrival = registered_arrival
+    else:
+        job_arrival = np.fromiter(map(_ARRIVAL, active), float, n)[first]
+        job_arrival[known] = registered_arrival
+    if len(done):
         progress[known] = np.minimum(1.0, done / budget)  # Job.progress
-        job_arrival[known] = np.fromiter(map(_ARRIVAL, registered), float, len(registered))
-    rank = np.empty(len(job_ids), dtype=np.int64)
-    rank[np.lexsort((job_id_array, job_arrival, progress))] = np.arange(len(job_ids))
+    rank = np.empty(n_jobs, dtype=np.int64)
+    rank[np.lexsort((job_id_array, job_arrival, progress))] = np.arange(n_jobs)
     coflow_rank = rank[coflow_job.reshape(-1)]
     ordered = ids[np.argsort(coflow_rank, kind="stable")].tolist()
-    if len(job_ids) == n:  # one coflow per job
+    if n_jobs == n:  # one coflow per job
         return one_coflow_ranks(ordered)
-    bounds = offsets(np.bincount(coflow_rank, minlength=len(job_ids))).tolist()
+    bounds = offsets(np.bincount(coflow_rank, minlength=n_jobs)).tolist()
     return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
 
 
@@ -895,11 +907,20 @@ class _JobStages:
     def job_stages(
         self, state: ClusterState, filled: list[Job] | None
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Each unit's job's own stage id (0 for none) and whether it has one, read from
-        ``filled`` (each unit's job, as :meth:`current` gave them) or, where the state's
-        ``stages_version`` vouched for the jobs (``filled`` is ``None``), kept from the last
-        read; ``None`` if a stage id is not an int64."""
+        """Each unit's job's own stage id (0 for none) and whether it has one: where the
+        state's ``stages_version`` vouched for the jobs (``filled`` is ``None``), kept from the
+        last read; else gathered from the state's job table (:meth:`ClusterState.job_table`)
+        or read from ``filled`` (each unit's job, as :meth:`current` gave them). ``None`` if a
+        stage id is not an int64."""
         if filled is None and self._job_stages is not None:
+            return self._job_stages
+        table = state.job_table()
+        if table is not None:  # (the same ids and flags, gathered)
+            rows = table.rows_of(self.unit_jobs)
+            known = rows >= 0
+            numbers = table.numbers[rows]
+            self._job_stages = (np.where(known, numbers["stage_id"], 0),
+                                known & numbers["has_stage"])  # fmt: skip
             return self._job_stages
         stage_ids = list(map(_STAGE_ID, filled or self.jobs(state)))
         has_stage = np.fromiter(map(operator.is_not, stage_ids, repeat(None)), bool)
@@ -976,7 +997,7 @@ def _job_stage_order(
         coflow_rows = np.arange(n, dtype=np.int64)
     else:
         coflow_rows = _rows(sparse, keys.coflow_id.tolist())
-    if filled is None:
+    if filled is None or state.job_table() is not None:
         budget, done = state.job_iterations(structure.unit_jobs)
     else:  # (read already: the same numbers)
         budget = np.fromiter(map(_BUDGET, filled), np.int64, len(filled))

@@ -665,6 +665,7 @@ class Registry:
                 index.put(implicit)
             else:
                 index.remove(IMPLICIT_COFLOW_BASE + job_id)
+        index.mirror(self._jobs_view)  # (a dict never changed once a state holds it)
 
     def _model(self, record: Any, build: Callable[[Any], Any]) -> Any:
         key = (type(record), _ident(RECORD_KIND[type(record)], record))

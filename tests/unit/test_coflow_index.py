@@ -397,3 +397,50 @@ def test_beamer_orders_an_indexed_hpo_state_from_its_keys(change):
             kept = make_policy("beamer", **options)
             kept.schedule(fast)
             assert kept.schedule(fast) == want
+
+
+def test_the_job_table_is_the_numbers_of_the_very_jobs_the_index_mirrors():
+    """Snapshots offer the jobs' numbers as arrays only for the jobs dict named by mirror(),
+    until a job is put or removed again; a snapshot keeps the numbers it was made with."""
+    index = CoflowIndex([Coflow(1, [Flow("10.0.0.1", "10.0.0.2", 5.0)], job_id=3)])
+    jobs = {j: Job(j, iteration_budget=4 + j, iterations_done=j % 3, stage_id=None if j == 1
+                   else 10 + j, arrival_s=0.5 * j) for j in (7, 3, 1)}  # fmt: skip
+    for job in jobs.values():
+        index.put_job(job)
+    assert index.snapshot().job_table is None  # (not mirrored)
+    index.mirror(jobs)
+    first = index.snapshot()
+    state = ClusterState(jobs=jobs, loads=first)
+    table = state.job_table()
+    assert table is not None and table.job_ids.tolist() == [1, 3, 7]
+    rows = table.rows_of(np.array([7, 2, 1, 3, 99]))
+    assert (rows[[1, 4]] == -1).all()
+    picked = table.numbers[rows[[0, 2, 3]]]
+    assert picked["budget"].tolist() == [11, 5, 7] and picked["done"].tolist() == [1, 1, 0]
+    assert picked["arrival_s"].tolist() == [3.5, 0.5, 1.5]
+    assert picked["has_stage"].tolist() == [True, False, True]
+    assert picked["stage_id"].tolist() == [17, 0, 13]
+    budget, done = state.job_iterations(np.array([3, 2]))
+    assert budget.tolist() == [7, 1] and done.tolist() == [0, 1]  # (2: unknown, nothing left)
+    assert ClusterState(jobs=dict(jobs), loads=first).job_table() is None  # another dict
+    # a progress report (a new job object): no table until the caller mirrors again
+    later = dict(jobs)
+    later[3] = Job(3, jobs[3].bytes_per_iteration, 7, 6, stage_id=13, arrival_s=1.5)
+    index.put_job(later[3])
+    assert index.snapshot().job_table is None
+    index.mirror(later)
+    assert index.snapshot().sparse is first.sparse  # (only the jobs' numbers changed)
+    index.remove_job(7)
+    del later[7]
+    index.mirror(later)
+    second = index.snapshot()
+    table2 = ClusterState(jobs=later, loads=second).job_table()
+    assert table2.job_ids.tolist() == [1, 3]
+    assert table2.numbers[table2.rows_of(np.array([3]))]["done"].tolist() == [6]
+    # the first snapshot's table still shows what it was made with
+    assert table.numbers[table.rows_of(np.array([3]))]["done"].tolist() == [0]
+    assert table.job_ids.tolist() == [1, 3, 7]
+    # a job id that is not an int64: no table from then on
+    index.put_job(Job(2**70))
+    index.mirror({**later, 2**70: Job(2**70)})
+    assert index.snapshot().job_table is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 
 from controller.api import ApiError
@@ -272,6 +273,20 @@ def assert_view_is_the_records(registry: Registry, beamer=None) -> None:
     assert list(ports) == list(registry.records["jobs"])
     for name in ("fifo-lm", "sincronia", "jpas", "beamer", "varys"):
         assert make_policy(name).schedule(kept) == make_policy(name).schedule(want)
+    assert_table_is_the_jobs(kept)
+
+
+def assert_table_is_the_jobs(state) -> None:
+    """The state's job table (the registry's index mirrors its jobs) holds every job's
+    numbers and no other job."""
+    table = state.job_table()
+    assert table is not None
+    assert table.job_ids.tolist() == sorted(state.jobs)
+    for job in state.jobs.values():
+        row = table.numbers[table.rows_of(np.array([job.job_id]))[0]]
+        assert (row["budget"], row["done"], row["arrival_s"]) == (
+            job.iteration_budget, job.iterations_done, job.arrival_s)  # fmt: skip
+        assert (row["has_stage"], row["stage_id"]) == (job.stage_id is not None, job.stage_id or 0)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -333,4 +348,5 @@ def test_the_kept_scheduling_view_is_the_records_after_every_change(tmp_path, se
     for kept, want in older:
         assert kept.coflows == want.coflows and kept.jobs == want.jobs
         assert kept.stages == want.stages and kept.active_coflows() == want.active_coflows()
+        assert_table_is_the_jobs(kept)  # (later changes copied the numbers first)
     assert len(older) > 10
