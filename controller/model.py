@@ -403,8 +403,9 @@ class JobTable:
     policies that read every job at every reorder (JPAS: progress and arrival; Beamer: budget,
     iterations done and stage): a gather instead of a Python step per job.
 
-    A state offers it only for the very jobs dict it was read from (:attr:`jobs`, which its
-    maker named with :meth:`CoflowIndex.mirror`): the same job objects, so the same numbers.
+    A state offers it only for the very jobs dict it was read from (:attr:`jobs`: the one
+    the state's maker named with :meth:`CoflowIndex.mirror`, or the simulator's HPO driver
+    keeps its numbers for): the same job objects, so the same numbers.
 
     Args:
         job_ids: the jobs' ids, ascending.
@@ -418,6 +419,11 @@ class JobTable:
     rows: np.ndarray
     numbers: np.ndarray
     jobs: Mapping[JobId, Job]
+
+    @staticmethod
+    def empty_numbers(n_rows: int) -> np.ndarray:
+        """Rows of numbers for ``n_rows`` jobs, all zero (``live`` false: no job)."""
+        return np.zeros(n_rows, dtype=_JOB_NUMBERS)
 
     def rows_of(self, job_ids: np.ndarray) -> np.ndarray:
         """Each of ``job_ids``' row of :attr:`numbers` (-1 for a job the table lacks)."""
@@ -464,7 +470,7 @@ class CoflowIndex:
         # until a job comes or goes; the jobs dict named by mirror() until a job changes
         self._job_row: dict[JobId, int] = {}
         self._job_objects: list[Job | None] = []
-        self._job_numbers = np.zeros(16, dtype=_JOB_NUMBERS)
+        self._job_numbers = JobTable.empty_numbers(16)
         self._job_table: JobTable | None = None
         self._table_stale = False  # (the snapshot's table, until the next one)
         self._job_order: tuple[np.ndarray, np.ndarray] | None = None
@@ -544,7 +550,7 @@ class CoflowIndex:
             if row is None:
                 row = len(self._job_objects)
                 if row == len(self._job_numbers):
-                    grown = np.zeros(max(16, 2 * row), dtype=_JOB_NUMBERS)
+                    grown = JobTable.empty_numbers(max(16, 2 * row))
                     grown[:row] = self._job_numbers
                     self._job_numbers = grown
                 self._job_numbers[row] = numbers

@@ -40,7 +40,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.kernel_cache import warm_once
-from controller.model import ClusterState, Coflow, CoflowKeys, Job, SparsePortBytes, Stage
+from controller.model import (
+    ClusterState,
+    Coflow,
+    CoflowKeys,
+    Job,
+    JobTable,
+    SparsePortBytes,
+    Stage,
+)
 from controller.policies import Policy, make_policy
 from controller.schedule import N_LEVELS, Schedule
 from controller.timeline import CoflowLevel, Timeline
@@ -211,6 +219,8 @@ class Simulator:
         # the states' job_iterations from the workload driver's arrays, if it keeps them
         # (None from it: read the jobs)
         self.job_iterations: JobIterations | None = None
+        # the states' job_table from the workload driver's arrays, if it keeps them
+        self.job_table: Callable[[], JobTable | None] | None = None
         self.now_s = 0.0
         self._heap: list = []
         self._seq = itertools.count()
@@ -499,6 +509,7 @@ class Simulator:
             all_left=port_bits.all_left,
             packed_keys=self._views.packed_keys(),
             iterations_of=self.job_iterations,
+            table_of=self.job_table,
         )
 
     def _reserve_buckets(self, extra: int) -> None:
@@ -1048,6 +1059,8 @@ class _SimulatorState(ClusterState):
             offered).
         iterations_of: the workload driver's :meth:`job_iterations`, if it keeps them (it
             returns ``None`` for jobs it does not know).
+        table_of: the workload driver's job table, if it keeps one (for the jobs dict it
+            gives the state).
     """
 
     port_bits: _PortBits | None = None
@@ -1055,6 +1068,7 @@ class _SimulatorState(ClusterState):
     all_left: bool = True
     packed_keys: bytes | None = None
     iterations_of: JobIterations | None = None
+    table_of: Callable[[], JobTable | None] | None = None
 
     @property
     def row_of(self) -> dict[int, int]:
@@ -1087,6 +1101,12 @@ class _SimulatorState(ClusterState):
             if counts is not None:
                 return counts
         return super().job_iterations(job_ids)
+
+    def job_table(self) -> JobTable | None:
+        """:meth:`ClusterState.job_table` from the workload driver's arrays, if it keeps them
+        for this state's jobs dict."""
+        table = self.table_of() if self.table_of is not None else None
+        return table if table is not None and table.jobs is self.jobs else None
 
     def coflow_keys(self) -> CoflowKeys | None:
         """The active coflows' ids, jobs and stages as arrays, in :meth:`active_coflows`

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.model import Job, Stage
+from controller.model import Job, JobTable, Stage
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
 from workloads.gpu import Decision, GpuManager
 from workloads.hpo import HpoTask
@@ -89,6 +89,12 @@ class HpoDriver:
         self._done = np.zeros(0, dtype=np.int64)
         self._known = np.zeros(0, dtype=bool)
         sim.job_iterations = self._job_iterations
+        # the running jobs' numbers, a row per job id, for the states' job_table (JPAS reads
+        # every job's progress and arrival at every reorder); the table until a job comes or
+        # goes. A state reads it during its reorder: the rows change as the jobs do.
+        self._numbers = JobTable.empty_numbers(0)
+        self._table: JobTable | None = None
+        sim.job_table = self._job_table
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
             sim.at(task.arrival_s, lambda task=task: self._arrive(task.task_id))
@@ -120,6 +126,9 @@ class HpoDriver:
                 job.start_s,
             )  # fmt: skip
             self._count(job.job_id, job.iterations, 0)
+            self._numbers[job.job_id] = (job.job_id, job.iterations, 0, job.start_s,
+                                         job.stage_id, True, True)  # fmt: skip
+            self._table = None
             if self.gpus is None:
                 self._compute(job)
         for decision in actions.gpu:
@@ -137,6 +146,8 @@ class HpoDriver:
             self._budget = np.concatenate([self._budget, np.zeros(grow, dtype=np.int64)])
             self._done = np.concatenate([self._done, np.zeros(grow, dtype=np.int64)])
             self._known = np.concatenate([self._known, np.zeros(grow, dtype=bool)])
+            self._numbers = np.concatenate([self._numbers, JobTable.empty_numbers(grow)])
+            self._table = None
         self._budget[job_id], self._done[job_id], self._known[job_id] = budget, done, True
 
     def _job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -147,6 +158,13 @@ class HpoDriver:
         ):
             return None
         return self._budget[job_ids], self._done[job_ids]
+
+    def _job_table(self) -> JobTable:
+        """The running jobs' numbers, for the jobs dict the states get."""
+        if self._table is None:
+            running = np.flatnonzero(self._numbers["live"])
+            self._table = JobTable(running, running, self._numbers, self._model_jobs)
+        return self._table
 
     def _compute(self, job: JobRun) -> None:
         progress = self._progress[job.job_id]
@@ -195,12 +213,14 @@ class HpoDriver:
         self.core.iteration_done(job_id, now)
         self._model_jobs[job_id].iterations_done = job.done
         self._done[job_id] = job.done
+        self._numbers["done"][job_id] = job.done
         if job.done < job.iterations:
             if job.holding:
                 self._compute(job)
             return
         del self._model_jobs[job_id]
         self._count(job_id, 1, 1)
+        self._numbers["live"][job_id], self._table = False, None
         self._stages_version = object()
         actions = self.core.job_done(job_id, now)
         for stage in actions.finished_stages:

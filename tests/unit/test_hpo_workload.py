@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from controller.policies import POLICIES, make_policy
@@ -120,6 +121,32 @@ def test_policy_sees_jobs_and_stages():
     sim.run()
     assert max(jobs for jobs, _ in seen) == 8  # both tasks' first stages: 2 x 4 jobs
     assert max(stages for _, stages in seen) == 2
+
+
+@pytest.mark.parametrize("mode", ["levels", "ideal"])
+def test_every_state_s_job_table_is_the_numbers_of_its_jobs(mode):
+    # JPAS reads progress and arrival, Beamer budgets, iterations and stages, from the HPO
+    # driver's arrays: at every reorder they must be those of the state's job objects, and
+    # list no job that ended
+    seen = []
+
+    class Spy(type(make_policy("jpas"))):
+        def schedule(self, state):
+            table = state.job_table()
+            assert table is not None
+            assert table.job_ids.tolist() == sorted(state.jobs)
+            for job in state.jobs.values():
+                row = table.numbers[table.rows_of(np.array([job.job_id]))[0]]
+                assert (row["budget"], row["done"], row["arrival_s"]) == (
+                    job.iteration_budget, job.iterations_done, job.arrival_s)  # fmt: skip
+                assert row["has_stage"] and row["stage_id"] == job.stage_id
+            seen.append(sum(job.iterations_done for job in state.jobs.values()))
+            return super().schedule(state)
+
+    sim = Simulator(Fabric(8, 1e9), Spy(), mode=mode)
+    HpoDriver(sim, generate(8, 2, seed=3, configs_per_task=4, eta=2, min_iterations=3, scale=10))
+    sim.run()
+    assert len(seen) > 20 and max(seen) > 0  # (iterations were done while jobs ran)
 
 
 def test_survivors_are_the_most_accurate():
