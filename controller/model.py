@@ -411,7 +411,8 @@ class JobTable:
         job_ids: the jobs' ids, ascending.
         rows: each one's row of the numbers.
         numbers: per row: id, iteration budget, iterations done, arrival, stage id (0 for
-            none) and whether it has one.
+            none) and whether it has one (at least one row, so that a gather at -1 for a job
+            the table lacks, masked afterwards, reads one).
         jobs: the jobs dict these are the numbers of.
     """
 

@@ -92,7 +92,7 @@ class HpoDriver:
         # the running jobs' numbers, a row per job id, for the states' job_table (JPAS reads
         # every job's progress and arrival at every reorder); the table until a job comes or
         # goes. A state reads it during its reorder: the rows change as the jobs do.
-        self._numbers = JobTable.empty_numbers(0)
+        self._numbers = JobTable.empty_numbers(16)
         self._table: JobTable | None = None
         sim.job_table = self._job_table
         sim.on_coflow_done(self._coflow_done)
@@ -146,8 +146,9 @@ class HpoDriver:
             self._budget = np.concatenate([self._budget, np.zeros(grow, dtype=np.int64)])
             self._done = np.concatenate([self._done, np.zeros(grow, dtype=np.int64)])
             self._known = np.concatenate([self._known, np.zeros(grow, dtype=bool)])
-            self._numbers = np.concatenate([self._numbers, JobTable.empty_numbers(grow)])
-            self._table = None
+            if len(self._numbers) < len(self._known):
+                more = JobTable.empty_numbers(len(self._known) - len(self._numbers))
+                self._numbers, self._table = np.concatenate([self._numbers, more]), None
         self._budget[job_id], self._done[job_id], self._known[job_id] = budget, done, True
 
     def _job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
