@@ -389,6 +389,7 @@ _LEFT = operator.attrgetter("remaining_bytes")
 _SIZE = operator.attrgetter("size_bytes")
 _COFLOW_ID = operator.attrgetter("coflow_id")
 _SOURCE = operator.attrgetter("source")
+_WEIGHT = operator.attrgetter("weight")
 
 
 _JOB_NUMBERS = np.dtype(
@@ -679,6 +680,7 @@ class CoflowIndex:
             None if rows.keys is None else CoflowKeys.from_rows(rows.keys.view(np.int64), True),
             self._jobs,
             self._table(),
+            rows.weights,
         )
         self._jobs_shared = True
         return self._view
@@ -704,6 +706,7 @@ class _Rows:
     coflows: list[Coflow]
     size_bytes: list[float]
     remaining_bytes: list[float]
+    weights: list[float]
     row_ptr: np.ndarray  # the rows' offsets into the entries
     ports: np.ndarray  # per entry, packed as ``2 * host number + direction``
     load_bytes: np.ndarray  # per entry
@@ -720,6 +723,7 @@ class _Rows:
             list(map(_ENTRY_COFLOW, entries)),
             list(map(_SIZE, entries)),
             list(map(_LEFT, entries)),
+            list(map(_WEIGHT, map(_ENTRY_COFLOW, entries))),
             row_ptr,
             np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64),
             np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float),
@@ -756,7 +760,7 @@ class _Rows:
         if not pieces:
             return _Rows.of([])
         ptr, old_n_ports = self.row_ptr, np.diff(self.row_ptr)
-        ids, coflows, size_bytes, remaining_bytes = [], [], [], []
+        ids, coflows, size_bytes, remaining_bytes, weights = [], [], [], [], []
         n_ports, ports, load_bytes, keys = [], [], [], []
         for piece in pieces:
             if type(piece) is tuple:
@@ -765,6 +769,7 @@ class _Rows:
                 coflows += self.coflows[a:b]
                 size_bytes += self.size_bytes[a:b]
                 remaining_bytes += self.remaining_bytes[a:b]
+                weights += self.weights[a:b]
                 n_ports.append(old_n_ports[a:b])
                 ports.append(self.ports[ptr[a] : ptr[b]])
                 load_bytes.append(self.load_bytes[ptr[a] : ptr[b]])
@@ -774,6 +779,7 @@ class _Rows:
                 coflows.append(piece.coflow)
                 size_bytes.append(piece.size_bytes)
                 remaining_bytes.append(piece.remaining_bytes)
+                weights.append(piece.coflow.weight)
                 n_ports.append([piece.n_ports])
                 ports.append(np.frombuffer(piece.ports, dtype=np.int64))
                 load_bytes.append(np.frombuffer(piece.load_bytes))
@@ -785,6 +791,7 @@ class _Rows:
             coflows,
             size_bytes,
             remaining_bytes,
+            weights,
             row_ptr,
             np.concatenate(ports),
             np.concatenate(load_bytes),
@@ -805,6 +812,7 @@ class CoflowLoads:
         keys: their ids, jobs and stages as arrays (``None`` if an id does not fit an int64).
         jobs: the jobs' loads per iteration the index packed, by job id.
         job_table: the jobs' numbers, for the jobs dict the index mirrors (``None``: none).
+        weights: each coflow's weight (``None``: not kept).
     """
 
     coflows: tuple[Coflow, ...]
@@ -814,6 +822,7 @@ class CoflowLoads:
     keys: CoflowKeys | None = None
     jobs: Mapping[JobId, _PackedJob] = field(default_factory=dict)
     job_table: JobTable | None = None
+    weights: list[float] | None = None
 
     def job_loads(
         self, job_ids: Sequence[JobId], sources: Sequence[Mapping[Port, float]]
@@ -986,6 +995,14 @@ class ClusterState:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """:meth:`CoflowLoads.job_loads` of the state's loads (``None`` if it keeps none)."""
         return None if self.loads is None else self.loads.job_loads(job_ids, sources)
+
+    def coflow_weights(self, active: Sequence[Coflow]) -> list[float]:
+        """The weights of :meth:`active_coflows` (``active``, that list): from the loads when
+        the state keeps them (no coflow read; the list is shared: do not change it), else
+        read from ``active``."""
+        if self.loads is not None and self.loads.weights is not None:
+            return self.loads.weights
+        return list(map(_WEIGHT, active))
 
     def active_ids(self, active: Sequence[Coflow] | None = None) -> list[CoflowId]:
         """The ids of :meth:`active_coflows`, in that order: from the loads when the state

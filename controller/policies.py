@@ -316,7 +316,7 @@ class Sincronia(Policy):
         """BSSI order of the active coflows (weighted port loads in seconds)."""
         active = state.active_coflows()
         ids = state.active_ids(active)
-        order = bssi_order(state.demand_matrix(active, ids), list(map(_WEIGHT, active)))
+        order = bssi_order(state.demand_matrix(active, ids), state.coflow_weights(active))
         sparse = state.sparse_port_bytes()
         if sparse is None:
             return Schedule.from_order(map(ids.__getitem__, order))

@@ -191,6 +191,7 @@ def assert_same_snapshot(got: CoflowLoads, want: CoflowLoads) -> None:
         a, b = getattr(got.sparse, name), getattr(want.sparse, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     assert (got.size_bytes, got.remaining_bytes) == (want.size_bytes, want.remaining_bytes)
+    assert got.weights == want.weights == [c.weight for c in want.coflows]
     for name in ("coflow_id", "job_id", "has_job", "stage_id", "has_stage", "in_row_order"):
         assert np.array_equal(getattr(got.keys, name), getattr(want.keys, name)), name
 
@@ -215,7 +216,8 @@ def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatc
             size = float(rng.choice((10, 25, 40)))
             flows.append(Flow(src, dst, size, rng.choice((size / 4, size / 2, size))))
         job = rng.choice((None, coflow_id % 4))
-        return Coflow(coflow_id, flows, arrival_s, job_id=job, stage_id=rng.choice((None, 2)))
+        return Coflow(coflow_id, flows, arrival_s, job_id=job, stage_id=rng.choice((None, 2)),
+                      weight=rng.choice((1.0, 0.5, 3.0)))  # fmt: skip
 
     for _round in range(300):
         for _ in range(rng.choice((1, 1, 2, 3, 5, 40))):
