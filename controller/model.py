@@ -547,8 +547,7 @@ class CoflowIndex:
         try:
             numbers = (job.job_id, job.iteration_budget, job.iterations_done, job.arrival_s,
                        0 if stage is None else stage, stage is not None, True)  # fmt: skip
-            if self._job_table is not None:  # (a snapshot's table holds these: copy first)
-                self._job_numbers, self._job_table = self._job_numbers.copy(), None
+            self._own_numbers()
             if row is None:
                 row = len(self._job_objects)
                 if row == len(self._job_numbers):
@@ -583,8 +582,7 @@ class CoflowIndex:
         row = self._job_row.pop(job_id, None)
         if row is not None:
             self._mirrored, self._table_stale, self._job_order = None, True, None
-            if self._job_table is not None:
-                self._job_numbers, self._job_table = self._job_numbers.copy(), None
+            self._own_numbers()
             self._job_numbers["live"][row] = False
             self._job_objects[row] = None
 
@@ -610,6 +608,11 @@ class CoflowIndex:
             job_ids, rows = self._job_order
             self._job_table = JobTable(job_ids, rows, self._job_numbers, self._mirrored)
         return self._job_table
+
+    def _own_numbers(self) -> None:
+        """Copy the jobs' numbers before a change if a snapshot's table holds them."""
+        if self._job_table is not None:
+            self._job_numbers, self._job_table = self._job_numbers.copy(), None
 
     def _own_jobs(self) -> dict[JobId, _PackedJob]:
         if self._jobs_shared:
@@ -969,10 +972,14 @@ class ClusterState:
         return state
 
     def job_table(self) -> JobTable | None:
-        """The jobs' numbers as arrays, if the state's loads have them for its very
+        """The jobs' numbers as arrays, if the state's maker keeps them for its very
         :attr:`jobs` dict (:meth:`CoflowIndex.mirror`); else ``None``."""
-        table = self.loads.job_table if self.loads is not None else None
+        table = self._kept_job_table()
         return table if table is not None and table.jobs is self.jobs else None
+
+    def _kept_job_table(self) -> JobTable | None:
+        """The job table the state's maker keeps, for whichever jobs dict (the loads')."""
+        return self.loads.job_table if self.loads is not None else None
 
     def port_bps(self, port: Port) -> float:
         """Capacity of ``port`` in bit/s."""

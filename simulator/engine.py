@@ -1102,11 +1102,9 @@ class _SimulatorState(ClusterState):
                 return counts
         return super().job_iterations(job_ids)
 
-    def job_table(self) -> JobTable | None:
-        """:meth:`ClusterState.job_table` from the workload driver's arrays, if it keeps them
-        for this state's jobs dict."""
-        table = self.table_of() if self.table_of is not None else None
-        return table if table is not None and table.jobs is self.jobs else None
+    def _kept_job_table(self) -> JobTable | None:
+        """The workload driver's job table, if it keeps one."""
+        return self.table_of() if self.table_of is not None else None
 
     def coflow_keys(self) -> CoflowKeys | None:
         """The active coflows' ids, jobs and stages as arrays, in :meth:`active_coflows`

@@ -82,18 +82,15 @@ class HpoDriver:
         # replaced whenever a stage or a job comes or goes (ClusterState.stages_version)
         self._stages_version = object()
         sim.stages_version = lambda: self._stages_version
-        # each job's iteration budget and iterations done, by job id, as arrays (what the
-        # states' job_iterations reads: Beamer's reorders read no job object); a job that
-        # ended has none left (1 and 1, as for a job the state does not have)
-        self._budget = np.zeros(0, dtype=np.int64)
-        self._done = np.zeros(0, dtype=np.int64)
-        self._known = np.zeros(0, dtype=bool)
-        sim.job_iterations = self._job_iterations
-        # the running jobs' numbers, a row per job id, for the states' job_table (JPAS reads
-        # every job's progress and arrival at every reorder); the table until a job comes or
-        # goes. A state reads it during its reorder: the rows change as the jobs do.
+        # each job's numbers, a row per job id, what the states' job_iterations (Beamer's
+        # reorders read no job object) and job_table (JPAS reads every job's progress and
+        # arrival) read: live while the job runs; a job that ended has none left (a budget
+        # and iterations done of 1, as for a job the state does not have); a row no job used
+        # has a budget of 0. The table is kept until a job comes or goes; a state reads it
+        # during its reorder (the rows change as the jobs do).
         self._numbers = JobTable.empty_numbers(16)
         self._table: JobTable | None = None
+        sim.job_iterations = self._job_iterations
         sim.job_table = self._job_table
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
@@ -125,7 +122,7 @@ class HpoDriver:
                 job.job_id, job.sync_bytes, job.iterations, 0, job.stage_id, job.task_id,
                 job.start_s,
             )  # fmt: skip
-            self._count(job.job_id, job.iterations, 0)
+            self._room_for(job.job_id)
             self._numbers[job.job_id] = (job.job_id, job.iterations, 0, job.start_s,
                                          job.stage_id, True, True)  # fmt: skip
             self._table = None
@@ -139,26 +136,22 @@ class HpoDriver:
                 self.sim.at(self.sim.now_s + self.gpus.quantum_s, self._tick)
             self.sim.request_reorder()
 
-    def _count(self, job_id: int, budget: int, done: int) -> None:
-        """Note a job's iteration budget and iterations done in the arrays."""
-        if job_id >= len(self._known):
-            grow = max(job_id + 1, 2 * len(self._known)) - len(self._known)
-            self._budget = np.concatenate([self._budget, np.zeros(grow, dtype=np.int64)])
-            self._done = np.concatenate([self._done, np.zeros(grow, dtype=np.int64)])
-            self._known = np.concatenate([self._known, np.zeros(grow, dtype=bool)])
-            if len(self._numbers) < len(self._known):
-                more = JobTable.empty_numbers(len(self._known) - len(self._numbers))
-                self._numbers, self._table = np.concatenate([self._numbers, more]), None
-        self._budget[job_id], self._done[job_id], self._known[job_id] = budget, done, True
+    def _room_for(self, job_id: int) -> None:
+        """Rows up to ``job_id``'s (twice as many as before, at least)."""
+        if job_id >= len(self._numbers):
+            more = JobTable.empty_numbers(max(job_id + 1, 2 * len(self._numbers)))
+            more[: len(self._numbers)] = self._numbers
+            self._numbers, self._table = more, None
 
     def _job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The budgets and iterations done of ``job_ids`` (``None`` unless this driver started
         every one)."""
+        budget = self._numbers["budget"]
         if len(job_ids) and not (
-            job_ids.min() >= 0 and job_ids.max() < len(self._known) and self._known[job_ids].all()
+            job_ids.min() >= 0 and job_ids.max() < len(budget) and (budget[job_ids] > 0).all()
         ):
             return None
-        return self._budget[job_ids], self._done[job_ids]
+        return budget[job_ids], self._numbers["done"][job_ids]
 
     def _job_table(self) -> JobTable:
         """The running jobs' numbers, for the jobs dict the states get."""
@@ -213,15 +206,15 @@ class HpoDriver:
         self._progress[job_id].in_iteration = False
         self.core.iteration_done(job_id, now)
         self._model_jobs[job_id].iterations_done = job.done
-        self._done[job_id] = job.done
         self._numbers["done"][job_id] = job.done
         if job.done < job.iterations:
             if job.holding:
                 self._compute(job)
             return
         del self._model_jobs[job_id]
-        self._count(job_id, 1, 1)
-        self._numbers["live"][job_id], self._table = False, None
+        numbers = self._numbers
+        numbers["budget"][job_id] = numbers["done"][job_id] = 1
+        numbers["live"][job_id], self._table = False, None
         self._stages_version = object()
         actions = self.core.job_done(job_id, now)
         for stage in actions.finished_stages:

@@ -1,6 +1,8 @@
 """Small instance builders and brute-force optima shared by the unit tests (they live in
 :mod:`simulator.reference`, which the reproduction report uses too)."""
 
+import numpy as np
+
 from simulator.reference import (  # noqa: F401
     BYTE_PER_S,
     brute_force_best,
@@ -10,6 +12,18 @@ from simulator.reference import (  # noqa: F401
     stage_instance,
     state_of,
 )
+
+
+def assert_table_is_the_jobs(state) -> None:
+    """The state's job table holds every one of its jobs' numbers and no other job."""
+    table = state.job_table()
+    assert table is not None
+    assert table.job_ids.tolist() == sorted(state.jobs)
+    for job in state.jobs.values():
+        row = table.numbers[table.rows_of(np.array([job.job_id]))[0]]
+        assert (row["budget"], row["done"], row["arrival_s"]) == (
+            job.iteration_budget, job.iterations_done, job.arrival_s)  # fmt: skip
+        assert (row["has_stage"], row["stage_id"]) == (job.stage_id is not None, job.stage_id or 0)
 
 
 class VersionCheck:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 
-import numpy as np
 import pytest
 
 from controller.policies import POLICIES, make_policy
@@ -14,6 +13,8 @@ from simulator.hpo import HpoDriver
 from workloads.curves import LearningCurve, sample_curves
 from workloads.hpo import HpoTask, generate, stage_plan, survivors, sync_flows, sync_phases
 from workloads.profiles import PROFILES
+
+from .instances import assert_table_is_the_jobs
 
 
 def test_successive_halving_plan():
@@ -132,14 +133,8 @@ def test_every_state_s_job_table_is_the_numbers_of_its_jobs(mode):
 
     class Spy(type(make_policy("jpas"))):
         def schedule(self, state):
-            table = state.job_table()
-            assert table is not None
-            assert table.job_ids.tolist() == sorted(state.jobs)
-            for job in state.jobs.values():
-                row = table.numbers[table.rows_of(np.array([job.job_id]))[0]]
-                assert (row["budget"], row["done"], row["arrival_s"]) == (
-                    job.iteration_budget, job.iterations_done, job.arrival_s)  # fmt: skip
-                assert row["has_stage"] and row["stage_id"] == job.stage_id
+            assert_table_is_the_jobs(state)
+            assert all(job.stage_id is not None for job in state.jobs.values())
             seen.append(sum(job.iterations_done for job in state.jobs.values()))
             return super().schedule(state)
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 
 from controller.api import ApiError
 from controller.policies import make_policy
 from controller.registry import IMPLICIT_COFLOW_BASE, Registry, RegistryError
 
-from .instances import VersionCheck
+from .instances import VersionCheck, assert_table_is_the_jobs
 
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
 
@@ -274,19 +273,6 @@ def assert_view_is_the_records(registry: Registry, beamer=None) -> None:
     for name in ("fifo-lm", "sincronia", "jpas", "beamer", "varys"):
         assert make_policy(name).schedule(kept) == make_policy(name).schedule(want)
     assert_table_is_the_jobs(kept)
-
-
-def assert_table_is_the_jobs(state) -> None:
-    """The state's job table (the registry's index mirrors its jobs) holds every job's
-    numbers and no other job."""
-    table = state.job_table()
-    assert table is not None
-    assert table.job_ids.tolist() == sorted(state.jobs)
-    for job in state.jobs.values():
-        row = table.numbers[table.rows_of(np.array([job.job_id]))[0]]
-        assert (row["budget"], row["done"], row["arrival_s"]) == (
-            job.iteration_budget, job.iterations_done, job.arrival_s)  # fmt: skip
-        assert (row["has_stage"], row["stage_id"]) == (job.stage_id is not None, job.stage_id or 0)
 
 
 @pytest.mark.parametrize("seed", range(6))
