@@ -5,11 +5,13 @@ matter), starts ``python -m controller`` on free loopback ports, connects the tw
 stops the controller by PID and deletes the bridge by name. :func:`our_rules_and_meters`
 counts what the controller has put on it; :func:`our_marks` gives the marks of its rules on
 the switch, to compare with :func:`workloads.launcher.wanted_marks` of ``/api/rules``.
+:func:`switch_on_cpus` keeps OVS off the CPUs a benchmark gives the controller alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +24,9 @@ sys.path.insert(0, str(ROOT))
 
 from workloads.launcher import ControllerProcess, free_port, parse_marks  # noqa: E402
 
+# (where ovs-ctl, which scripts/ovs.sh runs, writes it)
+OVS_PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
+
 
 def sh(*argv: str) -> subprocess.CompletedProcess:
     """Run a command; its output, or ``CalledProcessError``."""
@@ -29,16 +34,18 @@ def sh(*argv: str) -> subprocess.CompletedProcess:
 
 
 @contextlib.contextmanager
-def controller_on_bridge(bridge: str, *controller_args: str) -> Iterator[ControllerProcess]:
-    """A started controller (``controller_args`` go to ``python -m controller``) connected to a
-    new bridge named ``bridge``; both are gone afterwards."""
+def controller_on_bridge(
+    bridge: str, *controller_args: str, cpus: set[int] | None = None
+) -> Iterator[ControllerProcess]:
+    """A started controller (``controller_args`` go to ``python -m controller``; it runs on
+    ``cpus`` if given) connected to a new bridge named ``bridge``; both are gone afterwards."""
     sh("bash", str(ROOT / "scripts/ovs.sh"), "start")
     ofp_port = free_port()
     sh("ovs-vsctl", "--if-exists", "del-br", bridge)
     sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
        "protocols=OpenFlow13", "fail_mode=secure")  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix=f"{bridge}-"))
-    ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, *controller_args)
+    ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, *controller_args, cpus=cpus)
     done = False
     try:
         ctl.start()
@@ -53,6 +60,27 @@ def controller_on_bridge(bridge: str, *controller_args: str) -> Iterator[Control
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print(f"the controller's log: {ctl.log}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def switch_on_cpus(cpus: set[int]) -> Iterator[None]:
+    """ovs-vswitchd's threads (found by its pid file) kept to ``cpus``; afterwards each one
+    it had gets its own set back, and any it made since gets the set its main thread had."""
+    pid = int(OVS_PIDFILE.read_text())
+    kept = {}
+    for tid in _threads(pid):
+        kept[tid] = os.sched_getaffinity(tid)
+        os.sched_setaffinity(tid, cpus)
+    try:
+        yield
+    finally:
+        for tid in _threads(pid):
+            with contextlib.suppress(ProcessLookupError):  # (a thread that ended since)
+                os.sched_setaffinity(tid, kept.get(tid, kept[pid]))
+
+
+def _threads(pid: int) -> list[int]:
+    return [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
 
 
 def our_rules_and_meters(bridge: str) -> tuple[int, int]:

@@ -12,18 +12,26 @@ served it being handed to the switch connection; the script prints its p50/p99 a
 request round trip, then compares the rules on the switch with what the controller expects:
 their number, and each one's DSCP and meter (exit status 1 if one differs).
 Everything it started is stopped by PID and the bridge deleted by name.
+
+By default the controller, OVS and the client share every CPU, and on a small machine OVS,
+applying the FlowMods of one event, takes the controller's core during the next reorder (the
+script prints how many reorders the OS preempted). ``--controller-cpu N`` measures the
+controller as where the switch is another machine: the controller alone on CPU N, OVS's
+threads (found by its pid file, each given its own CPU set back afterwards) and this client on
+the others.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import random
 import statistics
 import sys
 import time
 
-from bench_switch import controller_on_bridge, our_marks, our_rules_and_meters
+from bench_switch import controller_on_bridge, our_marks, our_rules_and_meters, switch_on_cpus
 
 from workloads.launcher import wait_for, wanted_marks
 
@@ -46,11 +54,33 @@ def main(argv=None) -> int:
     parser.add_argument("--active", type=int, default=200)
     parser.add_argument("--registrations", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--controller-cpu", type=int, default=None, metavar="N",
+        help="run the controller alone on CPU N, and OVS and this client on the others (as "
+             "where the switch is another machine); default: the three share every CPU",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.active < 1 or args.registrations < 1:
         parser.error("--active and --registrations must be >= 1")
+    cpus = os.sched_getaffinity(0)
+    if args.controller_cpu is not None and (args.controller_cpu not in cpus or len(cpus) < 2):
+        parser.error(f"--controller-cpu: CPU {args.controller_cpu} must be one of this "
+                     f"process's CPUs {sorted(cpus)}, with another left for OVS and the "
+                     f"client")  # fmt: skip
 
-    with controller_on_bridge(BRIDGE, "--policy", args.policy) as ctl:
+    with contextlib.ExitStack() as stack:
+        if args.controller_cpu is None:
+            ctl = stack.enter_context(controller_on_bridge(BRIDGE, "--policy", args.policy))
+            print(f"the controller, OVS and this client share CPUs {sorted(cpus)}")
+        else:
+            others = cpus - {args.controller_cpu}
+            os.sched_setaffinity(0, others)
+            ctl = stack.enter_context(
+                controller_on_bridge(BRIDGE, "--policy", args.policy, cpus={args.controller_cpu})
+            )
+            stack.enter_context(switch_on_cpus(others))  # (OVS runs: the bridge is up)
+            print(f"the controller alone on CPU {args.controller_cpu}; OVS and this client on "
+                  f"CPUs {sorted(others)}")  # fmt: skip
         client = ctl.client
         rng = random.Random(args.seed)
         n_jobs = max(1, args.active // 2)
@@ -90,6 +120,9 @@ def main(argv=None) -> int:
         print(f"reorder compute: p50 {comp['p50']:.2f} ms, p99 {comp['p99']:.2f} ms "
               f"over {comp['count']} reorders; the controller's CPU time in them: "
               f"p50 {comp['cpu_p50']:.2f} ms, p99 {comp['cpu_p99']:.2f} ms")  # fmt: skip
+        print(f"reorders the OS took the core from to run another task: {comp['preempted']} "
+              f"of {comp['count']} ({comp['preemptions']} times); the p99 of the others: "
+              f"{comp['p99_not_preempted'] or 0:.2f} ms")  # fmt: skip
         print(f"REST round trip (client): p50 {statistics.median(round_trips) * 1e3:.2f} ms, "
               f"p99 {sorted(round_trips)[int(0.99 * len(round_trips))] * 1e3:.2f} ms")  # fmt: skip
         print(f"ops sent: {stats['ops_sent']}, switch errors: {stats['switch_errors']}")

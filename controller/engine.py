@@ -13,6 +13,7 @@ import collections
 import contextlib
 import gc
 import logging
+import resource
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,14 @@ from controller.schedule import Schedule, coflow_levels, dscp_of_level
 
 LOG = logging.getLogger(__name__)
 LATENCY_SAMPLES = 10_000
+# (the calling thread's own counts where the OS keeps them, as Linux does; else the process's)
+_RUSAGE_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+
+def involuntary_switches() -> int:
+    """How many times the OS has taken the core from the calling thread to run another task
+    (``getrusage``'s ``ru_nivcsw``): a reorder during which it grew was preempted."""
+    return resource.getrusage(_RUSAGE_WHO).ru_nivcsw
 
 
 class NoPlan(Exception):
@@ -151,6 +160,10 @@ class Stats:
     compute_cpu_s: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
+    # how many times the OS took the core from the reorder's thread during each reorder
+    preemptions: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
+    )
     slowest: SlowEvent | None = None
 
 
@@ -165,6 +178,8 @@ class Engine:
         host_bps: per-host capacity overrides, by IPv4 address.
         monotonic: clock for latencies.
         cpu_clock: the process's CPU time (for the slowest event's breakdown).
+        preemptions: a count that grows each time the OS takes the core from the calling
+            thread to run another task (:func:`involuntary_switches`).
         gc_pauses: the process's garbage-collection pauses, for the stats (``None``: not kept).
         edge_switch: the switch a host (by IPv4 address) is attached to, or ``None`` if not
             known. A pair's marking rules and meter then go to its source's switch only (the
@@ -182,6 +197,7 @@ class Engine:
         host_bps: dict[str, float] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         cpu_clock: Callable[[], float] = time.process_time,
+        preemptions: Callable[[], int] = involuntary_switches,
         gc_pauses: GcPauses | None = None,
         edge_switch: Callable[[str], int | None] | None = None,
     ) -> None:
@@ -192,6 +208,7 @@ class Engine:
         self.host_bps = dict(host_bps or {})
         self.monotonic = monotonic
         self.cpu_clock = cpu_clock
+        self.preemptions = preemptions
         self.policy: Policy = make_policy(policy, **(policy_options or {}))
         self.policy_name, self.policy_options = policy, dict(policy_options or {})
         saved = registry.settings.get("policy")
@@ -251,6 +268,7 @@ class Engine:
         """Recompute the schedule and the rules that enforce it. A failure is counted and kept
         (:attr:`stale`, ``/api/stats``) and re-raised; the previous plan stays in force."""
         started, cpu_started = self.monotonic(), self.cpu_clock()
+        preempted_before = self.preemptions()
         try:
             state = self.registry.cluster_state(self.port_bps, self.host_bps)
             schedule = self.policy.schedule(state)
@@ -267,6 +285,7 @@ class Engine:
         self.stats.reorders += 1
         self.stats.compute_s.append(elapsed)
         self.stats.compute_cpu_s.append(self.cpu_clock() - cpu_started)
+        self.stats.preemptions.append(self.preemptions() - preempted_before)
         return self.plan
 
     def switch_connected(self, dpid: int) -> None:
@@ -386,6 +405,9 @@ class Engine:
         lat = list(self.stats.latencies_s)
         comp = list(self.stats.compute_s)
         comp_cpu = list(self.stats.compute_cpu_s)
+        preemptions = list(self.stats.preemptions)
+        # (the reorders that had their core throughout: what the reorder itself costs)
+        not_preempted = [s for s, n in zip(comp, preemptions, strict=True) if n == 0]
         ms = lambda v: None if v is None else round(v * 1e3, 3)  # noqa: E731
         return {
             "policy": self.policy_name,
@@ -413,6 +435,9 @@ class Engine:
                 "p99": ms(percentile(comp, 99)),
                 "cpu_p50": ms(percentile(comp_cpu, 50)),
                 "cpu_p99": ms(percentile(comp_cpu, 99)),
+                "preempted": sum(n > 0 for n in preemptions),
+                "preemptions": sum(preemptions),
+                "p99_not_preempted": ms(percentile(not_preempted, 99)),
             },
         }
 

@@ -52,8 +52,16 @@ def stop_process(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
 class ControllerProcess:
     """``python -m controller`` on free loopback ports with its own SQLite file."""
 
-    def __init__(self, db: Path, hosts_file: Path | None, ofp_port: int, *extra: str) -> None:
+    def __init__(
+        self,
+        db: Path,
+        hosts_file: Path | None,
+        ofp_port: int,
+        *extra: str,
+        cpus: set[int] | None = None,
+    ) -> None:
         self.db = db
+        self.cpus = cpus  # the CPUs it may run on (None: this process's)
         self.hosts_file = hosts_file
         self.ofp_port = ofp_port
         self.rest_port = free_port()
@@ -82,10 +90,19 @@ class ControllerProcess:
             argv += ["--hosts", str(self.hosts_file)]
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
-                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ}
+                argv,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ},
+                # (set before it starts: every thread it makes inherits the set)
+                preexec_fn=None if self.cpus is None else self._keep_to_cpus,
             )
         self.client.wait_ready(timeout_s=30)
         return self
+
+    def _keep_to_cpus(self) -> None:
+        os.sched_setaffinity(0, self.cpus)
 
     def stop(self) -> None:
         """Stop the controller we started (SIGTERM, then SIGKILL)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,3 +62,39 @@ def test_userspace_bridge_takes_openflow13_rules_and_meters():
     finally:
         run("ovs-vsctl", "--if-exists", "del-br", bridge)
     assert run("ovs-vsctl", "br-exists", bridge, check=False).returncode == 2
+
+
+def _thread_cpus(pid: int) -> dict[int, set[int]]:
+    return {
+        int(task.name): os.sched_getaffinity(int(task.name))
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    }
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_benchmark_keeps_ovs_and_the_controller_on_cpus_of_their_own(tmp_path):
+    # controller_latency.py --controller-cpu: the controller's threads on one CPU, OVS's on
+    # the others while it runs, and OVS's own CPU sets back afterwards
+    run("bash", str(ROOT / "scripts/ovs.sh"), "start")
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_switch import OVS_PIDFILE, switch_on_cpus
+
+    from workloads.launcher import ControllerProcess, free_port
+
+    cpus = os.sched_getaffinity(0)
+    alone, others = max(cpus), cpus - {max(cpus)}
+    ovs = int(OVS_PIDFILE.read_text())
+    before = _thread_cpus(ovs)
+    with switch_on_cpus(others):
+        assert set(map(frozenset, _thread_cpus(ovs).values())) == {frozenset(others)}
+        ctl = ControllerProcess(tmp_path / "ctl.sqlite", None, free_port(), cpus={alone})
+        ctl.start()
+        try:
+            threads = _thread_cpus(ctl.proc.pid)
+            assert len(threads) >= 1
+            assert all(cpu_set == {alone} for cpu_set in threads.values())
+        finally:
+            ctl.stop()
+    after = _thread_cpus(ovs)
+    assert all(after[tid] == cpu_set for tid, cpu_set in before.items() if tid in after)
+    assert os.sched_getaffinity(0) == cpus  # (this process's own set is not touched)

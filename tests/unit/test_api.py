@@ -5,11 +5,15 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
 from controller.api import ROUTES, RestApi
-from controller.engine import Engine
+from controller.engine import Engine, involuntary_switches
 from controller.registry import Registry
 from controller.schedule import Schedule
 
@@ -401,10 +405,51 @@ def test_the_slowest_event_is_broken_down_into_wait_compute_and_send():
         "cpu_ms": 12.0,
     }
     compute = RestApi(engine).handle("GET", "/api/stats")[1]["reorder_compute_ms"]
-    assert compute == {"count": 1, "p50": 5.0, "p99": 5.0, "cpu_p50": 4.0, "cpu_p99": 4.0}
+    assert {k: compute[k] for k in ("count", "p50", "p99", "cpu_p50", "cpu_p99")} == {
+        "count": 1, "p50": 5.0, "p99": 5.0, "cpu_p50": 4.0, "cpu_p99": 4.0
+    }  # fmt: skip
     engine.note_event()  # a faster event later (1 ms) does not replace it
     engine.sent()
     assert engine.stats.slowest.latency_s == pytest.approx(0.045)
+
+
+def test_the_stats_count_the_reorders_another_task_took_the_core_from():
+    # Three reorders of 2, 7 and 3 ms (wall clock); the OS took the core from the reorder's
+    # thread twice during the second (its count of involuntary switches goes 4 -> 6).
+    wall = iter([0.0, 0.002, 1.0, 1.007, 2.0, 2.003])
+    switches = iter([4, 4, 4, 6, 6, 6])
+    engine = Engine(
+        Registry(":memory:"), "fair", monotonic=lambda: next(wall),
+        preemptions=lambda: next(switches),
+    )  # fmt: skip
+    for _ in range(3):
+        engine.reorder()
+    compute = RestApi(engine).handle("GET", "/api/stats")[1]["reorder_compute_ms"]
+    assert compute["count"] == 3 and compute["p99"] == 7.0
+    assert compute["preempted"] == 1 and compute["preemptions"] == 2
+    assert compute["p99_not_preempted"] == 3.0  # the 7 ms reorder is the preempted one
+
+
+def test_the_reorder_thread_s_involuntary_switches_are_read_from_the_os():
+    # this thread and a busy process on one core for 0.5 s: the OS takes the core from this
+    # thread every few ms to run the other (a thread that waits gives it up itself, and is
+    # not counted)
+    cpu = min(os.sched_getaffinity(0))
+    kept = os.sched_getaffinity(0)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(busy.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        before = involuntary_switches()
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            pass
+        after = involuntary_switches()
+    finally:
+        os.sched_setaffinity(0, kept)
+        busy.kill()
+        busy.wait()
+    assert after - before >= 10
 
 
 def test_the_host_header_may_name_loopback_or_the_listen_address():
