@@ -499,9 +499,10 @@ def _jobs_by_progress(
     if table is not None:
         rows = table.rows_of(job_id_array)
         known = np.flatnonzero(rows >= 0)
-        numbers = table.numbers[rows[known]]
-        done, budget = numbers["done"].astype(float), numbers["budget"].astype(float)
-        registered_arrival = numbers["arrival_s"]
+        rows, numbers = rows[known], table.numbers
+        # (each field gathered alone: a gather of whole rows moves every field)
+        done, budget = numbers["done"][rows].astype(float), numbers["budget"][rows].astype(float)
+        registered_arrival = numbers["arrival_s"][rows]
     else:
         registered = list(map(state.jobs.get, job_id_array.tolist()))
         if not all(map(operator.is_not, registered, repeat(None))):  # (`in` calls __eq__)
@@ -918,9 +919,8 @@ class _JobStages:
         if table is not None:  # (the same ids and flags, gathered)
             rows = table.rows_of(self.unit_jobs)
             known = rows >= 0
-            numbers = table.numbers[rows]
-            self._job_stages = (np.where(known, numbers["stage_id"], 0),
-                                known & numbers["has_stage"])  # fmt: skip
+            stage_id, has_stage = table.numbers["stage_id"][rows], table.numbers["has_stage"][rows]
+            self._job_stages = (np.where(known, stage_id, 0), known & has_stage)
             return self._job_stages
         stage_ids = list(map(_STAGE_ID, filled or self.jobs(state)))
         has_stage = np.fromiter(map(operator.is_not, stage_ids, repeat(None)), bool)
