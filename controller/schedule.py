@@ -13,7 +13,6 @@ DSCP value that the controller's rules set and an HTB class on each switch port 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
@@ -58,7 +57,6 @@ def one_coflow_ranks(order: Sequence[CoflowId]) -> tuple[tuple[CoflowId], ...]:
     return tuple(map(ranks.__getitem__, order))
 
 
-@dataclass(frozen=True)
 class Schedule:
     """An order of coflows, most urgent first, in ranks of tied coflows.
 
@@ -75,13 +73,34 @@ class Schedule:
             instead of looking each id up.
         loads: the :class:`~controller.model.SparsePortBytes` that ``rows`` index (callers
             check it is the one their state offered).
+
+    A schedule made by :meth:`from_order` keeps its order as one list and makes the ranks of
+    one coflow each only if asked for them (:attr:`single_order`): the controller's levels and
+    the simulator's read the order, and a reorder of 1,000 coflows then makes no rank at all.
+    Two schedules are equal when their ranks, rates and MADD times are. Treat a schedule as
+    immutable.
     """
 
-    ranks: tuple[tuple[CoflowId, ...], ...]
-    flow_rates_bps: Mapping[FlowKey, float] = field(default_factory=dict)
-    coflow_gamma_s: Mapping[CoflowId, float] = field(default_factory=dict)
-    rows: Any = field(default=None, compare=False, repr=False)
-    loads: Any = field(default=None, compare=False, repr=False)
+    __slots__ = ("_ranks", "_single_order", "flow_rates_bps", "coflow_gamma_s", "rows", "loads")
+
+    def __init__(
+        self,
+        ranks: tuple[tuple[CoflowId, ...], ...],
+        flow_rates_bps: Mapping[FlowKey, float] | None = None,
+        coflow_gamma_s: Mapping[CoflowId, float] | None = None,
+        rows: Any = None,
+        loads: Any = None,
+    ) -> None:
+        self._ranks: tuple[tuple[CoflowId, ...], ...] | None = ranks
+        self._single_order: list[CoflowId] | None = None
+        self.flow_rates_bps: Mapping[FlowKey, float] = (
+            {} if flow_rates_bps is None else flow_rates_bps
+        )
+        self.coflow_gamma_s: Mapping[CoflowId, float] = (
+            {} if coflow_gamma_s is None else coflow_gamma_s
+        )
+        self.rows = rows
+        self.loads = loads
 
     @classmethod
     def from_order(
@@ -93,13 +112,9 @@ class Schedule:
         loads: Any = None,
     ) -> Schedule:
         """A schedule in which every coflow has a rank of its own."""
-        return cls(
-            one_coflow_ranks(order if isinstance(order, list) else list(order)),
-            dict(flow_rates_bps or {}),
-            dict(coflow_gamma_s or {}),
-            rows,
-            loads,
-        )
+        schedule = cls(None, dict(flow_rates_bps or {}), dict(coflow_gamma_s or {}), rows, loads)
+        schedule._single_order = list(order)  # (its own: the caller's list may change)
+        return schedule
 
     @classmethod
     def from_groups(
@@ -120,13 +135,56 @@ class Schedule:
         )
 
     @property
+    def ranks(self) -> tuple[tuple[CoflowId, ...], ...]:
+        """The groups of tied coflow ids, most urgent first."""
+        if self._ranks is None:
+            self._ranks = one_coflow_ranks(self._single_order)
+        return self._ranks
+
+    @property
+    def single_order(self) -> list[CoflowId] | None:
+        """The order, where the schedule was made by :meth:`from_order` (every coflow a rank
+        of its own); else ``None``. The schedule's own list: do not change it."""
+        return self._single_order
+
+    @property
+    def n_ranks(self) -> int:
+        """How many ranks there are (without making them)."""
+        if self._single_order is not None:
+            return len(self._single_order)
+        return len(self._ranks)
+
+    @property
     def order(self) -> list[CoflowId]:
         """Every coflow once, most urgent first."""
+        if self._single_order is not None:
+            return list(self._single_order)
         return [c for group in self.ranks for c in group]
 
     def rank_of(self) -> dict[CoflowId, int]:
         """Rank index of each coflow (0 = most urgent)."""
         return {c: r for r, group in enumerate(self.ranks) for c in group}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        if self._single_order is not None and other._single_order is not None:
+            same_ranks = self._single_order == other._single_order
+        else:
+            same_ranks = self.ranks == other.ranks
+        return (
+            same_ranks
+            and self.flow_rates_bps == other.flow_rates_bps
+            and self.coflow_gamma_s == other.coflow_gamma_s
+        )
+
+    __hash__ = None  # (its rates are a dict)
+
+    def __repr__(self) -> str:
+        return (
+            f"Schedule(ranks={self.ranks!r}, flow_rates_bps={self.flow_rates_bps!r}, "
+            f"coflow_gamma_s={self.coflow_gamma_s!r})"
+        )
 
 
 def level_of_rank(rank: int, n_levels: int = N_LEVELS) -> int:
@@ -153,6 +211,9 @@ def level_split(
     if n_levels < 1:
         raise ValueError("n_levels must be >= 1")
     lowest = n_levels - 1
+    order = schedule.single_order
+    if order is not None:  # (a rank each: no rank made)
+        return dict(zip(order[:lowest], range(lowest), strict=False)), set(order[lowest:])
     first: dict[CoflowId, int] = {}
     for rank, group in enumerate(schedule.ranks[:lowest]):
         first.update(dict.fromkeys(group, rank))

@@ -542,14 +542,13 @@ class Simulator:
         """The scheduled coflows' slots in the schedule's order, the level of each (its
         :func:`~controller.schedule.coflow_levels` level; its position in the ideal mode), and
         the number of levels."""
-        ranks = schedule.ranks
         latest = self._loads.latest
         made = latest.made_sparse() if latest is not None else None
         if made is not None and schedule.rows is not None and schedule.loads is made:
             slots = latest.slots[schedule.rows]  # (the order as rows of the state's loads)
             n = len(slots)
         else:
-            ids = list(itertools.chain.from_iterable(ranks))
+            ids = schedule.order
             n = len(ids)
             if latest is not None and ids == latest.ids:  # the state's order (fair, FIFO-LM)
                 slots = latest.slots
@@ -557,9 +556,10 @@ class Simulator:
                 slots = np.fromiter(map(self._slot_of.__getitem__, ids), np.int64, n)
         if self.mode == "ideal":
             return slots, np.arange(n, dtype=np.int64), max(n, 1)
-        if len(ranks) == n:
+        if schedule.n_ranks == n:
             rank = np.arange(n, dtype=np.int64)
         else:
+            ranks = schedule.ranks
             sizes = np.fromiter(map(len, ranks), np.int64, len(ranks))
             rank = np.repeat(np.arange(len(ranks), dtype=np.int64), sizes)
         return slots, np.minimum(rank, self.n_levels - 1), self.n_levels

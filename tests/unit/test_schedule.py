@@ -92,3 +92,35 @@ def test_every_policy_keeps_its_one_coflow_ranks_between_reorders(name):
     assert len(singles) >= 30  # (FIFO-LM's heavy coflows share its last rank)
     kept = {rank[0]: rank for rank in again if len(rank) == 1}
     assert all(kept[rank[0]] is rank for rank in singles)
+
+
+def test_a_schedule_from_an_order_makes_its_ranks_only_when_asked():
+    order = [9, 4, 7, 1, 8, 2, 6, 3, 5, 0]
+    schedule = Schedule.from_order(order)
+    order.append(99)  # (the schedule keeps its own list)
+    assert schedule.single_order == [9, 4, 7, 1, 8, 2, 6, 3, 5, 0]
+    assert schedule.n_ranks == 10 and schedule._ranks is None
+    assert schedule.order == [9, 4, 7, 1, 8, 2, 6, 3, 5, 0]
+    levels = coflow_levels(schedule)  # (from the order: no rank made)
+    assert schedule._ranks is None
+    assert schedule.ranks == ((9,), (4,), (7,), (1,), (8,), (2,), (6,), (3,), (5,), (0,))
+    assert levels == coflow_levels(Schedule(schedule.ranks))
+    assert schedule == Schedule(schedule.ranks) and Schedule(schedule.ranks) == schedule
+    assert schedule != Schedule.from_order([4, 9, 7, 1, 8, 2, 6, 3, 5, 0])
+    assert schedule != Schedule.from_order(order[:10], flow_rates_bps={(9, 0): 1e6})
+    grouped = Schedule.from_groups([[9, 4], [7]])
+    assert grouped.single_order is None and grouped.n_ranks == 2
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_levels_of_an_order_are_those_of_its_ranks(seed):
+    # every coflow a rank of its own, some listed twice: the level of the last listing, and
+    # a coflow among the first seven and the rest is at the lowest, as for ranks
+    rng = np.random.default_rng(seed)
+    order = rng.integers(0, 15, size=int(rng.integers(0, 25))).tolist()
+    fast = schedule_module.level_split(Schedule.from_order(order))
+    ranks = schedule_module.level_split(Schedule(tuple((c,) for c in order)))
+    assert fast == ranks
+    assert coflow_levels(Schedule.from_order(order)) == coflow_levels(
+        Schedule(tuple((c,) for c in order))
+    )

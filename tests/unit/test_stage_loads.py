@@ -34,6 +34,7 @@ from controller.policies import (
     _unit,
     make_policy,
 )
+from controller.schedule import Schedule
 from simulator.engine import CoflowSpec, Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
@@ -452,7 +453,11 @@ def test_a_schedule_s_rows_are_its_order_in_the_state_s_loads(name, options):
 
     class Ids(type(make_policy(name))):
         def schedule(self, state):
-            return dataclasses.replace(super().schedule(state), rows=None, loads=None)
+            made = super().schedule(state)  # the same order and caps, without the rows
+            if made.single_order is not None:
+                return Schedule.from_order(made.single_order, made.flow_rates_bps,
+                                           made.coflow_gamma_s)  # fmt: skip
+            return Schedule(made.ranks, made.flow_rates_bps, made.coflow_gamma_s)
 
     finish = []
     for policy in (Rows(**options), Ids(**options)):
