@@ -435,13 +435,13 @@ class Jpas(Policy):
         keys = state.coflow_keys()
         if keys is not None:  # (the ids packed: no coflow read for them)
             if active and keys.has_job.all():
-                return Schedule(_jobs_by_progress(state, active, keys.job_id, keys.coflow_id))
+                return _jobs_by_progress(state, active, keys.job_id, keys.coflow_id)
         else:
             job_of = list(map(_JOB_ID, active))
             if active and None not in job_of:
                 ids = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
                 job_of = np.asarray(job_of, dtype=np.int64)
-                return Schedule(_jobs_by_progress(state, active, job_of, ids))
+                return _jobs_by_progress(state, active, job_of, ids)
         return Schedule(self._ranks(state, active))
 
     @staticmethod
@@ -483,9 +483,9 @@ class Jpas(Policy):
 
 def _jobs_by_progress(
     state: ClusterState, active: list[Coflow], job_of: np.ndarray, ids: np.ndarray
-) -> tuple[tuple[CoflowId, ...], ...]:
-    """:class:`Jpas`' ranks where every active coflow has a job (``job_of``, by the coflows
-    ``ids``), from arrays: the same keys (progress, arrival, job id; 0.0 and the first
+) -> Schedule:
+    """:class:`Jpas`' schedule where every active coflow has a job (``job_of``, by the
+    coflows ``ids``), from arrays: the same keys (progress, arrival, job id; 0.0 and the first
     coflow's arrival for a job not registered) sorted the same way, each job's coflows in
     arrival order, without a Python step per job where the state has its jobs' numbers as
     arrays (:meth:`ClusterState.job_table`)."""
@@ -525,9 +525,9 @@ def _jobs_by_progress(
     coflow_rank = rank[coflow_job.reshape(-1)]
     ordered = ids[np.argsort(coflow_rank, kind="stable")].tolist()
     if n_jobs == n:  # one coflow per job
-        return one_coflow_ranks(ordered)
+        return Schedule.from_order(ordered)
     bounds = offsets(np.bincount(coflow_rank, minlength=n_jobs)).tolist()
-    return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
+    return Schedule(tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))))
 
 
 def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
