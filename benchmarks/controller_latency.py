@@ -120,9 +120,10 @@ def main(argv=None) -> int:
         print(f"reorder compute: p50 {comp['p50']:.2f} ms, p99 {comp['p99']:.2f} ms "
               f"over {comp['count']} reorders; the controller's CPU time in them: "
               f"p50 {comp['cpu_p50']:.2f} ms, p99 {comp['cpu_p99']:.2f} ms")  # fmt: skip
+        others = comp["p99_not_preempted"]
         print(f"reorders the OS took the core from to run another task: {comp['preempted']} "
               f"of {comp['count']} ({comp['preemptions']} times); the p99 of the others: "
-              f"{comp['p99_not_preempted'] or 0:.2f} ms")  # fmt: skip
+              + ("none was not" if others is None else f"{others:.2f} ms"))  # fmt: skip
         print(f"REST round trip (client): p50 {statistics.median(round_trips) * 1e3:.2f} ms, "
               f"p99 {sorted(round_trips)[int(0.99 * len(round_trips))] * 1e3:.2f} ms")  # fmt: skip
         print(f"ops sent: {stats['ops_sent']}, switch errors: {stats['switch_errors']}")
