@@ -88,8 +88,8 @@ def test_a_benchmark_keeps_ovs_and_the_controller_on_cpus_of_their_own(tmp_path)
     with switch_on_cpus(others):
         assert set(map(frozenset, _thread_cpus(ovs).values())) == {frozenset(others)}
         ctl = ControllerProcess(tmp_path / "ctl.sqlite", None, free_port(), cpus={alone})
-        ctl.start()
         try:
+            ctl.start()
             threads = _thread_cpus(ctl.proc.pid)
             assert len(threads) >= 1
             assert all(cpu_set == {alone} for cpu_set in threads.values())
