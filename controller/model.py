@@ -1070,9 +1070,9 @@ class ClusterState:
             rows = table.rows_of(job_ids)
             # (a field's gather: a gather of whole rows moves every field, twice the time)
             budget, done = table.numbers["budget"][rows], table.numbers["done"][rows]
-            if (rows >= 0).all():
-                return budget, done
             known = rows >= 0
+            if known.all():
+                return budget, done
             return (np.where(known, budget, _NO_JOB.iteration_budget),
                     np.where(known, done, _NO_JOB.iterations_done))  # fmt: skip
         jobs = list(map(self.jobs.get, job_ids.tolist(), repeat(_NO_JOB)))
