@@ -19,6 +19,10 @@ script prints how many reorders the OS preempted). ``--controller-cpu N`` measur
 controller as where the switch is another machine: the controller alone on CPU N, OVS's
 threads (found by its pid file, each given its own CPU set back afterwards) and this client on
 the others.
+
+The machine's pace (``benchmarks/pace.py``) is printed before and after the measured events,
+taken on the controller's CPU with ``--controller-cpu``: on a shared VM the same reorder takes
+up to twice as long in a slow second, and the p99 is read against it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import sys
 import time
 
 from bench_switch import controller_on_bridge, our_marks, our_rules_and_meters, switch_on_cpus
+from pace import measure_on
 
 from workloads.launcher import wait_for, wanted_marks
 
@@ -93,6 +98,9 @@ def main(argv=None) -> int:
             client.put_coflow(coflow, **coflow_body(rng, coflow, n_jobs))
         print(f"{args.active} coflows of {n_jobs} jobs active; policy {args.policy}", flush=True)
         time.sleep(1)
+        pace_cpus = None if args.controller_cpu is None else {args.controller_cpu}
+        where = "" if pace_cpus is None else f" (CPU {args.controller_cpu})"
+        print(f"machine pace before{where}: {measure_on(pace_cpus).describe()}", flush=True)
         client.request("DELETE", "/stats")
 
         round_trips = []
@@ -108,6 +116,7 @@ def main(argv=None) -> int:
                 print(f"  {i + 1}/{args.registrations} registrations", flush=True)
         time.sleep(1)
         stats = client.stats()
+        print(f"machine pace after{where}: {measure_on(pace_cpus).describe()}")
         lat = stats["event_to_flowmods_ms"]
         comp = stats["reorder_compute_ms"]
         print(f"events measured: {lat['count']} (a registration and a deletion each)")

@@ -10,6 +10,9 @@ run's own (``sim.run()``, kernels compiled beforehand), as the simulator prints 
 that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``. The cost
 model's two terms are printed beside it: the wall time of a reorder (the policy's schedule and
 the engine's regrouping) and of a step of the compiled loop (one completion or rate change).
+The last column is the machine's pace (``benchmarks/pace.py``: its compiled reference, in ms;
+lower is quicker) just before and just after the run, in the run's process: on a shared VM the
+same run takes up to twice as long in a slow hour, and a wall time is read against it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
     """Run one point in this process; its wall time, peak RSS and what it computed."""
+    from pace import measure
+
     from controller.policies import make_policy
     from simulator.engine import Fabric, Simulator, warm_up
     from simulator.hpo import HpoDriver
@@ -36,11 +41,14 @@ def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
     warm_up()
     sim = Simulator(Fabric(hosts, 1e9), make_policy(policy), mode=mode)
     driver = HpoDriver(sim, generate(hosts, tasks, seed=1))
+    pace_before = measure()
     started = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - started
+    pace_after = measure()
     return {
         "wall_s": wall,
+        "pace_ms": [pace_before.compiled_ms, pace_after.compiled_ms],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "stages": driver.n_stages,
         "coflows": len(sim.coflows),
@@ -78,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(
         f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
-        f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8}"
+        f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8} "
+        f"{'pace ms':>10}"
     )
     for hosts, tasks in args.sizes:
         for mode in args.mode:
@@ -98,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
                     f"{r['coflows']:>8} {r['reorders']:>9} {per_reorder:>11.0f} "
-                    f"{r['steps']:>9} {per_step:>8.1f}",
+                    f"{r['steps']:>9} {per_step:>8.1f} "
+                    f"{'{:.2f}/{:.2f}'.format(*r['pace_ms']):>10}",
                     flush=True,
                 )
     return 0

@@ -17,7 +17,8 @@ policy's next call after the newest coflow finished (what a reorder costs while 
 stay: Beamer keeps what it derived from them). The states carry no ``stages_version``, so
 Beamer checks at every call that the stages and jobs are still those it derived its structure
 from; the ``versioned`` rows give the state one, as the registry's and the simulator's states
-carry, which spares that check. One untimed call first loads the compiled kernels.
+carry, which spares that check. One untimed call first loads the compiled kernels. The
+machine's pace (``benchmarks/pace.py``) is printed before and after the timings.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pace import measure  # noqa: E402
 
 from controller.model import (  # noqa: E402
     ClusterState,
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             states[(n, per_stage)] = (state, index)
         if not args.no_index:
             print(f"  building the index: {took / n * 1e6:.1f} us a coflow ({n:,} coflows)")
+    print(f"machine pace before: {measure().describe()}")
     print(f"{'policy':<26}" + "".join(f"{n:>17,} coflows" for n in args.coflows))
     for label, name, options in cases:
         row = f"{label:<26}"
@@ -158,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             first, after = time_policy(name, state, index, args.repeat, **options)
             row += f"{first * 1e3:>15.1f} / {after * 1e3:<7.1f}"
         print(row, flush=True)
+    print(f"machine pace after:  {measure().describe()}")
     return 0
 
 

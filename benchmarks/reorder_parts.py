@@ -13,7 +13,8 @@ operations for one switch (``Engine.ops_for``: the diff against the switch's rec
 and the record's update). As in the controller, the interpreter's garbage collections wait until
 the operations are made (``controller.engine.collections_after``); the last line is the
 collection then run, if one was due. No OVS, no Ryu, no REST: what is left of the controller's
-work once the event loop, the client and the switch are out of the picture.
+work once the event loop, the client and the switch are out of the picture. The machine's pace
+(``benchmarks/pace.py``) is printed before and after the reorders are timed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller_latency import coflow_body  # noqa: E402
+from pace import measure  # noqa: E402
 
 from controller.engine import Engine, collections_after  # noqa: E402
 from controller.metrics import percentile  # noqa: E402
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             leaving = time.perf_counter()
         collected.seconds.append(time.perf_counter() - leaving)
 
+    pace_before = measure()
     for _ in range(args.registrations):
         newest += 1
         registry.put("coflows", newest, coflow_body(rng, newest, n_jobs))
@@ -102,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         registry.delete("coflows", oldest)
         oldest += 1
         reorder_and_ops()
+    pace_after = measure()
     print(f"{args.policy}, {args.active} coflows of {n_jobs} jobs active, "
           f"{len(whole.seconds)} reorders; {len(engine.plan.table.rules)} rules")  # fmt: skip
     for name, timed in parts.items():
         ms = [s * 1e3 for s in timed.seconds]
         print(f"  {name:<16} p50 {percentile(ms, 50):6.2f} ms   p99 {percentile(ms, 99):6.2f} ms"
               f"   max {max(ms):6.2f} ms")  # fmt: skip
+    print(f"machine pace before: {pace_before.describe()}")
+    print(f"machine pace after:  {pace_after.describe()}")
     return 0
 
 

@@ -1,0 +1,144 @@
+"""How quick this machine is right now: two fixed workloads, timed (issue #19).
+
+    .venv/bin/python benchmarks/pace.py [--samples 20] [--watch SECONDS] [--cpu N]
+
+A benchmark on a shared virtual machine measures the machine as much as the code. On the VM
+the README's numbers come from, the same compiled kernel takes 1.8x as long in one second as
+in the next (``--watch``), so a p99 over a minute of reorders samples the machine's slow
+seconds, and two runs an hour apart differ by more than most changes to the code. The
+benchmarks print this pace before and after they run (``controller_latency.py``,
+``reorder_parts.py``, ``ordering_speed.py``, ``hpo_scale.py``), so that a number can be read
+against the pace it was measured at, and a change whose runs saw different paces is not taken
+for a speed-up.
+
+The pace is two medians of ``--samples`` timings each, taken in turn (lower is quicker):
+
+- *compiled*: BSSI (:mod:`controller.bssi`) over one fixed demand matrix of 1,000 items on 26
+  ports, the size of the controller benchmark's reorders;
+- *interpreted*: a fixed piece of the dict, set and sort work a reorder's Python does (a copy
+  of a 6,000-entry dict, the symmetric difference of two 1,000-element sets, a sort of 6,000
+  items).
+
+``--watch SECONDS`` prints the pace every two seconds for that long; ``--cpu N`` measures on
+CPU N (as ``taskset -c N`` would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller.bssi import DemandMatrix, bssi_order  # noqa: E402
+
+N_ITEMS, N_PORTS = 1000, 26
+DICT_ENTRIES, SET_SIZE = 6000, 1000
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Medians of the two reference workloads' wall times, in ms (lower is quicker)."""
+
+    compiled_ms: float
+    interpreted_ms: float
+    samples: int
+
+    def describe(self) -> str:
+        """One line: both medians and how many timings each is of."""
+        return (
+            f"compiled {self.compiled_ms:.3f} ms, interpreted {self.interpreted_ms:.3f} ms "
+            f"(medians of {self.samples}; lower is quicker)"
+        )
+
+
+class References:
+    """The two fixed workloads (their inputs made once, from a fixed seed)."""
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(0)
+        dense = np.zeros((N_ITEMS, N_PORTS))
+        for item in range(N_ITEMS):
+            ports = rng.choice(N_PORTS, size=int(rng.integers(1, 6)), replace=False)
+            dense[item, ports] = 10.0 ** rng.uniform(-4.0, 0.0, size=len(ports))
+        self.matrix = DemandMatrix.from_dense(dense)
+        self.rules = {(k, k * 7 % 13, k * 3): k for k in range(DICT_ENTRIES)}
+        self.before = set(range(SET_SIZE))
+        self.after = set(range(7, SET_SIZE + 7))
+
+    def compiled(self) -> list[int]:
+        """BSSI's order of the fixed matrix."""
+        return bssi_order(self.matrix)
+
+    def interpreted(self) -> int:
+        """The fixed dict, set and sort work; returns a count that depends on all of it."""
+        copied = self.rules.copy()
+        changed = self.before ^ self.after
+        by_second = sorted(copied.items(), key=lambda item: item[0][1])
+        return len(copied) + len(changed) + by_second[0][1]
+
+
+def measure(samples: int = 20, references: References | None = None) -> Pace:
+    """The machine's pace now: ``samples`` timings of each reference, in turn."""
+    if samples < 1:
+        raise ValueError("samples must be >= 1")
+    refs = references or References()
+    refs.compiled()  # (loads the compiled kernel first, from numba's cache)
+    compiled, interpreted = [], []
+    for _ in range(samples):
+        started = time.perf_counter()
+        refs.compiled()
+        compiled.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        refs.interpreted()
+        interpreted.append(time.perf_counter() - started)
+    return Pace(statistics.median(compiled) * 1e3, statistics.median(interpreted) * 1e3, samples)
+
+
+def measure_on(cpus: set[int] | None, samples: int = 20) -> Pace:
+    """:func:`measure` with this thread on ``cpus`` meanwhile (``None``: where it is)."""
+    if cpus is None:
+        return measure(samples)
+    had = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        return measure(samples)
+    finally:
+        os.sched_setaffinity(0, had)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=20, help="timings per reference")
+    parser.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
+                        help="print the pace every two seconds for this long")  # fmt: skip
+    parser.add_argument("--cpu", type=int, help="measure on this CPU")
+    args = parser.parse_args(argv)
+    if args.samples < 1:
+        parser.error("--samples must be >= 1")
+    if args.watch < 0:
+        parser.error("--watch must be >= 0")
+    cpus = None
+    if args.cpu is not None:
+        if args.cpu not in os.sched_getaffinity(0):
+            parser.error(f"--cpu {args.cpu}: not one of this machine's CPUs "
+                         f"{sorted(os.sched_getaffinity(0))}")  # fmt: skip
+        cpus = {args.cpu}
+    ends = time.monotonic() + args.watch
+    while True:
+        print(f"{time.strftime('%H:%M:%S')} pace: {measure_on(cpus, args.samples).describe()}",
+              flush=True)  # fmt: skip
+        if time.monotonic() + 2.0 > ends:
+            return 0
+        time.sleep(2.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

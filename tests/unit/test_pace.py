@@ -1,0 +1,70 @@
+"""benchmarks/pace.py: the machine's pace that the benchmarks print beside their numbers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import pace  # noqa: E402
+
+
+def test_the_references_are_the_same_work_every_time():
+    first, second = pace.References(), pace.References()
+    assert first.matrix.n_items == pace.N_ITEMS
+    assert first.matrix.n_ports == pace.N_PORTS
+    order = first.compiled()
+    assert sorted(order) == list(range(pace.N_ITEMS))
+    assert second.compiled() == order
+    assert first.compiled() == order  # (BSSI scales a copy of the weights, not the matrix)
+    assert first.interpreted() == second.interpreted() == first.interpreted()
+
+
+def test_the_pace_is_two_medians_of_positive_timings():
+    got = pace.measure(samples=3)
+    assert got.samples == 3
+    assert got.compiled_ms > 0 and got.interpreted_ms > 0
+    line = got.describe()
+    assert f"compiled {got.compiled_ms:.3f} ms" in line
+    assert f"interpreted {got.interpreted_ms:.3f} ms" in line
+    assert "medians of 3" in line
+    with pytest.raises(ValueError, match="samples"):
+        pace.measure(samples=0)
+
+
+def test_measuring_on_a_cpu_gives_this_thread_its_cpus_back():
+    had = os.sched_getaffinity(0)
+    one = min(had)
+    seen = []
+    real = pace.measure
+
+    def spy(samples):
+        seen.append(os.sched_getaffinity(0))
+        return real(samples)
+
+    pace.measure = spy
+    try:
+        pace.measure_on({one}, samples=1)
+    finally:
+        pace.measure = real
+    assert seen == [{one}]
+    assert os.sched_getaffinity(0) == had
+
+
+def test_the_command_prints_the_pace_and_refuses_bad_flags(capsys):
+    assert pace.main(["--samples", "2"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "pace: compiled " in out[0] and "medians of 2" in out[0]
+    for flags, message in [
+        (["--samples", "0"], "--samples must be >= 1"),
+        (["--watch", "-1"], "--watch must be >= 0"),
+        (["--cpu", "4096"], "--cpu 4096: not one of this machine's CPUs"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            pace.main(flags)
+        assert exited.value.code == 2
+        assert message in capsys.readouterr().err
