@@ -111,6 +111,14 @@ def bssi_order(
         Item indices, most urgent first. Ties (equal ``w/v`` on the bottleneck) put the item with
         the higher index last, so listing items in arrival order makes ties first-come first.
     """
+    return bssi_positions(demands, weights).tolist()
+
+
+def bssi_positions(
+    demands: Sequence[Mapping[Hashable, float]] | DemandMatrix,
+    weights: Sequence[float] | np.ndarray | None = None,
+) -> np.ndarray:
+    """:func:`bssi_order` as an int64 array (for callers that index arrays with it)."""
     matrix = demands if isinstance(demands, DemandMatrix) else DemandMatrix.from_mappings(demands)
     n = matrix.n_items
     if weights is None:
@@ -122,9 +130,8 @@ def bssi_order(
         if n and not w.min() > 0:
             raise ValueError("weights must be > 0")
     if n == 0:
-        return []
-    order = _bssi(matrix.row_ptr, matrix.port, matrix.seconds, matrix.n_ports, w)
-    return order.tolist()
+        return np.zeros(0, dtype=np.int64)
+    return _bssi(matrix.row_ptr, matrix.port, matrix.seconds, matrix.n_ports, w)
 
 
 @njit(cache=True)

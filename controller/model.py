@@ -15,7 +15,7 @@ import operator
 from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import islice, repeat
+from itertools import count, islice, repeat
 
 import numpy as np
 
@@ -463,6 +463,9 @@ class CoflowIndex:
         self._rows: _Rows | None = None
         self._touched: dict[CoflowId, bool] = {}
         self._moved: set[CoflowId] = set()
+        # the last snapshot's coflows by id (the next one's is this, spliced) and its serial
+        self._by_id: dict[CoflowId, Coflow] = {}
+        self._serial = 0
         # each job's loads per iteration, packed (copied before a change once a snapshot
         # holds the dict)
         self._jobs: dict[JobId, _PackedJob] = {}
@@ -666,11 +669,16 @@ class CoflowIndex:
             self._ordered = True
             self._rows = None
         rows = self._rows
+        changed: tuple[int, frozenset[CoflowId]] | None = None
         if rows is None or rows.keys is None or self._unkeyed:
             rows = self._rows = _Rows.of(list(self._active.values()))
+            by_id = dict(zip(rows.ids, rows.coflows, strict=True))
         else:
             rows = self._rows = rows.spliced(self._active, self._touched, self._moved)
+            by_id = self._spliced_by_id(rows)
+            changed = (self._serial, frozenset(self._touched))
         self._touched, self._moved = {}, set()
+        self._by_id, self._serial = by_id, next(_SNAPSHOTS)
         n_hosts = len(self._hosts)
         column = _columns(rows.ports, n_hosts)
         sparse = SparsePortBytes(rows.row_ptr, column, rows.load_bytes.copy(), rows.ids,
@@ -684,9 +692,29 @@ class CoflowIndex:
             self._jobs,
             self._table(),
             rows.weights,
+            by_id,
+            self._serial,
+            changed,
         )
         self._jobs_shared = True
         return self._view
+
+    def _spliced_by_id(self, rows: _Rows) -> dict[CoflowId, Coflow]:
+        """The last snapshot's coflows by id with the changes since (``rows``, the new rows,
+        spliced from its rows): in row order, as a dict made from ``rows`` would be, at the
+        cost of a copy and the changes (a row changed in place keeps its place; those that
+        left go; the appended rows follow)."""
+        by_id = self._by_id.copy()
+        active, moved = self._active, self._moved
+        for coflow_id, was_row in self._touched.items():
+            if was_row:
+                if coflow_id in active and coflow_id not in moved:
+                    by_id[coflow_id] = active[coflow_id].coflow
+                else:
+                    del by_id[coflow_id]
+        n_kept = len(by_id)
+        by_id.update(zip(rows.ids[n_kept:], rows.coflows[n_kept:], strict=True))
+        return by_id
 
 
 def _columns(ports: np.ndarray, n_hosts: int) -> np.ndarray:
@@ -696,6 +724,7 @@ def _columns(ports: np.ndarray, n_hosts: int) -> np.ndarray:
 
 # a snapshot with more coflows changed than this (and than an eighth of its rows) is made anew
 SPLICE_LIMIT = 32
+_SNAPSHOTS = count(1)  # serial numbers of snapshots, unique in the process
 _KEY_ROW = np.dtype((np.void, 40))  # a CoflowKeys row, moved as one item
 
 
@@ -709,7 +738,7 @@ class _Rows:
     coflows: list[Coflow]
     size_bytes: list[float]
     remaining_bytes: list[float]
-    weights: list[float]
+    weights: np.ndarray  # per row
     row_ptr: np.ndarray  # the rows' offsets into the entries
     ports: np.ndarray  # per entry, packed as ``2 * host number + direction``
     load_bytes: np.ndarray  # per entry
@@ -726,7 +755,7 @@ class _Rows:
             list(map(_ENTRY_COFLOW, entries)),
             list(map(_SIZE, entries)),
             list(map(_LEFT, entries)),
-            list(map(_WEIGHT, map(_ENTRY_COFLOW, entries))),
+            np.fromiter(map(_WEIGHT, map(_ENTRY_COFLOW, entries)), float, len(entries)),
             row_ptr,
             np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64),
             np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float),
@@ -762,7 +791,8 @@ class _Rows:
         pieces.extend(reversed(appended))
         if not pieces:
             return _Rows.of([])
-        ptr, old_n_ports = self.row_ptr, np.diff(self.row_ptr)
+        ptr = self.row_ptr
+        old_n_ports = ptr[1:] - ptr[:-1]
         ids, coflows, size_bytes, remaining_bytes, weights = [], [], [], [], []
         n_ports, ports, load_bytes, keys = [], [], [], []
         for piece in pieces:
@@ -772,7 +802,7 @@ class _Rows:
                 coflows += self.coflows[a:b]
                 size_bytes += self.size_bytes[a:b]
                 remaining_bytes += self.remaining_bytes[a:b]
-                weights += self.weights[a:b]
+                weights.append(self.weights[a:b])
                 n_ports.append(old_n_ports[a:b])
                 ports.append(self.ports[ptr[a] : ptr[b]])
                 load_bytes.append(self.load_bytes[ptr[a] : ptr[b]])
@@ -782,7 +812,7 @@ class _Rows:
                 coflows.append(piece.coflow)
                 size_bytes.append(piece.size_bytes)
                 remaining_bytes.append(piece.remaining_bytes)
-                weights.append(piece.coflow.weight)
+                weights.append([piece.coflow.weight])
                 n_ports.append([piece.n_ports])
                 ports.append(np.frombuffer(piece.ports, dtype=np.int64))
                 load_bytes.append(np.frombuffer(piece.load_bytes))
@@ -794,7 +824,7 @@ class _Rows:
             coflows,
             size_bytes,
             remaining_bytes,
-            weights,
+            np.concatenate(weights, dtype=float),
             row_ptr,
             np.concatenate(ports),
             np.concatenate(load_bytes),
@@ -815,7 +845,13 @@ class CoflowLoads:
         keys: their ids, jobs and stages as arrays (``None`` if an id does not fit an int64).
         jobs: the jobs' loads per iteration the index packed, by job id.
         job_table: the jobs' numbers, for the jobs dict the index mirrors (``None``: none).
-        weights: each coflow's weight (``None``: not kept).
+        weights: each coflow's weight, an array (``None``: not kept).
+        coflows_by_id: ``coflows`` by id, in the same order (``None``: not kept); shared by
+            the states made from the snapshot, which must not change it.
+        serial: the snapshot's number, unique in the process (0: none).
+        changed_since: ``(serial, ids)``: the snapshot numbered ``serial`` had the same
+            coflow objects as this one but for those of ``ids`` (put or removed since; some
+            may be the same as before); ``None``: not known.
     """
 
     coflows: tuple[Coflow, ...]
@@ -825,7 +861,10 @@ class CoflowLoads:
     keys: CoflowKeys | None = None
     jobs: Mapping[JobId, _PackedJob] = field(default_factory=dict)
     job_table: JobTable | None = None
-    weights: list[float] | None = None
+    weights: np.ndarray | None = None
+    coflows_by_id: Mapping[CoflowId, Coflow] | None = None
+    serial: int = 0
+    changed_since: tuple[int, frozenset[CoflowId]] | None = None
 
     def job_loads(
         self, job_ids: Sequence[JobId], sources: Sequence[Mapping[Port, float]]
@@ -1003,10 +1042,10 @@ class ClusterState:
         """:meth:`CoflowLoads.job_loads` of the state's loads (``None`` if it keeps none)."""
         return None if self.loads is None else self.loads.job_loads(job_ids, sources)
 
-    def coflow_weights(self, active: Sequence[Coflow]) -> list[float]:
+    def coflow_weights(self, active: Sequence[Coflow]) -> Sequence[float]:
         """The weights of :meth:`active_coflows` (``active``, that list): from the loads when
-        the state keeps them (no coflow read; the list is shared: do not change it), else
-        read from ``active``."""
+        the state keeps them (an array, no coflow read; shared: do not change it), else read
+        from ``active`` (a list)."""
         if self.loads is not None and self.loads.weights is not None:
             return self.loads.weights
         return list(map(_WEIGHT, active))

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from controller.bssi import DemandMatrix, bssi_order
+from controller.bssi import DemandMatrix, bssi_order, bssi_positions
 from controller.madd import TIE_DIGITS, sebf_order, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
@@ -316,12 +316,12 @@ class Sincronia(Policy):
         """BSSI order of the active coflows (weighted port loads in seconds)."""
         active = state.active_coflows()
         ids = state.active_ids(active)
-        order = bssi_order(state.demand_matrix(active, ids), state.coflow_weights(active))
+        positions = bssi_positions(state.demand_matrix(active, ids), state.coflow_weights(active))
+        order = map(ids.__getitem__, positions.tolist())
         sparse = state.sparse_port_bytes()
         if sparse is None:
-            return Schedule.from_order(map(ids.__getitem__, order))
-        rows = _rows(sparse, ids)[np.asarray(order, dtype=np.int64)]
-        return Schedule.from_order(map(ids.__getitem__, order), rows=rows, loads=sparse)
+            return Schedule.from_order(order)
+        return Schedule.from_order(order, rows=_rows(sparse, ids)[positions], loads=sparse)
 
 
 class Varys(Policy):

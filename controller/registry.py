@@ -605,7 +605,7 @@ class Registry:
         must not mutate them.
         """
         loads = self._index.snapshot()
-        coflows = dict(zip(loads.sparse.ids, loads.coflows, strict=True))
+        coflows = loads.coflows_by_id
         if self._stages_view is None:
             stages = {
                 rec.stage_id: Stage(rec.stage_id, [], rec.task_id, rec.weight, rec.arrival_s)

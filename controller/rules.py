@@ -349,6 +349,8 @@ class MarkingTable:
         self._top: dict[int, int] = {}
         self._lowest: set[int] = set()
         self._ports_kept: dict = {}
+        # the serial of the index snapshot the last update's coflows came from (0: none)
+        self._snapshot_seen = 0
         self._job_coflows: dict[int, set[int]] = {}  # job id -> its marked coflows
         self._capped: set[int] = set()  # coflows with caps
         self._level: dict[int, int] = {}  # each marked coflow's level
@@ -389,17 +391,21 @@ class MarkingTable:
         # TCP ports changed, and every coflow with caps now or before.
         candidates = {c for c, _ in top.items() ^ self._top.items()}
         candidates.update(shared ^ self._lowest)
-        scheduled = [*top, *shared]
-        candidates.update(
-            compress(
-                scheduled,
-                map(
-                    operator.is_not,
-                    map(coflows.__getitem__, scheduled),
-                    map(self._coflow_of.get, scheduled),
-                ),
+        objects_changed = self._objects_changed(state)
+        if objects_changed is None:
+            scheduled = [*top, *shared]
+            candidates.update(
+                compress(
+                    scheduled,
+                    map(
+                        operator.is_not,
+                        map(coflows.__getitem__, scheduled),
+                        map(self._coflow_of.get, scheduled),
+                    ),
+                )
             )
-        )
+        else:
+            candidates.update(objects_changed)
         ports_moved: set[int] = set()  # jobs whose TCP ports changed
         if job_tcp_ports != self._ports_kept:  # (C speed: the same objects compare at once)
             kept = self._ports_kept
@@ -504,7 +510,28 @@ class MarkingTable:
             table.changed_meters = tuple(self._changed_meters)
             table.changed_owners = tuple(self._changed_owners)
         self._last = table
+        loads = state.loads
+        self._snapshot_seen = (
+            loads.serial if loads is not None and loads.coflows_by_id is coflows else 0
+        )
         return table
+
+    def _objects_changed(self, state: ClusterState) -> frozenset[int] | tuple[()] | None:
+        """The coflows whose object may not be the one the last update saw, from the index
+        snapshot the state's coflows are (:class:`~controller.model.CoflowLoads`) when it
+        says what changed since the snapshot of the last update; ``None`` if it cannot, and
+        every scheduled coflow's object is then compared with the one marked.
+
+        After an update every scheduled coflow is marked with the object the state had; one
+        that was not scheduled then and is now changed level, so it is a candidate anyway."""
+        loads = state.loads
+        seen = self._snapshot_seen
+        if not seen or loads is None or loads.coflows_by_id is not state.coflows:
+            return None
+        if loads.serial == seen:
+            return ()
+        since = loads.changed_since
+        return since[1] if since is not None and since[0] == seen else None
 
     def _at_one_level(self, marks: _Marks) -> bool:
         """Whether every marked coflow of the owner of ``marks``' coflow is at its level."""

@@ -191,7 +191,8 @@ def assert_same_snapshot(got: CoflowLoads, want: CoflowLoads) -> None:
         a, b = getattr(got.sparse, name), getattr(want.sparse, name)
         assert a.dtype == b.dtype and np.array_equal(a, b), name
     assert (got.size_bytes, got.remaining_bytes) == (want.size_bytes, want.remaining_bytes)
-    assert got.weights == want.weights == [c.weight for c in want.coflows]
+    assert got.weights.dtype == want.weights.dtype == np.float64
+    assert got.weights.tolist() == want.weights.tolist() == [c.weight for c in want.coflows]
     for name in ("coflow_id", "job_id", "has_job", "stage_id", "has_stage", "in_row_order"):
         assert np.array_equal(getattr(got.keys, name), getattr(want.keys, name)), name
 
@@ -255,10 +256,28 @@ def test_a_snapshot_after_a_few_changes_is_the_last_one_spliced(seed, monkeypatc
             fresh.put(entry.coflow)
         view = index.snapshot()
         assert_same_snapshot(view, fresh.snapshot())
+        assert_changes_named(view, older[-1][0] if older else None)
         older.append((view, fresh.snapshot()))
     for got, want in older:
         assert_same_snapshot(got, want)
     assert len(spliced) > 150  # most snapshots were spliced
+    assert sum(got.changed_since is not None for got, _ in older) == len(spliced)
+
+
+def assert_changes_named(view: CoflowLoads, before: CoflowLoads | None) -> None:
+    """A snapshot's coflows by id are its coflows in row order, object for object; a spliced
+    one names the snapshot before it and every coflow whose object is not that one's."""
+    assert [(i, id(c)) for i, c in view.coflows_by_id.items()] == [
+        (i, id(c)) for i, c in zip(view.sparse.ids, view.coflows, strict=True)
+    ]
+    if before is None or view.changed_since is None:
+        return
+    assert view.serial > before.serial > 0
+    serial, ids = view.changed_since
+    assert serial == before.serial
+    old, new = before.coflows_by_id, view.coflows_by_id
+    differ = {i for i in old.keys() | new.keys() if old.get(i) is not new.get(i)}
+    assert differ <= ids
 
 
 def test_a_kept_stage_structure_reads_the_jobs_stages_again_where_no_version_vouches():

@@ -405,3 +405,79 @@ def test_a_kept_marking_table_equals_one_made_from_scratch_at_every_update(seed)
     assert not (table._meter_of or table._rule_pairs or table._level)
     assert not (table._owner_pairs or table.owner_dscp)
     assert not (table._job_coflows or table._capped)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_kept_table_on_the_index_snapshots_reads_only_the_coflows_that_changed(seed):
+    # states as the registry makes them (their coflows are their snapshot's coflows_by_id):
+    # an update reads the objects of the coflows the index says changed since the snapshot it
+    # saw last, not every coflow's; coflows arrive, report progress (new objects in their
+    # place, fewer bytes or other flows), finish, leave, come back, now and then many at once
+    # (a snapshot made anew) or none; the table is the one made from scratch at every update
+    import random
+
+    from controller.model import ClusterState, CoflowIndex
+    from controller.rules import MarkingTable
+
+    rng = random.Random(seed)
+    hosts = [f"10.0.0.{h}" for h in range(1, 6)]
+    table, index = MarkingTable(MeterIds()), CoflowIndex()
+    coflows: dict[int, Coflow] = {}
+    job_ports = {job: [5000 + job] for job in range(4)}
+    used = []
+    real = MarkingTable._objects_changed
+
+    def spy(self, state):
+        got = real(self, state)
+        used.append(got is not None)
+        return got
+
+    MarkingTable._objects_changed = spy
+    try:
+        clock = 0.0
+        for step in range(200):
+            for change in range(rng.choice((0, 1, 1, 2, 3, 40))):
+                if change == 1 and rng.random() < 0.3:
+                    index.snapshot()  # (one the table does not see)
+                coflow_id = rng.randrange(60)
+                action = rng.random()
+                if action < 0.2:
+                    coflows.pop(coflow_id, None)
+                    index.remove(coflow_id)
+                    continue
+                old = coflows.get(coflow_id)
+                flows = []
+                for _ in range(rng.randint(1, 3)):
+                    src, dst = rng.sample(hosts, 2)
+                    flows.append(Flow(src, dst, 100.0, rng.choice((0.0, 50.0, 100.0))))
+                if old is not None and action < 0.7:  # progress: the same arrival
+                    arrival = old.arrival_s
+                else:
+                    clock += 1.0
+                    arrival = clock
+                job = rng.choice((None, 0, 1, 2, 3))
+                coflows[coflow_id] = Coflow(coflow_id, flows, arrival, job_id=job)
+                index.put(coflows[coflow_id])
+            loads = index.snapshot()
+            state = ClusterState(coflows=loads.coflows_by_id, loads=loads)
+            order = list(state.coflows)
+            rng.shuffle(order)
+            schedule = Schedule.from_order(order)
+            got = table.update(state, schedule, job_ports)
+            want = reference_table(state, schedule, job_ports, MeterIds())
+            assert got.rules == want.rules
+            assert got.meters == want.meters
+            if step % 10 == 9 and coflows:
+                # the same snapshot with coflows of another dict: their objects are read
+                other = dict(state.coflows)
+                moved = rng.choice(list(other))
+                src, dst = rng.sample(hosts, 2)
+                other[moved] = Coflow(moved, [Flow(src, dst, 100.0)], other[moved].arrival_s,
+                                      job_id=other[moved].job_id)  # fmt: skip
+                state = ClusterState(coflows=other, loads=loads)
+                got = table.update(state, schedule, job_ports)
+                assert got.rules == reference_table(state, schedule, job_ports, MeterIds()).rules
+    finally:
+        MarkingTable._objects_changed = real
+    assert used[0] is False  # (the first update has seen no snapshot)
+    assert sum(used) > len(used) // 2  # most updates read only what changed
