@@ -10,9 +10,10 @@ run's own (``sim.run()``, kernels compiled beforehand), as the simulator prints 
 that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``. The cost
 model's two terms are printed beside it: the wall time of a reorder (the policy's schedule and
 the engine's regrouping) and of a step of the compiled loop (one completion or rate change).
-The last column is the machine's pace (``benchmarks/pace.py``: its compiled reference, in ms;
-lower is quicker) just before and just after the run, in the run's process: on a shared VM the
-same run takes up to twice as long in a slow hour, and a wall time is read against it.
+The last two columns are the machine's pace (``benchmarks/pace.py``: its compiled and its
+memory reference, in ms; lower is quicker) just before and just after the run, in the run's
+process: on a shared VM the same run takes up to twice as long in a slow hour, and a wall time
+is read against it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
     return {
         "wall_s": wall,
         "pace_ms": [pace_before.compiled_ms, pace_after.compiled_ms],
+        "memory_pace_ms": [pace_before.memory_ms, pace_after.memory_ms],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "stages": driver.n_stages,
         "coflows": len(sim.coflows),
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
         f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8} "
-        f"{'pace ms':>10}"
+        f"{'pace ms':>10} {'mem pace ms':>12}"
     )
     for hosts, tasks in args.sizes:
         for mode in args.mode:
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
                     f"{r['coflows']:>8} {r['reorders']:>9} {per_reorder:>11.0f} "
                     f"{r['steps']:>9} {per_step:>8.1f} "
-                    f"{'{:.2f}/{:.2f}'.format(*r['pace_ms']):>10}",
+                    f"{'{:.2f}/{:.2f}'.format(*r['pace_ms']):>10} "
+                    f"{'{:.1f}/{:.1f}'.format(*r['memory_pace_ms']):>12}",
                     flush=True,
                 )
     return 0

@@ -1,4 +1,4 @@
-"""How quick this machine is right now: two fixed workloads, timed (issue #19).
+"""How quick this machine is right now: three fixed workloads, timed (issue #19).
 
     .venv/bin/python benchmarks/pace.py [--samples 20] [--watch SECONDS] [--cpu N]
 
@@ -11,13 +11,16 @@ benchmarks print this pace before and after they run (``controller_latency.py``,
 against the pace it was measured at, and a change whose runs saw different paces is not taken
 for a speed-up.
 
-The pace is two medians of ``--samples`` timings each, taken in turn (lower is quicker):
+The pace is three medians of ``--samples`` timings each, taken in turn (lower is quicker):
 
 - *compiled*: BSSI (:mod:`controller.bssi`) over one fixed demand matrix of 1,000 items on 26
   ports, the size of the controller benchmark's reorders;
 - *interpreted*: a fixed piece of the dict, set and sort work a reorder's Python does (a copy
   of a 6,000-entry dict, the symmetric difference of two 1,000-element sets, a sort of 6,000
-  items).
+  items);
+- *memory*: a gather of 2^20 floats (8 MB, twice a core's L2 cache here) through a fixed
+  permutation, the kind of access the simulator's step loop makes at 520 hosts, whose speed
+  swings with the other tenants' use of the memory more than the first two show.
 
 ``--watch SECONDS`` prints the pace every two seconds for that long; ``--cpu N`` measures on
 CPU N (as ``taskset -c N`` would).
@@ -41,26 +44,28 @@ from controller.bssi import DemandMatrix, bssi_order  # noqa: E402
 
 N_ITEMS, N_PORTS = 1000, 26
 DICT_ENTRIES, SET_SIZE = 6000, 1000
+GATHERED = 1 << 20
 
 
 @dataclass(frozen=True)
 class Pace:
-    """Medians of the two reference workloads' wall times, in ms (lower is quicker)."""
+    """Medians of the three reference workloads' wall times, in ms (lower is quicker)."""
 
     compiled_ms: float
     interpreted_ms: float
+    memory_ms: float
     samples: int
 
     def describe(self) -> str:
-        """One line: both medians and how many timings each is of."""
+        """One line: the three medians and how many timings each is of."""
         return (
-            f"compiled {self.compiled_ms:.3f} ms, interpreted {self.interpreted_ms:.3f} ms "
-            f"(medians of {self.samples}; lower is quicker)"
+            f"compiled {self.compiled_ms:.3f} ms, interpreted {self.interpreted_ms:.3f} ms, "
+            f"memory {self.memory_ms:.2f} ms (medians of {self.samples}; lower is quicker)"
         )
 
 
 class References:
-    """The two fixed workloads (their inputs made once, from a fixed seed)."""
+    """The three fixed workloads (their inputs made once, from a fixed seed)."""
 
     def __init__(self) -> None:
         rng = np.random.default_rng(0)
@@ -72,6 +77,9 @@ class References:
         self.rules = {(k, k * 7 % 13, k * 3): k for k in range(DICT_ENTRIES)}
         self.before = set(range(SET_SIZE))
         self.after = set(range(7, SET_SIZE + 7))
+        self.gathered = rng.random(GATHERED)
+        self.gather_at = rng.permutation(GATHERED)
+        self.gather_out = np.empty(GATHERED)
 
     def compiled(self) -> list[int]:
         """BSSI's order of the fixed matrix."""
@@ -84,6 +92,11 @@ class References:
         by_second = sorted(copied.items(), key=lambda item: item[0][1])
         return len(copied) + len(changed) + by_second[0][1]
 
+    def memory(self) -> float:
+        """The fixed gather; returns its first value."""
+        np.take(self.gathered, self.gather_at, out=self.gather_out)
+        return float(self.gather_out[0])
+
 
 def measure(samples: int = 20, references: References | None = None) -> Pace:
     """The machine's pace now: ``samples`` timings of each reference, in turn."""
@@ -91,15 +104,14 @@ def measure(samples: int = 20, references: References | None = None) -> Pace:
         raise ValueError("samples must be >= 1")
     refs = references or References()
     refs.compiled()  # (loads the compiled kernel first, from numba's cache)
-    compiled, interpreted = [], []
+    timings: dict = {refs.compiled: [], refs.interpreted: [], refs.memory: []}
     for _ in range(samples):
-        started = time.perf_counter()
-        refs.compiled()
-        compiled.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        refs.interpreted()
-        interpreted.append(time.perf_counter() - started)
-    return Pace(statistics.median(compiled) * 1e3, statistics.median(interpreted) * 1e3, samples)
+        for reference, took in timings.items():
+            started = time.perf_counter()
+            reference()
+            took.append(time.perf_counter() - started)
+    compiled, interpreted, memory = (statistics.median(took) * 1e3 for took in timings.values())
+    return Pace(compiled, interpreted, memory, samples)
 
 
 def measure_on(cpus: set[int] | None, samples: int = 20) -> Pace:

@@ -22,15 +22,18 @@ def test_the_references_are_the_same_work_every_time():
     assert second.compiled() == order
     assert first.compiled() == order  # (BSSI scales a copy of the weights, not the matrix)
     assert first.interpreted() == second.interpreted() == first.interpreted()
+    assert first.memory() == second.memory() == first.memory()
+    assert sorted(first.gather_at.tolist()) == list(range(pace.GATHERED))
 
 
 def test_the_pace_is_two_medians_of_positive_timings():
     got = pace.measure(samples=3)
     assert got.samples == 3
-    assert got.compiled_ms > 0 and got.interpreted_ms > 0
+    assert got.compiled_ms > 0 and got.interpreted_ms > 0 and got.memory_ms > 0
     line = got.describe()
     assert f"compiled {got.compiled_ms:.3f} ms" in line
     assert f"interpreted {got.interpreted_ms:.3f} ms" in line
+    assert f"memory {got.memory_ms:.2f} ms" in line
     assert "medians of 3" in line
     with pytest.raises(ValueError, match="samples"):
         pace.measure(samples=0)
