@@ -11,9 +11,10 @@ that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``
 model's two terms are printed beside it: the wall time of a reorder (the policy's schedule and
 the engine's regrouping) and of a step of the compiled loop (one completion or rate change).
 The last two columns are the machine's pace (``benchmarks/pace.py``: its compiled and its
-memory reference, in ms; lower is quicker) just before and just after the run, in the run's
-process: on a shared VM the same run takes up to twice as long in a slow hour, and a wall time
-is read against it.
+memory reference, in ms; lower is quicker) just before the point's process starts and just
+after it ends, taken by this process on the same CPUs (not in the point's process, whose peak
+RSS they would raise): on a shared VM the same run takes up to twice as long in a slow hour,
+and a wall time is read against it.
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ sys.path.insert(0, str(ROOT))
 
 def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
     """Run one point in this process; its wall time, peak RSS and what it computed."""
-    from pace import measure
-
     from controller.policies import make_policy
     from simulator.engine import Fabric, Simulator, warm_up
     from simulator.hpo import HpoDriver
@@ -42,15 +41,11 @@ def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
     warm_up()
     sim = Simulator(Fabric(hosts, 1e9), make_policy(policy), mode=mode)
     driver = HpoDriver(sim, generate(hosts, tasks, seed=1))
-    pace_before = measure()
     started = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - started
-    pace_after = measure()
     return {
         "wall_s": wall,
-        "pace_ms": [pace_before.compiled_ms, pace_after.compiled_ms],
-        "memory_pace_ms": [pace_before.memory_ms, pace_after.memory_ms],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "stages": driver.n_stages,
         "coflows": len(sim.coflows),
@@ -73,6 +68,8 @@ def size(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pace import measure
+
     from controller.policies import POLICIES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -95,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.mode:
             for policy in args.policy:
                 label = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode:<7}"
+                before = measure()
                 try:
                     out = subprocess.run(
                         [sys.executable, __file__, "--one", f"{hosts},{tasks},{policy},{mode}"],
@@ -103,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     print(f"{label} {'>' + format(args.timeout, 'g'):>8}", flush=True)
                     continue
+                after = measure()
                 r = json.loads(out.strip().splitlines()[-1])
                 per_reorder = 1e6 * r["reorder_s"] / max(r["reorders"], 1)
                 per_step = 1e6 * r["step_s"] / max(r["steps"], 1)
@@ -110,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
                     f"{r['coflows']:>8} {r['reorders']:>9} {per_reorder:>11.0f} "
                     f"{r['steps']:>9} {per_step:>8.1f} "
-                    f"{'{:.2f}/{:.2f}'.format(*r['pace_ms']):>10} "
-                    f"{'{:.1f}/{:.1f}'.format(*r['memory_pace_ms']):>12}",
+                    f"{f'{before.compiled_ms:.2f}/{after.compiled_ms:.2f}':>10} "
+                    f"{f'{before.memory_ms:.1f}/{after.memory_ms:.1f}':>12}",
                     flush=True,
                 )
     return 0
