@@ -415,12 +415,16 @@ class JobTable:
             none) and whether it has one (at least one row, so that a gather at -1 for a job
             the table lacks, masked afterwards, reads one).
         jobs: the jobs dict these are the numbers of.
+        rows_are_ids: every job's row is its id, and a row's ``live`` says whether the table
+            has that job (the simulator's HPO driver keeps its numbers so): a job's row is then
+            found without a search.
     """
 
     job_ids: np.ndarray
     rows: np.ndarray
     numbers: np.ndarray
     jobs: Mapping[JobId, Job]
+    rows_are_ids: bool = False
 
     @staticmethod
     def empty_numbers(n_rows: int) -> np.ndarray:
@@ -429,6 +433,10 @@ class JobTable:
 
     def rows_of(self, job_ids: np.ndarray) -> np.ndarray:
         """Each of ``job_ids``' row of :attr:`numbers` (-1 for a job the table lacks)."""
+        if self.rows_are_ids:
+            inside = (job_ids >= 0) & (job_ids < len(self.numbers))
+            live = self.numbers["live"][np.where(inside, job_ids, 0)]
+            return np.where(inside & live, job_ids, -1)
         if not len(self.job_ids):
             return np.full(len(job_ids), -1, dtype=np.int64)
         at = np.minimum(np.searchsorted(self.job_ids, job_ids), len(self.job_ids) - 1)

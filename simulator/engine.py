@@ -216,9 +216,6 @@ class Simulator:
         self.jobs_and_stages = jobs_and_stages or (lambda: ({}, {}))
         # the states' stages_version (see ClusterState): the workload driver's, if it keeps one
         self.stages_version: Callable[[], object | None] = lambda: None
-        # the states' job_iterations from the workload driver's arrays, if it keeps them
-        # (None from it: read the jobs)
-        self.job_iterations: JobIterations | None = None
         # the states' job_table from the workload driver's arrays, if it keeps them
         self.job_table: Callable[[], JobTable | None] | None = None
         self.now_s = 0.0
@@ -508,7 +505,6 @@ class Simulator:
             by_arrival=self._views.by_arrival(),
             all_left=port_bits.all_left,
             packed_keys=self._views.packed_keys(),
-            iterations_of=self.job_iterations,
             table_of=self.job_table,
         )
 
@@ -1040,10 +1036,6 @@ class _CoflowViews:
         return None if self._unkeyed else b"".join(self._keys.values())
 
 
-# job ids -> their iteration budgets and iterations done, or None (see _SimulatorState)
-JobIterations = Callable[[np.ndarray], "tuple[np.ndarray, np.ndarray] | None"]
-
-
 @dataclass
 class _SimulatorState(ClusterState):
     """The simulator's view for the policy: a :class:`ClusterState` that offers its loads as
@@ -1057,8 +1049,6 @@ class _SimulatorState(ClusterState):
         all_left: whether every coflow has bytes left (none is done).
         packed_keys: the :class:`CoflowKeys` rows of ``by_arrival``, packed (``None``: not
             offered).
-        iterations_of: the workload driver's :meth:`job_iterations`, if it keeps them (it
-            returns ``None`` for jobs it does not know).
         table_of: the workload driver's job table, if it keeps one (for the jobs dict it
             gives the state).
     """
@@ -1067,7 +1057,6 @@ class _SimulatorState(ClusterState):
     by_arrival: list[Coflow] = field(default_factory=list)
     all_left: bool = True
     packed_keys: bytes | None = None
-    iterations_of: JobIterations | None = None
     table_of: Callable[[], JobTable | None] | None = None
 
     @property
@@ -1092,15 +1081,6 @@ class _SimulatorState(ClusterState):
         """:meth:`ClusterState.byte_counts` from the port bits' arrays, no coflow read (FIFO-LM
         reads every active coflow's at every reorder)."""
         return self.port_bits.byte_counts(list(map(_COFLOW_ID, coflows)) if ids is None else ids)
-
-    def job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`ClusterState.job_iterations` from the workload driver's arrays if it keeps
-        them and knows every job, else from the jobs."""
-        if self.iterations_of is not None:
-            counts = self.iterations_of(job_ids)
-            if counts is not None:
-                return counts
-        return super().job_iterations(job_ids)
 
     def _kept_job_table(self) -> JobTable | None:
         """The workload driver's job table, if it keeps one."""

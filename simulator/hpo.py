@@ -82,15 +82,13 @@ class HpoDriver:
         # replaced whenever a stage or a job comes or goes (ClusterState.stages_version)
         self._stages_version = object()
         sim.stages_version = lambda: self._stages_version
-        # each job's numbers, a row per job id, what the states' job_iterations (Beamer's
-        # reorders read no job object) and job_table (JPAS reads every job's progress and
-        # arrival) read: live while the job runs; a job that ended has none left (a budget
-        # and iterations done of 1, as for a job the state does not have); a row no job used
-        # has a budget of 0. The table is kept until a job comes or goes; a state reads it
-        # during its reorder (the rows change as the jobs do).
+        # each job's numbers, a row per job id, what the states' job table reads (Beamer's
+        # reorders read no job object, JPAS reads every job's progress and arrival): live
+        # while the job runs; a job that ended has none left (a budget and iterations done of
+        # 1, as for a job the state does not have). The table is kept until a job comes or
+        # goes; a state reads it during its reorder (the rows change as the jobs do).
         self._numbers = JobTable.empty_numbers(16)
         self._table: JobTable | None = None
-        sim.job_iterations = self._job_iterations
         sim.job_table = self._job_table
         sim.on_coflow_done(self._coflow_done)
         for task in tasks:
@@ -143,21 +141,11 @@ class HpoDriver:
             more[: len(self._numbers)] = self._numbers
             self._numbers, self._table = more, None
 
-    def _job_iterations(self, job_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """The budgets and iterations done of ``job_ids`` (``None`` unless this driver started
-        every one)."""
-        budget = self._numbers["budget"]
-        if len(job_ids) and not (
-            job_ids.min() >= 0 and job_ids.max() < len(budget) and (budget[job_ids] > 0).all()
-        ):
-            return None
-        return budget[job_ids], self._numbers["done"][job_ids]
-
     def _job_table(self) -> JobTable:
         """The running jobs' numbers, for the jobs dict the states get."""
         if self._table is None:
             running = np.flatnonzero(self._numbers["live"])
-            self._table = JobTable(running, running, self._numbers, self._model_jobs)
+            self._table = JobTable(running, running, self._numbers, self._model_jobs, True)
         return self._table
 
     def _compute(self, job: JobRun) -> None:

@@ -24,6 +24,7 @@ from controller.model import (
     Flow,
     Host,
     Job,
+    JobTable,
     Stage,
     _Rows,
     port_seconds,
@@ -418,6 +419,23 @@ def test_beamer_orders_an_indexed_hpo_state_from_its_keys(change):
             kept = make_policy("beamer", **options)
             kept.schedule(fast)
             assert kept.schedule(fast) == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_table_whose_rows_are_the_ids_finds_the_rows_a_search_finds(seed):
+    """A job table kept a row per job id (the simulator's HPO driver) finds a job's row by its
+    id, without a search: the rows a searched table over the live rows finds, -1 for ids
+    outside the rows, of rows no live job holds, and negative ones."""
+    rng = np.random.default_rng(seed)
+    numbers = JobTable.empty_numbers(int(rng.integers(1, 40)))
+    numbers["live"] = rng.random(len(numbers)) < 0.6
+    numbers["job_id"] = np.arange(len(numbers))
+    live = np.flatnonzero(numbers["live"])
+    by_id = JobTable(live, live, numbers, {}, rows_are_ids=True)
+    searched = JobTable(live, live, numbers, {})
+    asked = rng.integers(-3, len(numbers) + 3, size=60)
+    assert by_id.rows_of(asked).tolist() == searched.rows_of(asked).tolist()
+    assert by_id.rows_of(np.zeros(0, dtype=np.int64)).tolist() == []
 
 
 def test_the_job_table_is_the_numbers_of_the_very_jobs_the_index_mirrors():

@@ -269,11 +269,17 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
                                         state.sparse_port_bytes(), None)  # fmt: skip
             assert ranks is not None  # an HPO state: every coflow's job listed by its stage
             kept.add(id(self._job_stages))
-            # the driver's arrays answer for every job a stage lists, as the jobs do
+            # the driver's table answers for every job a stage lists, as the jobs do, and
+            # finds their rows without a search
             listed = np.array([j for s in state.stages.values() for j in s.job_ids], np.int64)
-            assert len(listed) and state.iterations_of(listed) is not None
-            by_jobs = ClusterState.job_iterations(state, listed)
-            assert all(map(np.array_equal, state.job_iterations(listed), by_jobs))
+            table = state.job_table()
+            assert len(listed) and table is not None and table.rows_are_ids
+            live = [j if j in state.jobs else -1 for j in listed.tolist()]
+            assert table.rows_of(listed).tolist() == live
+            jobs = [state.jobs.get(j) for j in listed.tolist()]
+            by_jobs = ([1 if j is None else j.iteration_budget for j in jobs],
+                       [1 if j is None else j.iterations_done for j in jobs])  # fmt: skip
+            assert [a.tolist() for a in state.job_iterations(listed)] == list(by_jobs)
             keys = state.coflow_keys()
             assert keys.coflow_id.tolist() == [c.coflow_id for c in state.active_coflows()]
             assert super().schedule(mapping_state(state)).ranks == schedule.ranks
