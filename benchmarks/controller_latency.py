@@ -22,7 +22,7 @@ the others.
 
 The machine's pace (``benchmarks/pace.py``) is printed before and after the measured events,
 taken on the controller's CPU with ``--controller-cpu``: on a shared VM the same reorder takes
-up to twice as long in a slow second, and the p99 is read against it.
+up to twice as long in a slow second, and the readings tell a slow hour from a quick one.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ The last two columns are the machine's pace (``benchmarks/pace.py``: its compile
 memory reference, in ms; lower is quicker) just before the point's process starts and just
 after it ends, taken by this process on the same CPUs (not in the point's process, whose peak
 RSS they would raise): on a shared VM the same run takes up to twice as long in a slow hour,
-and a wall time is read against it.
+and the readings tell a slow hour from a quick one (not one run's own time).
 """
 
 from __future__ import annotations
