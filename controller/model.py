@@ -471,9 +471,7 @@ class CoflowIndex:
         self._rows: _Rows | None = None
         self._touched: dict[CoflowId, bool] = {}
         self._moved: set[CoflowId] = set()
-        # the last snapshot's coflows by id (the next one's is this, spliced) and its serial
-        self._by_id: dict[CoflowId, Coflow] = {}
-        self._serial = 0
+        self._serial = 0  # the last snapshot's
         # each job's loads per iteration, packed (copied before a change once a snapshot
         # holds the dict)
         self._jobs: dict[JobId, _PackedJob] = {}
@@ -680,13 +678,11 @@ class CoflowIndex:
         changed: tuple[int, frozenset[CoflowId]] | None = None
         if rows is None or rows.keys is None or self._unkeyed:
             rows = self._rows = _Rows.of(list(self._active.values()))
-            by_id = dict(zip(rows.ids, rows.coflows, strict=True))
         else:
             rows = self._rows = rows.spliced(self._active, self._touched, self._moved)
-            by_id = self._spliced_by_id(rows)
             changed = (self._serial, frozenset(self._touched))
         self._touched, self._moved = {}, set()
-        self._by_id, self._serial = by_id, next(_SNAPSHOTS)
+        self._serial = next(_SNAPSHOTS)
         n_hosts = len(self._hosts)
         column = _columns(rows.ports, n_hosts)
         sparse = SparsePortBytes(rows.row_ptr, column, rows.load_bytes.copy(), rows.ids,
@@ -700,29 +696,12 @@ class CoflowIndex:
             self._jobs,
             self._table(),
             rows.weights,
-            by_id,
+            rows.by_id,
             self._serial,
             changed,
         )
         self._jobs_shared = True
         return self._view
-
-    def _spliced_by_id(self, rows: _Rows) -> dict[CoflowId, Coflow]:
-        """The last snapshot's coflows by id with the changes since (``rows``, the new rows,
-        spliced from its rows): in row order, as a dict made from ``rows`` would be, at the
-        cost of a copy and the changes (a row changed in place keeps its place; those that
-        left go; the appended rows follow)."""
-        by_id = self._by_id.copy()
-        active, moved = self._active, self._moved
-        for coflow_id, was_row in self._touched.items():
-            if was_row:
-                if coflow_id in active and coflow_id not in moved:
-                    by_id[coflow_id] = active[coflow_id].coflow
-                else:
-                    del by_id[coflow_id]
-        n_kept = len(by_id)
-        by_id.update(zip(rows.ids[n_kept:], rows.coflows[n_kept:], strict=True))
-        return by_id
 
 
 def _columns(ports: np.ndarray, n_hosts: int) -> np.ndarray:
@@ -751,6 +730,7 @@ class _Rows:
     ports: np.ndarray  # per entry, packed as ``2 * host number + direction``
     load_bytes: np.ndarray  # per entry
     keys: np.ndarray | None  # the CoflowKeys rows (n x 1 of 5 int64); None if one has none
+    by_id: dict[CoflowId, Coflow]  # the coflows by id, in row order
 
     @classmethod
     def of(cls, entries: list[_Indexed]) -> _Rows:
@@ -758,9 +738,11 @@ class _Rows:
         keys = list(map(_KEYS, entries))
         row_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(_N_PORTS, entries), np.int64, len(entries)), out=row_ptr[1:])
+        ids = list(map(_COFLOW_ID, map(_ENTRY_COFLOW, entries)))
+        coflows = list(map(_ENTRY_COFLOW, entries))
         return cls(
-            list(map(_COFLOW_ID, map(_ENTRY_COFLOW, entries))),
-            list(map(_ENTRY_COFLOW, entries)),
+            ids,
+            coflows,
             list(map(_SIZE, entries)),
             list(map(_LEFT, entries)),
             np.fromiter(map(_WEIGHT, map(_ENTRY_COFLOW, entries)), float, len(entries)),
@@ -768,6 +750,7 @@ class _Rows:
             np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64),
             np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float),
             None if None in keys else np.frombuffer(b"".join(keys), _KEY_ROW).reshape(-1, 1),
+            dict(zip(ids, coflows, strict=True)),
         )
 
     def spliced(
@@ -799,6 +782,15 @@ class _Rows:
         pieces.extend(reversed(appended))
         if not pieces:
             return _Rows.of([])
+        # the coflows by id: a row changed in place keeps its place, those that go are
+        # dropped, the appended ones follow (a dict's order, as the rows')
+        by_id = self.by_id.copy()
+        for row, entry in changed.items():
+            if entry is None:
+                del by_id[self.ids[row]]
+            else:
+                by_id[self.ids[row]] = entry.coflow
+        by_id.update((entry.coflow.coflow_id, entry.coflow) for entry in reversed(appended))
         ptr = self.row_ptr
         old_n_ports = ptr[1:] - ptr[:-1]
         ids, coflows, size_bytes, remaining_bytes, weights = [], [], [], [], []
@@ -837,6 +829,7 @@ class _Rows:
             np.concatenate(ports),
             np.concatenate(load_bytes),
             np.concatenate(keys),
+            by_id,
         )
 
 
