@@ -1,7 +1,7 @@
 """Wall time and peak memory of the simulator's HPO runs as the cluster grows (issue #19).
 
     .venv/bin/python benchmarks/hpo_scale.py [--sizes 130x20 260x40 520x80]
-        [--policy fair sincronia ...] [--mode levels ideal] [--timeout 300]
+        [--policy fair sincronia ...] [--mode levels ideal] [--timeout 300] [--repeat 1]
 
 Each point (hosts x tasks, policy, mode) is ``python -m simulator hpo --hosts H --tasks T``
 with its other defaults (9 configurations per task, eta 3, 3 workers per job, PS and ring,
@@ -10,11 +10,16 @@ run's own (``sim.run()``, kernels compiled beforehand), as the simulator prints 
 that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``. The cost
 model's two terms are printed beside it: the wall time of a reorder (the policy's schedule and
 the engine's regrouping) and of a step of the compiled loop (one completion or rate change).
-The last two columns are the machine's pace (``benchmarks/pace.py``: its compiled and its
-memory reference, in ms; lower is quicker) just before the point's process starts and just
-after it ends, taken by this process on the same CPUs (not in the point's process, whose peak
-RSS they would raise): on a shared VM the same run takes up to twice as long in a slow hour,
-and the readings tell a slow hour from a quick one (not one run's own time).
+The last column is the machine's pace during the run. On a shared VM the same run takes up
+to twice as long in a slow hour, and readings taken before and after a run do not tell its
+time (the pace swings within it). So the point's process times the compiled reference of
+``benchmarks/pace.py`` every 0.25 s while it runs (:class:`pace.RunPace`, 1-2 % of the run,
+left out of its wall time); *run pace* is their mean in ms (lower is quicker). Within an hour
+a run's wall time is close to proportional to it, so two commits' runs of one hour compare by
+wall time over run pace (:class:`pace.RunPace`). With
+``--repeat N`` each point runs N times in a row, and from three runs a line sums them up:
+the ranges of wall time, run pace and wall time over run pace, and the correlation of the
+first two.
 """
 
 from __future__ import annotations
@@ -27,12 +32,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pace import RunPace  # noqa: E402
+
 
 def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
-    """Run one point in this process; its wall time, peak RSS and what it computed."""
+    """Run one point in this process; its wall time, peak RSS, pace and what it computed."""
     from controller.policies import make_policy
     from simulator.engine import Fabric, Simulator, warm_up
     from simulator.hpo import HpoDriver
@@ -41,11 +50,14 @@ def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
     warm_up()
     sim = Simulator(Fabric(hosts, 1e9), make_policy(policy), mode=mode)
     driver = HpoDriver(sim, generate(hosts, tasks, seed=1))
-    started = time.perf_counter()
-    sim.run()
-    wall = time.perf_counter() - started
+    with RunPace() as pace:
+        started = time.perf_counter()
+        sim.run()
+        wall = time.perf_counter() - started
     return {
-        "wall_s": wall,
+        "wall_s": wall - pace.spent_s,
+        "pace_ms": pace.mean_ms,
+        "pace_readings": len(pace.readings_ms),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "stages": driver.n_stages,
         "coflows": len(sim.coflows),
@@ -67,9 +79,49 @@ def size(text: str) -> tuple[int, int]:
     return hosts, tasks
 
 
-def main(argv: list[str] | None = None) -> int:
-    from pace import measure
+def run_point(
+    label: str, hosts: int, tasks: int, policy: str, mode: str, timeout_s: float
+) -> dict | None:
+    """Run one point in its own process and print its line; what it measured (``None`` if
+    it was stopped after ``timeout_s``)."""
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", f"{hosts},{tasks},{policy},{mode}"],
+            capture_output=True, text=True, check=True, timeout=timeout_s,
+        ).stdout  # fmt: skip
+    except subprocess.TimeoutExpired:
+        print(f"{label} {'>' + format(timeout_s, 'g'):>8}", flush=True)
+        return None
+    r = json.loads(out.strip().splitlines()[-1])
+    per_reorder = 1e6 * r["reorder_s"] / max(r["reorders"], 1)
+    per_step = 1e6 * r["step_s"] / max(r["steps"], 1)
+    print(
+        f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
+        f"{r['coflows']:>8} {r['reorders']:>9} {per_reorder:>11.0f} "
+        f"{r['steps']:>9} {per_step:>8.1f} {r['pace_ms']:>12.3f}",
+        flush=True,
+    )
+    return r
 
+
+def repeat_summary(runs: list[dict]) -> str:
+    """One line on repeated runs of one point: the ranges of their wall times, their run
+    paces and wall time over run pace, and how the first two correlate (Pearson's r)."""
+    if len(runs) < 3:
+        return f"  {len(runs)} runs finished: too few to summarise"
+    walls = np.array([r["wall_s"] for r in runs])
+    paces = np.array([r["pace_ms"] for r in runs])
+    per_pace = walls / paces
+    spread = walls.std() > 0 and paces.std() > 0
+    correlation = f"{np.corrcoef(walls, paces)[0, 1]:.2f}" if spread else "undefined"
+    return (
+        f"  {len(runs)} runs: wall {walls.min():.1f}-{walls.max():.1f} s, run pace "
+        f"{paces.min():.3f}-{paces.max():.3f} ms, correlation {correlation}; wall / run pace "
+        f"{per_pace.min():.1f}-{per_pace.max():.1f} s per ms"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
     from controller.policies import POLICIES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -77,8 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
     parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per point")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each point in a row (from 3: a summary)")  # fmt: skip
     parser.add_argument("--one", help=argparse.SUPPRESS)  # run one point in this process
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
     if args.one:
         hosts, tasks, policy, mode = args.one.split(",")
         print(json.dumps(run_one(int(hosts), int(tasks), policy, mode)))
@@ -86,33 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
         f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8} "
-        f"{'pace ms':>10} {'mem pace ms':>12}"
+        f"{'run pace ms':>12}"
     )
     for hosts, tasks in args.sizes:
         for mode in args.mode:
             for policy in args.policy:
                 label = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode:<7}"
-                before = measure()
-                try:
-                    out = subprocess.run(
-                        [sys.executable, __file__, "--one", f"{hosts},{tasks},{policy},{mode}"],
-                        capture_output=True, text=True, check=True, timeout=args.timeout,
-                    ).stdout  # fmt: skip
-                except subprocess.TimeoutExpired:
-                    print(f"{label} {'>' + format(args.timeout, 'g'):>8}", flush=True)
-                    continue
-                after = measure()
-                r = json.loads(out.strip().splitlines()[-1])
-                per_reorder = 1e6 * r["reorder_s"] / max(r["reorders"], 1)
-                per_step = 1e6 * r["step_s"] / max(r["steps"], 1)
-                print(
-                    f"{label} {r['wall_s']:>8.1f} {r['peak_rss_mb']:>12.0f} "
-                    f"{r['coflows']:>8} {r['reorders']:>9} {per_reorder:>11.0f} "
-                    f"{r['steps']:>9} {per_step:>8.1f} "
-                    f"{f'{before.compiled_ms:.2f}/{after.compiled_ms:.2f}':>10} "
-                    f"{f'{before.memory_ms:.1f}/{after.memory_ms:.1f}':>12}",
-                    flush=True,
-                )
+                runs = [run_point(label, hosts, tasks, policy, mode, args.timeout)
+                        for _ in range(args.repeat)]  # fmt: skip
+                if args.repeat >= 3:
+                    print(repeat_summary([r for r in runs if r is not None]), flush=True)
     return 0
 
 

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -64,16 +66,23 @@ class Pace:
         )
 
 
+def reference_matrix(rng: np.random.Generator | None = None) -> DemandMatrix:
+    """The compiled reference's fixed demand matrix (from seed 0 unless ``rng`` goes on from
+    it): 1,000 items, each on 1-5 of 26 ports."""
+    rng = rng or np.random.default_rng(0)
+    dense = np.zeros((N_ITEMS, N_PORTS))
+    for item in range(N_ITEMS):
+        ports = rng.choice(N_PORTS, size=int(rng.integers(1, 6)), replace=False)
+        dense[item, ports] = 10.0 ** rng.uniform(-4.0, 0.0, size=len(ports))
+    return DemandMatrix.from_dense(dense)
+
+
 class References:
     """The three fixed workloads (their inputs made once, from a fixed seed)."""
 
     def __init__(self) -> None:
         rng = np.random.default_rng(0)
-        dense = np.zeros((N_ITEMS, N_PORTS))
-        for item in range(N_ITEMS):
-            ports = rng.choice(N_PORTS, size=int(rng.integers(1, 6)), replace=False)
-            dense[item, ports] = 10.0 ** rng.uniform(-4.0, 0.0, size=len(ports))
-        self.matrix = DemandMatrix.from_dense(dense)
+        self.matrix = reference_matrix(rng)
         self.rules = {(k, k * 7 % 13, k * 3): k for k in range(DICT_ENTRIES)}
         self.before = set(range(SET_SIZE))
         self.after = set(range(7, SET_SIZE + 7))
@@ -124,6 +133,74 @@ def measure_on(cpus: set[int] | None, samples: int = 20) -> Pace:
         return measure(samples)
     finally:
         os.sched_setaffinity(0, had)
+
+
+@dataclass
+class RunPace:
+    """The compiled reference timed every ``interval_s`` of wall time while a run goes on, in
+    the run's own thread (a ``SIGALRM`` timer; a context manager).
+
+    Readings taken before and after a run do not tell its time, since the pace swings within
+    it; the mean of these does, within an hour: eight runs in a row of one HPO point (260 x 40,
+    Varys, levels) took 16.9-22.8 s, their wall times correlated 0.98 with this mean and their
+    wall time over it stayed within 31.7-33.8 s per ms; six of 520 x 80 (fair sharing, levels),
+    28.0-34.5 s, 0.96, 49.2-54.8 s per ms (README, "Machine facts"). Whether it carries from
+    one day to another is not known: the README's older tables were taken without it.
+    Each reading is the quickest of ``calls`` calls of the compiled reference, 1-2 % of the run
+    at the default interval, counted in :attr:`spent_s` so that the run's own time can be told
+    without it; a run shorter than ``interval_s`` gets one reading at its end. The handler runs
+    between two of the interpreter's instructions, so a long compiled call delays a reading; it
+    never cuts one short. Only the main thread may set a signal handler: entering from another
+    thread is an error.
+
+    Attributes:
+        interval_s: the wall time between two readings.
+        calls: calls of the compiled reference per reading (its quickest is the reading).
+        readings_ms: the readings, in ms, in the order taken.
+        spent_s: the wall time the readings took, in all.
+    """
+
+    interval_s: float = 0.25
+    calls: int = 3
+    readings_ms: list[float] = field(default_factory=list)
+    spent_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.calls < 1:
+            raise ValueError("RunPace needs interval_s > 0 and calls >= 1")
+        # (the matrix alone: the other references' 24 MB would raise the run's peak RSS)
+        self._matrix = reference_matrix()
+        bssi_order(self._matrix)  # (loads the kernel before the run starts)
+        self._handler_before = None
+
+    def _read(self, signum, frame) -> None:
+        started = time.perf_counter()
+        quickest = min(self._timed() for _ in range(self.calls))
+        self.readings_ms.append(quickest * 1e3)
+        self.spent_s += time.perf_counter() - started
+
+    def _timed(self) -> float:
+        started = time.perf_counter()
+        bssi_order(self._matrix)
+        return time.perf_counter() - started
+
+    def __enter__(self) -> RunPace:
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("RunPace reads on SIGALRM, which only the main thread can take")
+        self._handler_before = signal.signal(signal.SIGALRM, self._read)
+        signal.setitimer(signal.ITIMER_REAL, self.interval_s, self.interval_s)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._handler_before)
+        if not self.readings_ms:  # (a run shorter than one interval: one reading after it)
+            self._read(signal.SIGALRM, None)
+
+    @property
+    def mean_ms(self) -> float | None:
+        """The mean reading (``None`` before the first; after the run there is one at least)."""
+        return statistics.fmean(self.readings_ms) if self.readings_ms else None
 
 
 def main(argv: list[str] | None = None) -> int:

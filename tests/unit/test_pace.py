@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,56 @@ def test_the_command_prints_the_pace_and_refuses_bad_flags(capsys):
             pace.main(flags)
         assert exited.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def _busy(seconds: float) -> int:
+    """Interpreted work for ``seconds`` of wall time (where a signal handler can run)."""
+    ends, turns = time.perf_counter() + seconds, 0
+    while time.perf_counter() < ends:
+        turns += 1
+    return turns
+
+
+def test_a_run_pace_reads_while_the_run_goes_on_and_puts_the_timer_back():
+    def before(signum, frame):
+        raise AssertionError("the run's own handler must not be called during it")
+
+    had = signal.signal(signal.SIGALRM, before)
+    try:
+        with pace.RunPace(interval_s=0.02, calls=2) as run:
+            _busy(0.4)
+        assert signal.getsignal(signal.SIGALRM) is before
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    finally:
+        signal.signal(signal.SIGALRM, had)
+    assert 5 <= len(run.readings_ms) <= 21
+    assert all(reading > 0 for reading in run.readings_ms)
+    assert run.mean_ms == pytest.approx(sum(run.readings_ms) / len(run.readings_ms))
+    # each reading is two calls of the compiled reference, timed inside the readings' time
+    assert 2 * sum(run.readings_ms) / 1e3 <= run.spent_s < 0.4
+
+
+def test_a_run_shorter_than_an_interval_gets_one_reading_at_its_end():
+    with pace.RunPace(interval_s=30.0) as run:
+        assert run.readings_ms == [] and run.mean_ms is None
+    assert len(run.readings_ms) == 1 and run.mean_ms == run.readings_ms[0] > 0
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_run_pace_refuses_other_threads_and_bad_settings():
+    failed = []
+
+    def enter():
+        try:
+            with pace.RunPace():
+                pass
+        except RuntimeError as error:
+            failed.append(str(error))
+
+    thread = threading.Thread(target=enter)
+    thread.start()
+    thread.join()
+    assert failed == ["RunPace reads on SIGALRM, which only the main thread can take"]
+    for settings in ({"interval_s": 0.0}, {"calls": 0}):
+        with pytest.raises(ValueError, match="interval_s > 0 and calls >= 1"):
+            pace.RunPace(**settings)
