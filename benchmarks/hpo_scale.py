@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/hpo_scale.py [--sizes 130x20 260x40 520x80]
         [--policy fair sincronia ...] [--mode levels ideal] [--timeout 300] [--repeat 1]
+        [--against DIR]
 
 Each point (hosts x tasks, policy, mode) is ``python -m simulator hpo --hosts H --tasks T``
 with its other defaults (9 configurations per task, eta 3, 3 workers per job, PS and ring,
@@ -20,6 +21,12 @@ wall time over run pace (:class:`pace.RunPace`). With
 ``--repeat N`` each point runs N times in a row, and from three runs a line sums them up:
 the ranges of wall time, run pace and wall time over run pace, and the correlation of the
 first two.
+
+``--against DIR`` compares this checkout with another (``git worktree add DIR COMMIT``; its
+``.venv`` is not used): each run is followed by the same point with ``DIR``'s code (its line's
+mode marked ``*``), and a line per point gives each side's wall time over run pace and this
+checkout's over the other's, pair by pair. Both sides' paces are read with the compiled
+reference of their own checkout, so the line refuses to compare where that code differs.
 """
 
 from __future__ import annotations
@@ -36,12 +43,15 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from pace import RunPace  # noqa: E402
+CHECKOUT_FILES = ("controller/policies.py", "simulator/engine.py", "simulator/hpo.py",
+                  "workloads/hpo.py")  # fmt: skip
 
 
 def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
-    """Run one point in this process; its wall time, peak RSS, pace and what it computed."""
+    """Run one point in this process; its wall time, peak RSS, pace and what it computed
+    (with the code of the checkout first on ``sys.path``)."""
+    from pace import RunPace, reference_fingerprint
+
     from controller.policies import make_policy
     from simulator.engine import Fabric, Simulator, warm_up
     from simulator.hpo import HpoDriver
@@ -65,6 +75,7 @@ def run_one(hosts: int, tasks: int, policy: str, mode: str) -> dict:
         "steps": sim.steps,
         "reorder_s": sim.reorder_s,
         "step_s": sim.step_s,
+        "pace_reference": reference_fingerprint(),
     }
 
 
@@ -80,17 +91,23 @@ def size(text: str) -> tuple[int, int]:
 
 
 def run_point(
-    label: str, hosts: int, tasks: int, policy: str, mode: str, timeout_s: float
-) -> dict | None:
-    """Run one point in its own process and print its line; what it measured (``None`` if
-    it was stopped after ``timeout_s``)."""
+    label: str, hosts: int, tasks: int, policy: str, mode: str, timeout_s: float,
+    code: Path | None = None,
+) -> dict | None:  # fmt: skip
+    """Run one point in its own process, with this checkout's code or ``code``'s, and print
+    its line; what it measured (``None`` if it failed or was stopped after ``timeout_s``)."""
+    command = [sys.executable, __file__, "--one", f"{hosts},{tasks},{policy},{mode}"]
     try:
         out = subprocess.run(
-            [sys.executable, __file__, "--one", f"{hosts},{tasks},{policy},{mode}"],
+            command + (["--code", str(code)] if code else []),
             capture_output=True, text=True, check=True, timeout=timeout_s,
         ).stdout  # fmt: skip
     except subprocess.TimeoutExpired:
         print(f"{label} {'>' + format(timeout_s, 'g'):>8}", flush=True)
+        return None
+    except subprocess.CalledProcessError as failed:
+        why = (failed.stderr.strip().splitlines() or [f"exit status {failed.returncode}"])[-1]
+        print(f"{label} failed: {why}", flush=True)
         return None
     r = json.loads(out.strip().splitlines()[-1])
     per_reorder = 1e6 * r["reorder_s"] / max(r["reorders"], 1)
@@ -102,6 +119,50 @@ def run_point(
         flush=True,
     )
     return r
+
+
+def pair_summary(ours: list[dict | None], theirs: list[dict | None]) -> str:
+    """One line on alternating runs of one point with this checkout's code and another's:
+    each side's wall time over run pace, and this checkout's over the other's, pair by pair
+    (below 1: this checkout is quicker). Runs whose pace references differ are not compared."""
+    pairs = [(a, b) for a, b in zip(ours, theirs, strict=True) if a is not None and b is not None]
+    if not pairs:
+        return "  paired: no pair finished"
+    if any(a["pace_reference"] != b["pace_reference"] for a, b in pairs):
+        return "  paired: not compared, the two checkouts' pace references differ"
+    mine = np.array([a["wall_s"] / a["pace_ms"] for a, _ in pairs])
+    other = np.array([b["wall_s"] / b["pace_ms"] for _, b in pairs])
+    ratio = mine / other
+    return (
+        f"  paired: {len(pairs)} pairs, wall / run pace {mine.min():.1f}-{mine.max():.1f} "
+        f"against {other.min():.1f}-{other.max():.1f} s per ms; this / against "
+        f"{ratio.min():.3f}-{ratio.max():.3f} (mean {ratio.mean():.3f})"
+    )
+
+
+def checkout(text: str) -> Path:
+    """A directory holding another checkout of this project (``--against``)."""
+    path = Path(text).resolve()
+    missing = [name for name in CHECKOUT_FILES if not (path / name).is_file()]
+    if missing:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a checkout of this project (no {missing[0]})"
+        )
+    return path
+
+
+def run_child(argv: list[str]) -> int:
+    """``--one H,T,POLICY,MODE [--code DIR]``: one point in this process, its figures as a
+    line of JSON; with ``DIR``'s code put first on ``sys.path`` (nothing of it imported yet)."""
+    parser = argparse.ArgumentParser(prog="hpo_scale.py --one")
+    parser.add_argument("point")
+    parser.add_argument("--code", type=checkout)
+    args = parser.parse_args(argv)
+    if args.code:
+        sys.path.insert(0, str(args.code))
+    hosts, tasks, policy, mode = args.point.split(",")
+    print(json.dumps(run_one(int(hosts), int(tasks), policy, mode)))
+    return 0
 
 
 def repeat_summary(runs: list[dict]) -> str:
@@ -122,6 +183,9 @@ def repeat_summary(runs: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--one"]:  # (before anything imports this checkout's packages)
+        return run_child(argv[1:])
     from controller.policies import POLICIES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -131,14 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per point")
     parser.add_argument("--repeat", type=int, default=1,
                         help="runs of each point in a row (from 3: a summary)")  # fmt: skip
-    parser.add_argument("--one", help=argparse.SUPPRESS)  # run one point in this process
+    parser.add_argument("--against", type=checkout, metavar="DIR",
+                        help="another checkout (a git worktree of another commit): each run "
+                        "is followed by one with its code, and each point compared")  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
-    if args.one:
-        hosts, tasks, policy, mode = args.one.split(",")
-        print(json.dumps(run_one(int(hosts), int(tasks), policy, mode)))
-        return 0
     print(
         f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
         f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8} "
@@ -148,10 +210,19 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.mode:
             for policy in args.policy:
                 label = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode:<7}"
-                runs = [run_point(label, hosts, tasks, policy, mode, args.timeout)
-                        for _ in range(args.repeat)]  # fmt: skip
-                if args.repeat >= 3:
-                    print(repeat_summary([r for r in runs if r is not None]), flush=True)
+                point = (hosts, tasks, policy, mode, args.timeout)
+                ours, theirs = [], []
+                for _ in range(args.repeat):
+                    ours.append(run_point(label, *point))
+                    if args.against:
+                        marked = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode + '*':<7}"
+                        theirs.append(run_point(marked, *point, code=args.against))
+                for side, runs in (("this: " if args.against else "", ours), ("against: ", theirs)):
+                    if args.repeat >= 3 and runs:
+                        summary = repeat_summary([r for r in runs if r is not None])
+                        print(f"  {side}{summary.lstrip()}", flush=True)
+                if args.against:
+                    print(pair_summary(ours, theirs), flush=True)
     return 0
 
 

@@ -29,6 +29,8 @@ CPU N (as ``taskset -c N`` would).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import os
 import signal
 import statistics
@@ -40,8 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# (appended: a caller that put another checkout first, as hpo_scale.py --against does, times
+# that checkout's code against its own BSSI; reference_fingerprint tells whether they match)
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
+from controller import bssi  # noqa: E402
 from controller.bssi import DemandMatrix, bssi_order  # noqa: E402
 
 N_ITEMS, N_PORTS = 1000, 26
@@ -75,6 +80,18 @@ def reference_matrix(rng: np.random.Generator | None = None) -> DemandMatrix:
         ports = rng.choice(N_PORTS, size=int(rng.integers(1, 6)), replace=False)
         dense[item, ports] = 10.0 ** rng.uniform(-4.0, 0.0, size=len(ports))
     return DemandMatrix.from_dense(dense)
+
+
+def reference_fingerprint() -> str:
+    """A digest of the compiled reference's code (the source of every compiled function of
+    :mod:`controller.bssi` that was imported): two checkouts' readings are on one scale only
+    where it is the same."""
+    kernels = sorted(
+        (name, inspect.getsource(value.py_func))
+        for name, value in vars(bssi).items()
+        if hasattr(value, "py_func")
+    )
+    return hashlib.sha1(repr(kernels).encode()).hexdigest()[:12]
 
 
 class References:

@@ -80,3 +80,94 @@ def test_hpo_scale_refuses_a_repeat_below_one(capsys):
         hpo_scale.main(["--repeat", "0"])
     assert exited.value.code == 2
     assert "--repeat must be >= 1" in capsys.readouterr().err
+
+
+_FAKE_SIMULATOR = """
+import time
+
+
+def warm_up():
+    pass
+
+
+class Fabric:
+    def __init__(self, hosts, rate_bps):
+        self.hosts = hosts
+
+
+class Simulator:
+    def __init__(self, fabric, policy, mode):
+        self.coflows, self.reorders, self.steps = [1, 2, 3], 12345, 678
+        self.reorder_s = self.step_s = 0.1
+
+    def run(self):
+        time.sleep(0.3)
+"""
+
+
+def _fake_checkout(root: Path, bssi_source: str) -> Path:
+    """A directory that passes for another checkout: the HPO point's modules as stubs whose
+    run reports 12,345 reorders, and ``bssi_source`` as the pace reference's code."""
+    files = {
+        "controller/__init__.py": "",
+        "controller/bssi.py": bssi_source,
+        "controller/policies.py": "def make_policy(name):\n    return name\n",
+        "simulator/__init__.py": "",
+        "simulator/engine.py": _FAKE_SIMULATOR,
+        "simulator/hpo.py": (
+            "class HpoDriver:\n    def __init__(self, sim, workload):\n        self.n_stages = 1\n"
+        ),
+        "workloads/__init__.py": "",
+        "workloads/hpo.py": "def generate(hosts, tasks, seed):\n    return None\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_hpo_scale_against_another_checkout_runs_its_code_and_compares(tmp_path, capsys):
+    bssi_source = (Path(__file__).resolve().parents[2] / "controller" / "bssi.py").read_text()
+    same = _fake_checkout(tmp_path / "same", bssi_source)
+    args = ["--sizes", "8x1", "--policy", "fair", "--mode", "ideal", "--against", str(same)]
+    assert hpo_scale.main(args) == 0
+    header, ours, theirs, paired = capsys.readouterr().out.splitlines()
+    assert ours.split()[3:5] == ["fair", "ideal"] and ours.split()[8] != "12345"
+    assert theirs.split()[3:5] == ["fair", "ideal*"]
+    assert theirs.split()[7:9] == ["3", "12345"]  # (the other checkout's code ran)
+    assert paired.startswith("  paired: 1 pairs, wall / run pace ")
+    assert " s per ms; this / against " in paired and "(mean " in paired
+
+    # the other checkout's pace reference differs (its BSSI kernels' source): not compared
+    edited = bssi_source.replace("def _bssi(", "def _bssi(  # edited\n", 1)
+    assert edited != bssi_source
+    other = _fake_checkout(tmp_path / "other", edited)
+    assert hpo_scale.main([*args[:-1], str(other)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  paired: not compared, the two checkouts' pace references differ"
+    )
+
+
+def test_hpo_scale_refuses_a_directory_that_is_not_a_checkout(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        hpo_scale.main(["--against", str(tmp_path)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"'{tmp_path}' is not a checkout of this project (no controller/policies.py)" in err
+
+
+def test_hpo_scale_pairs_runs_by_wall_time_over_run_pace():
+    def run(wall_s, pace_ms, reference="r1"):
+        return {"wall_s": wall_s, "pace_ms": pace_ms, "pace_reference": reference}
+
+    line = hpo_scale.pair_summary(
+        [run(10.0, 0.5), None, run(9.0, 0.6)], [run(12.0, 0.5), run(1.0, 0.1), run(12.0, 0.6)]
+    )
+    assert line == (
+        "  paired: 2 pairs, wall / run pace 15.0-20.0 against 20.0-24.0 s per ms; "
+        "this / against 0.750-0.833 (mean 0.792)"
+    )
+    assert hpo_scale.pair_summary([None], [run(1.0, 0.1)]) == "  paired: no pair finished"
+    assert hpo_scale.pair_summary([run(1.0, 0.1)], [run(1.0, 0.1, "r2")]) == (
+        "  paired: not compared, the two checkouts' pace references differ"
+    )
