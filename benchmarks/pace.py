@@ -7,9 +7,10 @@ the README's numbers come from, the same compiled kernel takes 1.8x as long in o
 in the next (``--watch``), so a p99 over a minute of reorders samples the machine's slow
 seconds, and two runs an hour apart differ by more than most changes to the code. The
 benchmarks print this pace before and after they run (``controller_latency.py``,
-``reorder_parts.py``, ``ordering_speed.py``, ``hpo_scale.py``): the readings tell a slow hour
-from a quick one, though not one run's own time (the pace swings within a run), so a speed-up
-is claimed only from runs alternating with the commit before.
+``reorder_parts.py``, ``ordering_speed.py``): the readings tell a slow hour from a quick one,
+though not one run's own time (the pace swings within a run), so a speed-up is claimed only
+from runs alternating with the commit before. ``hpo_scale.py`` reads the compiled reference
+during each run instead (:class:`RunPace`), which does tell that run's time within an hour.
 
 The pace is three medians of ``--samples`` timings each, taken in turn (lower is quicker):
 
