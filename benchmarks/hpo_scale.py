@@ -11,7 +11,8 @@ run's own (``sim.run()``, kernels compiled beforehand), as the simulator prints 
 that has not finished after ``--timeout`` seconds is stopped and shown as ``>T``. The cost
 model's two terms are printed beside it: the wall time of a reorder (the policy's schedule and
 the engine's regrouping) and of a step of the compiled loop (one completion or rate change).
-The last column is the machine's pace during the run. On a shared VM the same run takes up
+A first line names the processor (a VM may start on other hardware from one day to the
+next). The last column is the machine's pace during the run. On a shared VM the same run takes up
 to twice as long in a slow hour, and readings taken before and after a run do not tell its
 time (the pace swings within it). So the point's process times the compiled reference of
 ``benchmarks/pace.py`` every 0.25 s while it runs (:class:`pace.RunPace`, 1-2 % of the run,
@@ -201,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
+    from pace import describe_machine
+
+    print(describe_machine())
     print(
         f"{'hosts x tasks':<14} {'policy':<10} {'mode':<7} {'wall s':>8} {'peak RSS MB':>12} "
         f"{'coflows':>8} {'reorders':>9} {'us/reorder':>11} {'steps':>9} {'us/step':>8} "

@@ -23,7 +23,9 @@ The pace is three medians of ``--samples`` timings each, taken in turn (lower is
   permutation, the kind of access the simulator's step loop makes at 520 hosts, whose speed
   swings with the other tenants' use of the memory more than the first two show.
 
-``--watch SECONDS`` prints the pace every two seconds for that long; ``--cpu N`` measures on
+The command first names the processor (:func:`describe_machine`): a VM may start on other
+hardware from one day to the next. ``--watch SECONDS`` prints the pace every two seconds for
+that long; ``--cpu N`` measures on
 CPU N (as ``taskset -c N`` would).
 """
 
@@ -123,6 +125,28 @@ class References:
         """The fixed gather; returns its first value."""
         np.take(self.gathered, self.gather_at, out=self.gather_out)
         return float(self.gather_out[0])
+
+
+def describe_machine(cpuinfo: str | None = None) -> str:
+    """One line naming the processor (from ``/proc/cpuinfo``, or ``cpuinfo``'s text) and the
+    CPUs this process may run on: a VM may start on other hardware from one day to the next,
+    which no pace reading tells."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    if "model name" not in fields:
+        return f"machine: processor unknown, {len(os.sched_getaffinity(0))} CPUs"
+    return (
+        f"machine: {fields['model name']} (family {fields.get('cpu family', '?')}, model "
+        f"{fields.get('model', '?')}, stepping {fields.get('stepping', '?')}), "
+        f"{len(os.sched_getaffinity(0))} CPUs"
+    )
 
 
 def measure(samples: int = 20, references: References | None = None) -> Pace:
@@ -239,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{sorted(os.sched_getaffinity(0))}")  # fmt: skip
         cpus = {args.cpu}
     ends = time.monotonic() + args.watch
+    print(describe_machine())
     while True:
         print(f"{time.strftime('%H:%M:%S')} pace: {measure_on(cpus, args.samples).describe()}",
               flush=True)  # fmt: skip

@@ -44,7 +44,8 @@ def test_reorder_parts_times_each_part_between_two_paces(capsys, monkeypatch):
 
 def test_hpo_scale_prints_each_point_with_the_pace_read_during_it(capsys):
     assert hpo_scale.main(["--sizes", "8x1", "--policy", "fair", "--mode", "ideal"]) == 0
-    header, row = capsys.readouterr().out.splitlines()
+    machine, header, row = capsys.readouterr().out.splitlines()
+    assert machine.startswith("machine: ") and machine.endswith(" CPUs")
     assert header.split()[-4:] == ["us/step", "run", "pace", "ms"]
     fields = row.split()
     assert fields[:5] == ["8", "x", "1", "fair", "ideal"]
@@ -131,7 +132,7 @@ def test_hpo_scale_against_another_checkout_runs_its_code_and_compares(tmp_path,
     same = _fake_checkout(tmp_path / "same", bssi_source)
     args = ["--sizes", "8x1", "--policy", "fair", "--mode", "ideal", "--against", str(same)]
     assert hpo_scale.main(args) == 0
-    header, ours, theirs, paired = capsys.readouterr().out.splitlines()
+    _, header, ours, theirs, paired = capsys.readouterr().out.splitlines()
     assert ours.split()[3:5] == ["fair", "ideal"] and ours.split()[8] != "12345"
     assert theirs.split()[3:5] == ["fair", "ideal*"]
     assert theirs.split()[7:9] == ["3", "12345"]  # (the other checkout's code ran)

@@ -64,7 +64,8 @@ def test_measuring_on_a_cpu_gives_this_thread_its_cpus_back():
 def test_the_command_prints_the_pace_and_refuses_bad_flags(capsys):
     assert pace.main(["--samples", "2"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "pace: compiled " in out[0] and "medians of 2" in out[0]
+    assert len(out) == 2 and out[0] == pace.describe_machine()
+    assert "pace: compiled " in out[1] and "medians of 2" in out[1]
     for flags, message in [
         (["--samples", "0"], "--samples must be >= 1"),
         (["--watch", "-1"], "--watch must be >= 0"),
@@ -127,3 +128,17 @@ def test_a_run_pace_refuses_other_threads_and_bad_settings():
     for settings in ({"interval_s": 0.0}, {"calls": 0}):
         with pytest.raises(ValueError, match="interval_s > 0 and calls >= 1"):
             pace.RunPace(**settings)
+
+
+def test_the_machine_is_named_from_cpuinfo():
+    cpuinfo = (
+        "processor\t: 0\ncpu family\t: 6\nmodel\t\t: 207\n"
+        "model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 2\n\n"
+        "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Other\n"
+    )
+    cpus = len(os.sched_getaffinity(0))
+    assert pace.describe_machine(cpuinfo) == (
+        f"machine: Intel(R) Xeon(R) Processor (family 6, model 207, stepping 2), {cpus} CPUs"
+    )
+    assert pace.describe_machine("") == f"machine: processor unknown, {cpus} CPUs"
+    assert pace.describe_machine().startswith("machine: ")
