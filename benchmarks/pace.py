@@ -25,8 +25,7 @@ The pace is three medians of ``--samples`` timings each, taken in turn (lower is
 
 The command first names the processor (:func:`describe_machine`): a VM may start on other
 hardware from one day to the next. ``--watch SECONDS`` prints the pace every two seconds for
-that long; ``--cpu N`` measures on
-CPU N (as ``taskset -c N`` would).
+that long; ``--cpu N`` measures on CPU N (as ``taskset -c N`` would).
 """
 
 from __future__ import annotations
