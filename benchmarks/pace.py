@@ -127,9 +127,9 @@ class References:
 
 
 def describe_machine(cpuinfo: str | None = None) -> str:
-    """One line naming the processor (from ``/proc/cpuinfo``, or ``cpuinfo``'s text) and the
-    CPUs this process may run on: a VM may start on other hardware from one day to the next,
-    which no pace reading tells."""
+    """One line naming the processor (from ``/proc/cpuinfo``, or ``cpuinfo``'s text), the
+    machine's CPUs and, if fewer, those this process may run on: a VM may start on other
+    hardware from one day to the next, which no pace reading tells."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -139,12 +139,13 @@ def describe_machine(cpuinfo: str | None = None) -> str:
     for line in cpuinfo.splitlines():
         name, _, value = line.partition(":")
         fields.setdefault(name.strip(), value.strip())
+    total, here = os.cpu_count() or 0, len(os.sched_getaffinity(0))
+    cpus = f"{total} CPUs" + (f" (this process on {here})" if here < total else "")
     if "model name" not in fields:
-        return f"machine: processor unknown, {len(os.sched_getaffinity(0))} CPUs"
+        return f"machine: processor unknown, {cpus}"
     return (
         f"machine: {fields['model name']} (family {fields.get('cpu family', '?')}, model "
-        f"{fields.get('model', '?')}, stepping {fields.get('stepping', '?')}), "
-        f"{len(os.sched_getaffinity(0))} CPUs"
+        f"{fields.get('model', '?')}, stepping {fields.get('stepping', '?')}), {cpus}"
     )
 
 

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import hpo_scale  # noqa: E402
 import ordering_speed  # noqa: E402
+import pace  # noqa: E402
 import reorder_parts  # noqa: E402
 
 from controller.policies import POLICIES  # noqa: E402
@@ -45,7 +46,7 @@ def test_reorder_parts_times_each_part_between_two_paces(capsys, monkeypatch):
 def test_hpo_scale_prints_each_point_with_the_pace_read_during_it(capsys):
     assert hpo_scale.main(["--sizes", "8x1", "--policy", "fair", "--mode", "ideal"]) == 0
     machine, header, row = capsys.readouterr().out.splitlines()
-    assert machine.startswith("machine: ") and machine.endswith(" CPUs")
+    assert machine == pace.describe_machine()
     assert header.split()[-4:] == ["us/step", "run", "pace", "ms"]
     fields = row.split()
     assert fields[:5] == ["8", "x", "1", "fair", "ideal"]

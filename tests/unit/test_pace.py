@@ -136,9 +136,16 @@ def test_the_machine_is_named_from_cpuinfo():
         "model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 2\n\n"
         "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Other\n"
     )
-    cpus = len(os.sched_getaffinity(0))
+    total = os.cpu_count()
     assert pace.describe_machine(cpuinfo) == (
-        f"machine: Intel(R) Xeon(R) Processor (family 6, model 207, stepping 2), {cpus} CPUs"
+        f"machine: Intel(R) Xeon(R) Processor (family 6, model 207, stepping 2), {total} CPUs"
     )
-    assert pace.describe_machine("") == f"machine: processor unknown, {cpus} CPUs"
+    assert pace.describe_machine("") == f"machine: processor unknown, {total} CPUs"
     assert pace.describe_machine().startswith("machine: ")
+    had = os.sched_getaffinity(0)
+    if total > 1:  # (on one CPU of several, the line says so)
+        os.sched_setaffinity(0, {min(had)})
+        try:
+            assert pace.describe_machine("").endswith(f"{total} CPUs (this process on 1)")
+        finally:
+            os.sched_setaffinity(0, had)
