@@ -166,21 +166,27 @@ def run_child(argv: list[str]) -> int:
     return 0
 
 
-def repeat_summary(runs: list[dict]) -> str:
-    """One line on repeated runs of one point: the ranges of their wall times, their run
-    paces and wall time over run pace, and how the first two correlate (Pearson's r)."""
+def repeat_summary(runs: list[dict], side: str = "") -> str:
+    """One line on repeated runs of one point (``side``: which checkout's, with ``--against``):
+    the ranges of their wall times, their run paces and wall time over run pace, and how the
+    first two correlate (Pearson's r)."""
     if len(runs) < 3:
-        return f"  {len(runs)} runs finished: too few to summarise"
+        return f"  {side}{len(runs)} runs finished: too few to summarise"
     walls = np.array([r["wall_s"] for r in runs])
     paces = np.array([r["pace_ms"] for r in runs])
     per_pace = walls / paces
     spread = walls.std() > 0 and paces.std() > 0
     correlation = f"{np.corrcoef(walls, paces)[0, 1]:.2f}" if spread else "undefined"
     return (
-        f"  {len(runs)} runs: wall {walls.min():.1f}-{walls.max():.1f} s, run pace "
+        f"  {side}{len(runs)} runs: wall {walls.min():.1f}-{walls.max():.1f} s, run pace "
         f"{paces.min():.3f}-{paces.max():.3f} ms, correlation {correlation}; wall / run pace "
         f"{per_pace.min():.1f}-{per_pace.max():.1f} s per ms"
     )
+
+
+def point_label(hosts: int, tasks: int, policy: str, mode: str) -> str:
+    """The first columns of a point's line."""
+    return f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode:<7}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,18 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     for hosts, tasks in args.sizes:
         for mode in args.mode:
             for policy in args.policy:
-                label = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode:<7}"
+                label = point_label(hosts, tasks, policy, mode)
+                marked = point_label(hosts, tasks, policy, mode + "*")  # (the other checkout)
                 point = (hosts, tasks, policy, mode, args.timeout)
                 ours, theirs = [], []
                 for _ in range(args.repeat):
                     ours.append(run_point(label, *point))
                     if args.against:
-                        marked = f"{f'{hosts} x {tasks}':<14} {policy:<10} {mode + '*':<7}"
                         theirs.append(run_point(marked, *point, code=args.against))
                 for side, runs in (("this: " if args.against else "", ours), ("against: ", theirs)):
                     if args.repeat >= 3 and runs:
-                        summary = repeat_summary([r for r in runs if r is not None])
-                        print(f"  {side}{summary.lstrip()}", flush=True)
+                        done = [r for r in runs if r is not None]
+                        print(repeat_summary(done, side), flush=True)
                 if args.against:
                     print(pair_summary(ours, theirs), flush=True)
     return 0

@@ -738,14 +738,14 @@ class _Rows:
         keys = list(map(_KEYS, entries))
         row_ptr = np.zeros(len(entries) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(_N_PORTS, entries), np.int64, len(entries)), out=row_ptr[1:])
-        ids = list(map(_COFLOW_ID, map(_ENTRY_COFLOW, entries)))
         coflows = list(map(_ENTRY_COFLOW, entries))
+        ids = list(map(_COFLOW_ID, coflows))
         return cls(
             ids,
             coflows,
             list(map(_SIZE, entries)),
             list(map(_LEFT, entries)),
-            np.fromiter(map(_WEIGHT, map(_ENTRY_COFLOW, entries)), float, len(entries)),
+            np.fromiter(map(_WEIGHT, coflows), float, len(entries)),
             row_ptr,
             np.frombuffer(b"".join(map(_PORTS, entries)), dtype=np.int64),
             np.frombuffer(b"".join(map(_LOAD_BYTES, entries)), dtype=float),

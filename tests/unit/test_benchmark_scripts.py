@@ -72,6 +72,10 @@ def test_hpo_scale_sums_up_repeated_runs_of_a_point():
     line = hpo_scale.repeat_summary(runs((10.0, 0.5), (8.0, 0.6), (6.0, 0.7)))
     assert "correlation -1.00; wall / run pace 8.6-20.0 s per ms" in line
     assert "correlation undefined" in hpo_scale.repeat_summary(runs(*[(10.0, 0.5)] * 3))
+    assert hpo_scale.repeat_summary(runs((10.0, 0.5), (16.0, 0.8), (12.0, 0.6)), "this: ") == (
+        "  this: 3 runs: wall 10.0-16.0 s, run pace 0.500-0.800 ms, correlation 1.00; "
+        "wall / run pace 20.0-20.0 s per ms"
+    )
     assert hpo_scale.repeat_summary(runs((10.0, 0.5), (9.0, 0.4))) == (
         "  2 runs finished: too few to summarise"
     )
