@@ -28,6 +28,11 @@ from numba import njit
 
 # Loads below this many seconds are rounding residue of the incremental updates.
 _EPS_S = 1e-12
+# What the kernel makes of a demand or weight that is not a finite positive number (an input
+# the callers' checks let through): demands are held in [_TINY, _CAP / entries] and weights in
+# [0, _CAP], so every port's load is a finite sum and no step makes a NaN.
+_CAP = 1e300
+_TINY = 2.2250738585072014e-308  # the smallest normal double
 # Ratios within this relative distance of the smallest count as tied.
 _TIE_REL = 1e-9
 
@@ -147,8 +152,29 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
 
     Returns:
         Item indices, most urgent first.
+
+    Termination, on any input: every pass of the main loop either places one item (at most
+    ``n`` passes) or retires a port whose items are all placed, setting its load to exactly 0
+    (at most ``n_ports``: a retired port's load never changes again, so it is never picked
+    again), or ends the loop; the loop is also written as at most ``n + n_ports`` passes. A
+    non-finite or non-positive demand or weight is clamped first (see :data:`_CAP`), so the
+    loads are finite, every ratio is in ``[0, inf]`` and a bottleneck with unplaced items
+    always yields a pick (all-infinite ratios tie, and the latest item goes last).
     """
     n = len(row_ptr) - 1
+    cap = _CAP / max(len(port), 1)
+    clean = np.empty(len(port))
+    for j in range(len(port)):
+        value = seconds[j]
+        clean[j] = value if value <= cap else cap  # (NaN too)
+        if not clean[j] >= _TINY:
+            clean[j] = _TINY
+    seconds = clean
+    for k in range(n):
+        if not w[k] <= _CAP:
+            w[k] = _CAP
+        elif not w[k] >= 0.0:
+            w[k] = 0.0
     # Column view: each port's items (ascending) and their demands.
     col_ptr = np.zeros(n_ports + 1, dtype=np.int64)
     for j in range(len(port)):
@@ -201,9 +227,9 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
     lowered_by = np.empty(max(n_ports, 1))
     # each live item's w / v on the bottleneck, divided once a step and read twice
     ratio = np.empty(max(len(port), 1))
-    while n_ports > 0:
+    for _ in range(n + n_ports):
         b = tree[1]
-        if load[b] <= _EPS_S:
+        if not load[b] > _EPS_S:
             break
         lo = col_ptr[b]
         hi = lo + col_live[b]
@@ -211,23 +237,25 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
         for j in range(lo, hi):
             ratio[j] = w[col_item[j]] / col_seconds[j]
             best = min(best, ratio[j])
-        if best == np.inf:
-            # only rounding residue was left on this port: it goes (x - x is exactly 0.0)
+        # Among ties, the latest item goes last (earlier arrivals are served first).
+        tie = best + abs(best) * _TIE_REL
+        pick = -1
+        for j in range(lo, hi):
+            if ratio[j] <= tie and (pick < 0 or col_item[j] > col_item[pick]):
+                pick = j
+        if pick < 0:
+            # no item left on this port: only rounding residue was, and the port retires
             lowered[0], lowered_by[0] = b, load[b]
             n_lowered = 1
         else:
-            # Among ties, the latest item goes last (earlier arrivals are served first).
-            tie = best + abs(best) * _TIE_REL
-            pick = -1
-            for j in range(lo, hi):
-                if ratio[j] <= tie and (pick < 0 or col_item[j] > col_item[pick]):
-                    pick = j
             sigma = col_item[pick]
             w_sigma, v_sigma = w[sigma], col_seconds[pick]
-            for j in range(lo, hi):
-                k = col_item[j]
-                # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
-                w[k] = max(w[k] - w_sigma * col_seconds[j] / v_sigma, 0.0)
+            if w_sigma > 0.0:  # (else every scaling subtracts 0: no 0 x inf)
+                for j in range(lo, hi):
+                    k = col_item[j]
+                    # scaled weights stay >= 0 in exact arithmetic; clip the rounding error
+                    scaled = w[k] - w_sigma * col_seconds[j] / v_sigma
+                    w[k] = scaled if scaled > 0.0 else 0.0
             alive[sigma] = False
             placed_last[n_placed] = sigma
             n_placed += 1
@@ -246,7 +274,8 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
                 col_live[p] -= 1
         for m in range(n_lowered):
             p = lowered[m]
-            load[p] -= lowered_by[m]
+            # a port left without items retires at exactly 0 (x - x is 0.0 for finite x)
+            load[p] = load[p] - lowered_by[m] if col_live[p] > 0 else 0.0
             node = (leaves + p) // 2
             while node >= 1 and tree[node] == p:
                 left, right = tree[2 * node], tree[2 * node + 1]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import operator
+import sys
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from controller.bssi import DemandMatrix, bssi_order, bssi_positions
+from controller.limits import MAX_FLOW_BYTES, MAX_FLOWS, brief
 from controller.madd import TIE_DIGITS, sebf_order, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
@@ -54,6 +56,7 @@ from controller.stage_loads import (
     units_of_jobs,
 )
 
+_LARGEST_FLOAT = sys.float_info.max
 # a list of coflows' ids or weights at C speed (a reorder reads every active coflow's)
 _COFLOW_ID = operator.attrgetter("coflow_id")
 _WEIGHT = operator.attrgetter("weight")
@@ -94,13 +97,15 @@ class OptionSpec:
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, int | float) and not isinstance(value, bool)
+            # (an integer beyond every float is not finite as a float: float() overflows)
+            ok = ok and (isinstance(value, float) or abs(value) <= _LARGEST_FLOAT)
             ok = ok and math.isfinite(value)
         if ok and self.low is not None:
             ok = value > self.low if self.low_open else value >= self.low
         if ok and self.high is not None:
             ok = value <= self.high
         if not ok:
-            raise ValueError(f"must be {self.expects()}, got {value!r}")
+            raise ValueError(f"must be {self.expects()}, got {brief(value)}")
         return float(value) if self.kind is float else value
 
     def parse_text(self, text: str) -> Any:
@@ -248,10 +253,12 @@ class FifoLM(Policy):
             float, 90.0, "percentile of seen coflow sizes beyond which a coflow is heavy",
             low=0, high=100, low_open=True,
         ),
-        "min_history": OptionSpec(int, 10, "coflow sizes seen before any demotion", low=1),
+        "min_history": OptionSpec(
+            int, 10, "coflow sizes seen before any demotion", low=1, high=1_000_000
+        ),
         "heavy_threshold_bytes": OptionSpec(
             float, None, "a fixed heavy threshold in bytes instead of the percentile",
-            low=0, low_open=True, nullable=True,
+            low=0, high=MAX_FLOWS * MAX_FLOW_BYTES, low_open=True, nullable=True,
         ),
     }  # fmt: skip
 
@@ -419,8 +426,9 @@ class Jpas(Policy):
     name = "jpas"
     OPTIONS: ClassVar[dict[str, OptionSpec]] = {
         "period_s": OptionSpec(
-            float, 1.0, "seconds between reorders (progress moves without events)",
-            low=0, low_open=True,
+            float, 1.0, "seconds between reorders (progress moves without events; at least "
+            "10 ms, so that the reorders leave the event loop time for the rest)",
+            low=0.01, high=3600,
         ),
     }  # fmt: skip
 

@@ -27,6 +27,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from controller.limits import (
+    MAX_FLOW_BYTES,
+    MAX_FLOWS,
+    MAX_ID,
+    MAX_JOB_RULES,
+    MAX_TCP_PORTS,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+    brief,
+    job_rules,
+)
 from controller.model import (
     ClusterState,
     Coflow,
@@ -38,9 +49,6 @@ from controller.model import (
     port_bytes,
 )
 
-MAX_ID = 2**31 - 1
-# Flows per job or coflow: a 100-worker all-to-all is 9,900; every flow is a rule on the switch.
-MAX_FLOWS = 10_000
 # Implicit coflows of jobs live above every registrable coflow id.
 IMPLICIT_COFLOW_BASE = 2**32
 KINDS = ("tasks", "stages", "jobs", "coflows")
@@ -212,32 +220,41 @@ def _int(body: dict, name: str, default=None, low: int = 0, high: int = MAX_ID, 
 
 def _int_value(value: Any, name: str, low: int = 0, high: int = MAX_ID) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(name, f"must be an integer, got {value!r}")
+        raise bad(name, f"must be an integer, got {brief(value)}")
     if not low <= value <= high:
-        raise bad(name, f"must be in {low}..{high}, got {value}")
+        raise bad(name, f"must be in {low}..{high}, got {brief(value)}")
     return value
 
 
-def _number(body: dict, name: str, default=None, positive: bool = False, where=""):
-    """``body[name]`` (or ``default``) checked as a finite number; ``None`` if both are absent."""
+def _number(
+    body: dict, name: str, default=None, low: float = 0.0, high: float = MAX_FLOW_BYTES, where=""
+):
+    """``body[name]`` (or ``default``) checked as a number in ``[low, high]``; ``None`` if both
+    are absent."""
     value = body.get(name, default)
-    return None if value is None else _number_value(value, where + name, positive)
+    return None if value is None else _number_value(value, where + name, low, high)
 
 
-def _number_value(value: Any, name: str, positive: bool = False) -> float:
+def _number_value(value: Any, name: str, low: float = 0.0, high: float = MAX_FLOW_BYTES) -> float:
+    """``value`` as a float in ``[low, high]`` (finite by construction), else a 400 naming
+    ``name``; the default range is a flow's size (:data:`~controller.limits.MAX_FLOW_BYTES`)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad(name, f"must be a number, got {value!r}")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise bad(name, "must be finite")
-    try:
-        number = float(value)
-    except OverflowError:  # an integer beyond any float
-        raise bad(name, "must be finite") from None
-    if positive and number <= 0:
-        raise bad(name, f"must be > 0, got {value}")
-    if number < 0:
-        raise bad(name, f"must be >= 0, got {value}")
-    return number
+        raise bad(name, f"must be a number, got {brief(value)}")
+    if value != value:
+        raise bad(name, "must be a number, got NaN")
+    if not low <= value <= high:  # (exact for integers of any size; inf fails here)
+        raise bad(name, f"must be in [{low:g}, {high:g}], got {_shown(value)}")
+    return float(value)
+
+
+def _shown(value: int | float) -> str:
+    return brief(value) if isinstance(value, int) else f"{value:.6g}"
+
+
+def _weight(body: dict, name: str = "weight") -> float:
+    """A record's weight (1 when absent), within :data:`~controller.limits.MIN_WEIGHT` ..
+    :data:`~controller.limits.MAX_WEIGHT`."""
+    return _number(body, name, 1.0, low=MIN_WEIGHT, high=MAX_WEIGHT)
 
 
 class Registry:
@@ -370,10 +387,14 @@ class Registry:
         if isinstance(value, str) and value in self.hosts:
             return self.hosts[value]
         try:
+            if not isinstance(value, str):  # (IPv4Address(1) would be 0.0.0.1, True too)
+                raise TypeError
             return str(ipaddress.IPv4Address(value))
         except (ipaddress.AddressValueError, ValueError, TypeError):
             known = f" or one of {', '.join(sorted(self.hosts))}" if self.hosts else ""
-            raise bad(name, f"must be an IPv4 address{known}, got {value!r}") from None
+            raise bad(
+                name, f"must be an IPv4 address as a string{known}, got {brief(value)}"
+            ) from None
 
     def _flows(
         self, body: dict, name: str, required: bool, old: Sequence[FlowSpec] = ()
@@ -439,13 +460,13 @@ class Registry:
             name = body.get("name", "")
             if not isinstance(name, str):
                 raise bad("name", "must be a string")
-            return TaskRecord(new_id, name, _number(body, "weight", 1.0, positive=True))
+            return TaskRecord(new_id, name, _weight(body))
         if kind == "stages":
             old = self.records["stages"].get(new_id)
             return StageRecord(
                 new_id,
                 self._ref(body, "task_id", "tasks"),
-                _number(body, "weight", 1.0, positive=True),
+                _weight(body),
                 old.arrival_s if old else self.clock(),
             )
         if kind == "jobs":
@@ -453,6 +474,8 @@ class Registry:
             ports = body.get("tcp_ports", [])
             if not isinstance(ports, list):
                 raise bad("tcp_ports", "must be a list of TCP port numbers")
+            if len(ports) > MAX_TCP_PORTS:
+                raise bad("tcp_ports", f"{len(ports)} ports; at most {MAX_TCP_PORTS} per job")
             for i, port in enumerate(ports):
                 _int_value(port, f"tcp_ports[{i}]", low=1, high=65535)
             if len(set(ports)) != len(ports):
@@ -467,15 +490,23 @@ class Registry:
             task_id = self._ref(body, "task_id", "tasks")
             if task_id is None and stage_id is not None:
                 task_id = self.records["stages"][stage_id].task_id
+            flows = self._flows(body, "flows", required=False, old=old.flows if old else ())
+            if job_rules(len(flows), len(ports)) > MAX_JOB_RULES:
+                raise bad(
+                    "tcp_ports",
+                    f"{len(flows)} flows x {len(ports)} TCP ports ask for "
+                    f"{job_rules(len(flows), len(ports))} rules; at most {MAX_JOB_RULES} per "
+                    "job (4 x flows x ports, or 2 x flows without ports)",
+                )
             return JobRecord(
                 new_id,
                 stage_id,
                 task_id,
-                self._flows(body, "flows", required=False, old=old.flows if old else ()),
+                flows,
                 [int(p) for p in ports],
                 budget,
                 done,
-                _number(body, "weight", 1.0, positive=True),
+                _weight(body),
                 old.arrival_s if old else self.clock(),
                 _iteration_arrival(old, done, self.clock),
             )
@@ -485,7 +516,7 @@ class Registry:
             self._flows(body, "flows", required=True, old=old.flows if old else ()),
             self._ref(body, "job_id", "jobs"),
             self._ref(body, "stage_id", "stages"),
-            _number(body, "weight", 1.0, positive=True),
+            _weight(body),
             old.arrival_s if old else self.clock(),
         )
 

@@ -151,7 +151,7 @@ def test_policy_can_be_read_and_switched(api):
             + json.dumps(JOB["flows"]).encode()
             + b"}",
             400,
-            "weight: must be finite",
+            "weight: must be in [1e-06, 1e+06], got an integer of more than 40 digits",
         ),
         ("POST", "/api/coflows", b'{"weight": 1' + b"0" * 5000 + b"}", 400, "not valid JSON"),
         (
@@ -159,7 +159,7 @@ def test_policy_can_be_read_and_switched(api):
             "/api/policy",
             {"name": "fifo-lm", "options": {"heavy_threshold_bytes": "abc"}},
             400,
-            "heavy_threshold_bytes must be a number > 0 or null, got 'abc'",
+            "heavy_threshold_bytes must be a number in (0, 6.31152e+22] or null, got 'abc'",
         ),
         (
             "PUT",

@@ -266,12 +266,12 @@ def test_declared_options_are_the_constructors_keywords_with_its_defaults(name):
 @pytest.mark.parametrize(
     ("name", "options", "words"),
     [
-        ("fifo-lm", {"heavy_threshold_bytes": "abc"}, "must be a number > 0 or null"),
+        ("fifo-lm", {"heavy_threshold_bytes": "abc"}, "must be a number in (0, 6.31152e+22] or null"),
         ("fifo-lm", {"heavy_percentile": 101}, "must be a number in (0, 100]"),
         ("fifo-lm", {"heavy_percentile": 0}, "must be a number in (0, 100]"),
-        ("fifo-lm", {"min_history": 2.5}, "must be an integer >= 1"),
-        ("jpas", {"period_s": True}, "must be a number > 0, got True"),
-        ("jpas", {"period_s": float("nan")}, "must be a number > 0"),
+        ("fifo-lm", {"min_history": 2.5}, "must be an integer in [1, 1e+06]"),
+        ("jpas", {"period_s": True}, "must be a number in [0.01, 3600], got True"),
+        ("jpas", {"period_s": float("nan")}, "must be a number in [0.01, 3600]"),
         ("beamer", {"use_rates": "False"}, "must be true or false, got 'False'"),
         ("varys", {"use_rates": 1}, "must be true or false"),
     ],
@@ -288,7 +288,7 @@ def test_command_line_option_text_takes_the_declared_type():
     assert parse_option_text("fifo-lm", "min_history", "3") == 3
     assert parse_option_text("jpas", "period_s", "0.5") == 0.5
     assert make_policy("varys", use_rates=False).use_rates is False
-    with pytest.raises(ValueError, match="must be an integer >= 1, got '2.5'"):
+    with pytest.raises(ValueError, match="must be an integer in \\[1, 1e\\+06\\], got '2.5'"):
         parse_option_text("fifo-lm", "min_history", "2.5")
 
 
