@@ -10,6 +10,7 @@ for the stats endpoint.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import gc
 import logging
@@ -165,6 +166,18 @@ class Stats:
         default_factory=lambda: collections.deque(maxlen=LATENCY_SAMPLES)
     )
     slowest: SlowEvent | None = None
+    # how long each REST request and each reorder (with its sending) held the event loop, the
+    # only one (OpenFlow included), as (wall, CPU) seconds: the glue times both
+    # (controller/ryu_app.py); wall time beyond the CPU time is time another process had the core
+    holds_s: dict[str, collections.deque] = field(
+        default_factory=lambda: {
+            kind: collections.deque(maxlen=LATENCY_SAMPLES) for kind in HOLD_KINDS
+        }
+    )
+
+
+# what holds the event loop: a REST request, or a reorder with the sending of its operations
+HOLD_KINDS = ("rest", "reorder")
 
 
 class Engine:
@@ -342,6 +355,11 @@ class Engine:
         self.stats.latencies_s.extend(now - t for t in self._pending_events)
         self._pending_events.clear()
 
+    def note_hold(self, kind: str, wall_s: float, cpu_s: float) -> None:
+        """Record that a ``kind`` of work (one of :data:`HOLD_KINDS`) held the event loop for
+        ``wall_s`` seconds, of which the thread ran ``cpu_s``."""
+        self.stats.holds_s[kind].append((wall_s, cpu_s))
+
     def reset_stats(self) -> None:
         """Start the counters and latency samples afresh (e.g. before a measured phase)."""
         self.stats = Stats()
@@ -429,6 +447,9 @@ class Engine:
                 "slowest": self.stats.slowest.to_json() if self.stats.slowest else None,
             },
             "gc_pauses": self.gc_pauses.to_json() if self.gc_pauses else None,
+            "event_loop_holds_ms": {
+                kind: _hold_json(holds) for kind, holds in self.stats.holds_s.items()
+            },
             "reorder_compute_ms": {
                 "count": len(comp),
                 "p50": ms(percentile(comp, 50)),
@@ -440,6 +461,18 @@ class Engine:
                 "p99_not_preempted": ms(percentile(not_preempted, 99)),
             },
         }
+
+
+def _hold_json(holds: collections.abc.Iterable[tuple[float, float]]) -> dict:
+    """Count, p50 / p99 / max of the wall times and of the CPU times (ms) of ``holds``."""
+    wall, cpu = [w for w, _ in holds], [c for _, c in holds]
+    ms = lambda v: None if v is None else round(v * 1e3, 3)  # noqa: E731
+    out: dict = {"count": len(wall)}
+    for prefix, values in (("", wall), ("cpu_", cpu)):
+        out[prefix + "p50"] = ms(percentile(values, 50))
+        out[prefix + "p99"] = ms(percentile(values, 99))
+        out[prefix + "max"] = ms(max(values, default=None))
+    return out
 
 
 def _table_json(table: SwitchTable) -> dict:

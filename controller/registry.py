@@ -247,6 +247,19 @@ def _number_value(value: Any, name: str, low: float = 0.0, high: float = MAX_FLO
     return float(value)
 
 
+def _check_rules(n_flows: int, n_ports: int, field_name: str) -> None:
+    """A 400 on ``field_name`` if ``n_flows`` flows matched on ``n_ports`` TCP ports ask for
+    more marking rules than :data:`~controller.limits.MAX_JOB_RULES`."""
+    rules = job_rules(n_flows, n_ports)
+    if rules > MAX_JOB_RULES:
+        raise bad(
+            field_name,
+            f"{n_flows} flows x {n_ports} TCP ports ask for up to {rules} marking rules; at "
+            f"most {MAX_JOB_RULES} per job or coflow (4 x flows x ports, or 2 x flows without "
+            "ports)",
+        )
+
+
 def _shown(value: int | float) -> str:
     return brief(value) if isinstance(value, int) else f"{value:.6g}"
 
@@ -491,13 +504,12 @@ class Registry:
             if task_id is None and stage_id is not None:
                 task_id = self.records["stages"][stage_id].task_id
             flows = self._flows(body, "flows", required=False, old=old.flows if old else ())
-            if job_rules(len(flows), len(ports)) > MAX_JOB_RULES:
-                raise bad(
-                    "tcp_ports",
-                    f"{len(flows)} flows x {len(ports)} TCP ports ask for "
-                    f"{job_rules(len(flows), len(ports))} rules; at most {MAX_JOB_RULES} per "
-                    "job (4 x flows x ports, or 2 x flows without ports)",
-                )
+            # its coflows' flows are matched on its ports too
+            widest = max(
+                (len(c.flows) for c in self.records["coflows"].values() if c.job_id == new_id),
+                default=0,
+            )
+            _check_rules(max(len(flows), widest), len(ports), "tcp_ports")
             return JobRecord(
                 new_id,
                 stage_id,
@@ -511,10 +523,14 @@ class Registry:
                 _iteration_arrival(old, done, self.clock),
             )
         old = self.records["coflows"].get(new_id)
+        flows = self._flows(body, "flows", required=True, old=old.flows if old else ())
+        job_id = self._ref(body, "job_id", "jobs")
+        ports = self.records["jobs"][job_id].tcp_ports if job_id is not None else ()
+        _check_rules(len(flows), len(ports), "flows")
         return CoflowRecord(
             new_id,
-            self._flows(body, "flows", required=True, old=old.flows if old else ()),
-            self._ref(body, "job_id", "jobs"),
+            flows,
+            job_id,
             self._ref(body, "stage_id", "stages"),
             _weight(body),
             old.arrival_s if old else self.clock(),

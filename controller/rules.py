@@ -686,6 +686,9 @@ class MarkingTable:
                 if not owner_pairs:
                     del self._owner_pairs[cookie]
         owner_keys = self._owner_keys
+        # each maker pair's rules by key, looked up once per pair (a scan per key made a job
+        # with many TCP ports quadratic: 2 rules per port, every one scanning them all)
+        rules_by_key: dict[Pair, dict[tuple, FlowRule]] = {}
         for key in changed_keys:
             self._changed_rules[key] = None
             makers = self._rule_pairs.get(key)
@@ -696,7 +699,10 @@ class MarkingTable:
                 rule = None
             else:
                 first = min(makers)
-                rule = next(r for r in _pair_rules(*first, *made_from[first]) if r.key == key)
+                by_key = rules_by_key.get(first)
+                if by_key is None:
+                    by_key = rules_by_key[first] = _pair_rules_by_key(*first, *made_from[first])
+                rule = by_key[key]
                 self.rules[key] = rule
             if old is not None and (rule is None or rule.cookie != old.cookie):
                 keys = owner_keys[old.cookie]
@@ -711,6 +717,12 @@ class MarkingTable:
 def _pair_rules(cookie, src, dst, ports, dscp, meter_id) -> tuple[FlowRule, ...]:
     # rules are immutable values, so a reorder reuses those of pairs whose marks did not change
     return tuple(FlowRule(cookie, p, m, dscp, meter_id) for p, m in _matches(src, dst, ports))
+
+
+@functools.lru_cache(maxsize=CACHE_ENTRIES)
+def _pair_rules_by_key(cookie, src, dst, ports, dscp, meter_id) -> dict[tuple, FlowRule]:
+    # (read only: shared by every caller with the same marks)
+    return {rule.key: rule for rule in _pair_rules(cookie, src, dst, ports, dscp, meter_id)}
 
 
 def diff(installed: SwitchTable, desired: SwitchTable) -> list[Op]:

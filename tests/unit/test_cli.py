@@ -30,7 +30,7 @@ def controller_cli(*args: str) -> subprocess.CompletedProcess:
         ),
         (
             ["--policy", "fifo-lm", "--policy-option", "heavy_threshold_bytes=abc"],
-            "heavy_threshold_bytes must be a number in (0, 6.31152e+22] or null",
+            "heavy_threshold_bytes must be a number in (0, 1.61575e+21] or null",
         ),
         (["--hosts", "/nonexistent/hosts.json"], "No such file"),
     ],

@@ -97,3 +97,58 @@ def test_every_reference_resolves():
                 walk(value)
 
     walk(SPEC)
+
+
+def test_every_bound_in_the_spec_is_the_codes():
+    """controller/limits.py is the one source of the bounds: the document states the same."""
+    from controller import limits
+
+    ids = {"minimum": 0, "maximum": limits.MAX_ID}
+    sizes = {"minimum": 0, "maximum": limits.MAX_FLOW_BYTES}
+    weight = {"minimum": limits.MIN_WEIGHT, "maximum": limits.MAX_WEIGHT}
+    wanted = {
+        ("Flow", "bytes"): sizes,
+        ("Flow", "remaining_bytes"): sizes,
+        ("Task", "task_id"): ids,
+        ("Task", "weight"): weight,
+        ("Stage", "stage_id"): ids,
+        ("Stage", "task_id"): ids,
+        ("Stage", "weight"): weight,
+        ("Job", "job_id"): ids,
+        ("Job", "stage_id"): ids,
+        ("Job", "task_id"): ids,
+        ("Job", "weight"): weight,
+        ("Job", "iteration_budget"): {"minimum": 1, "maximum": limits.MAX_ITERATIONS},
+        ("Job", "iterations_done"): {"minimum": 0, "maximum": limits.MAX_ITERATIONS},
+        ("Job", "flows"): {"maxItems": limits.MAX_FLOWS},
+        ("Job", "tcp_ports"): {"maxItems": limits.MAX_TCP_PORTS, "uniqueItems": True},
+        ("Coflow", "coflow_id"): ids,
+        ("Coflow", "job_id"): ids,
+        ("Coflow", "stage_id"): ids,
+        ("Coflow", "weight"): weight,
+        ("Coflow", "flows"): {"minItems": 1, "maxItems": limits.MAX_FLOWS},
+        ("JobProgress", "iterations_done"): {"minimum": 0, "maximum": limits.MAX_ITERATIONS},
+        ("JobProgress", "iteration_budget"): {"minimum": 1, "maximum": limits.MAX_ITERATIONS},
+        ("CoflowProgress", "remaining_bytes"): {"maxItems": limits.MAX_FLOWS},
+    }
+    for (schema, name), bounds in wanted.items():
+        prop = SCHEMAS[schema]["properties"][name]
+        assert {k: prop.get(k) for k in bounds} == bounds, (schema, name)
+    assert SCHEMAS["CoflowProgress"]["properties"]["remaining_bytes"]["items"] == {
+        "type": "number", **sizes,
+    }  # fmt: skip
+    for side in ("src", "dst"):
+        assert SCHEMAS["Flow"]["properties"][side]["format"] == "ipv4"
+    text = SPEC["info"]["description"]
+    for number in (f"{limits.MAX_FLOWS:,}", f"{limits.MAX_TCP_PORTS:,}",
+                   f"{limits.MAX_JOB_RULES:,}", "6.31152e18"):  # fmt: skip
+        assert number in text, number
+
+
+def test_every_policy_option_bound_in_the_spec_is_the_declarations():
+    documented = SCHEMAS["PolicyOptions"]["properties"]
+    for policy in POLICIES.values():
+        for key, spec in policy.OPTIONS.items():
+            schema = spec.schema()
+            for bound in ("minimum", "maximum", "exclusiveMinimum"):
+                assert documented[key].get(bound) == schema.get(bound), (policy.name, key, bound)
