@@ -1,10 +1,13 @@
 """What the controller benchmarks share: a real controller on a bare userspace OVS bridge.
 
 :func:`controller_on_bridge` starts OVS if needed, creates the bridge (no hosts: only the rules
-matter), starts ``python -m controller`` on free loopback ports, connects the two, and on exit
-stops the controller by PID and deletes the bridge by name. :func:`our_rules_and_meters`
-counts what the controller has put on it; :func:`our_marks` gives the marks of its rules on
-the switch, to compare with :func:`workloads.launcher.wanted_marks` of ``/api/rules``.
+matter) marked as this process's (:mod:`topologies.ownership`), starts ``python -m controller``
+on free loopback ports, connects the two, and on exit stops the controller by PID and deletes
+the bridge by name if it still carries that mark. A bridge of that name that a crashed benchmark
+left is deleted first; anyone else's stops the benchmark with a one-line error.
+:func:`our_rules_and_meters` counts what the controller has put on it; :func:`our_marks` gives
+the marks of its rules on the switch, to compare with :func:`workloads.launcher.wanted_marks`
+of ``/api/rules``.
 :func:`switch_on_cpus` keeps OVS off the CPUs a benchmark gives the controller alone.
 """
 
@@ -22,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from topologies import ownership  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port, parse_marks  # noqa: E402
 
 # (where ovs-ctl, which scripts/ovs.sh runs, writes it)
@@ -41,9 +45,14 @@ def controller_on_bridge(
     ``cpus`` if given) connected to a new bridge named ``bridge``; both are gone afterwards."""
     sh("bash", str(ROOT / "scripts/ovs.sh"), "start")
     ofp_port = free_port()
-    sh("ovs-vsctl", "--if-exists", "del-br", bridge)
+    owner = ownership.this_process("bench")
+    names = ownership.Names(bridges=(bridge,), interfaces=(bridge,))  # (a netdev bridge's port)
+    try:
+        ownership.claim(names, owner)
+    except ownership.NamesTaken as exc:
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {exc}")
     sh("ovs-vsctl", "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
-       "protocols=OpenFlow13", "fail_mode=secure")  # fmt: skip
+       "protocols=OpenFlow13", "fail_mode=secure", ownership.bridge_mark(owner))  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix=f"{bridge}-"))
     ctl = ControllerProcess(tmp / "ctl.sqlite", None, ofp_port, *controller_args, cpus=cpus)
     done = False
@@ -55,7 +64,7 @@ def controller_on_bridge(
         done = True
     finally:
         ctl.stop()
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", bridge], check=False)
+        ownership.release(names, owner)
         if done:  # (the controller's database and log; kept to read after a failure)
             shutil.rmtree(tmp, ignore_errors=True)
         else:

@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     try:
         with run_testbed.network.testbed_lock():
             calibrate(args, args.out, argv, args.calibration_iterations, args.calibration_repeats)
-    except run_testbed.network.TestbedBusy as exc:
+    except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
         print(f"calibrate.py: error: {exc}", file=sys.stderr)
         return 1
     path = args.out / "calibration.json"

@@ -321,7 +321,7 @@ def on_testbed(args, argv, studies) -> int:
                     f"{result['simulated']['hpo_completion_s']['mean']:.2f} s)"
                 )
                 _print_best(best)
-    except run_testbed.network.TestbedBusy as exc:
+    except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
         print(f"optuna_hpo.py: error: {exc}", file=sys.stderr)
         return 1
     labels = list(summary["runs"])

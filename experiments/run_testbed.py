@@ -994,7 +994,7 @@ def main(argv=None) -> int:
     try:
         with network.testbed_lock():  # the whole experiment, not only each network
             return experiment(parser, args, argv)
-    except network.TestbedBusy as exc:
+    except (network.TestbedBusy, network.NamesTaken) as exc:
         print(f"run_testbed.py: error: {exc}", file=sys.stderr)
         return 1
 

@@ -11,12 +11,20 @@
   retransmission timeout capped (``tcp_rto_max_ms``, see :data:`TCP_RTO_MAX_MS`);
 - controller: a remote one on 127.0.0.1.
 
-Always ``stop()`` what :func:`start` returns, in ``finally``; it deletes only its own bridges.
+Always ``stop()`` what :func:`start` returns, in ``finally``.
 
 One testbed at a time per machine: every Mininet testbed uses the same switch, host and
 interface names, so :func:`start` first takes a machine-wide lock (:func:`testbed_lock`) and a
 second run stops at once with an error naming the holder, instead of deleting a live run's
 switch. A process may hold the lock across several networks (a whole experiment).
+
+The lock does not keep out anything else on the machine with these names (a user's own
+``sudo mn`` makes ``s1`` and ``s1-eth1`` too), so what a run makes carries its mark
+(:mod:`topologies.ownership`): the bridges from the transaction that adds them
+(:class:`MarkedSwitch`), the switch ports from right after their veth pair is made
+(:class:`MarkedTCLink`). :func:`start` deletes only a crashed run's marked leftovers and stops
+with :class:`NamesTaken` (one line naming each) on anything else with a name it needs;
+:func:`stop` deletes only what carries the run's own mark.
 """
 
 from __future__ import annotations
@@ -29,9 +37,11 @@ from functools import partial
 
 from mininet.link import TCLink
 from mininet.net import Mininet
-from mininet.node import OVSSwitch, RemoteController
+from mininet.node import OVSSwitch, RemoteController, Switch
 from mininet.topo import Topo
+from mininet.util import errRun
 
+from topologies import ownership
 from topologies.host_qos import TcRunner, host_batch
 from topologies.qos import apply_htb
 from topologies.testbed import (
@@ -43,6 +53,7 @@ from topologies.testbed import (
 )
 
 LOCK_PATH = "/run/hpo-testbed.lock"
+NamesTaken = ownership.NamesTaken  # what start raises besides TestbedBusy, for callers to catch
 
 
 class TestbedBusy(RuntimeError):
@@ -145,19 +156,26 @@ def start(
 
 
 def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_ms) -> Mininet:
-    # Under the lock no live run owns these names: a bridge of ours is a crashed run's leftover.
-    for switch in topo.switches():
-        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", switch], check=False)
+    owner = ownership.this_process("testbed")
+    names = ownership.mininet_names(topo)
+    # Under the lock no other testbed run is live, so a bridge or port marked by one is a
+    # crashed run's leftover; anything else with these names is refused before anything is made.
+    ownership.claim(names, owner)
     net = Mininet(
         topo=topo,
-        switch=partial(OVSSwitch, datapath="user", protocols="OpenFlow13", failMode="secure"),
-        link=TCLink,
+        switch=partial(
+            MarkedSwitch, owner=owner, datapath="user", protocols="OpenFlow13", failMode="secure"
+        ),
+        link=partial(MarkedTCLink, owner=owner),
         controller=partial(RemoteController, ip="127.0.0.1", port=controller_port),
         autoSetMacs=False,
         waitConnected=False,
+        build=False,  # net.start builds it, inside the try: a failing link is then cleaned up
     )
+    net.hpo_owner, net.hpo_names = owner, names
     try:
         net.start()
+        ownership.confirm(names.bridges, owner)
         for host in net.hosts:
             tune_host(host, tcp_rto_max_ms)
         for sw in net.switches:
@@ -174,7 +192,7 @@ def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_m
 
 
 def stop(net: Mininet) -> None:
-    """Stop the network, delete its bridges by name and release the testbed lock."""
+    """Stop the network, delete what carries its mark and release the testbed lock."""
     try:
         _stop_unlocked(net)
     finally:
@@ -190,5 +208,85 @@ def _stop_unlocked(net: Mininet) -> None:
     finally:
         for controller in net.controllers:  # RemoteController.stop leaves its shell running
             controller.terminate()
-        for switch in net.switches:
-            subprocess.run(["ovs-vsctl", "--if-exists", "del-br", switch.name], check=False)
+        # what net.stop did not get to (it failed part way), and only what carries our mark
+        ownership.release(net.hpo_names, net.hpo_owner)
+
+
+def keep_existing_bridge(command: str, bridge: str) -> str:
+    """Mininet's ``ovs-vsctl`` command starting switch ``bridge``, without the ``--if-exists
+    del-br`` it runs first in the same transaction: ``add-br`` then fails on a bridge of that
+    name (someone else's, made since :func:`ownership.claim`) instead of deleting it."""
+    return command.replace(
+        f" -- --if-exists del-br {bridge} -- add-br {bridge} ", f" -- add-br {bridge} "
+    )
+
+
+class MarkedSwitch(OVSSwitch):
+    """An OVS switch whose bridge carries ``owner``'s mark (an :class:`ownership.Owner`) from
+    the transaction that adds it, and which deletes a bridge only while it carries that mark.
+
+    Mininet's own start deletes any bridge of the switch's name, and its stop deletes the bridge
+    and an interface of that name, whoever made them.
+    """
+
+    def __init__(self, name, owner: ownership.Owner, **params):
+        self.owner = owner
+        super().__init__(name, **params)
+
+    def bridgeOpts(self) -> str:  # noqa: N802 (Mininet's name)
+        """Mininet's bridge settings and the owner's mark, set with ``add-br``."""
+        return f"{super().bridgeOpts()} {ownership.bridge_mark(self.owner)}"
+
+    def vsctl(self, *args, **kwargs):
+        """Mininet's ``ovs-vsctl`` (run now or kept for a batch) minus the ``del-br`` of this
+        switch's name (:func:`keep_existing_bridge`)."""
+        args = tuple(keep_existing_bridge(str(arg), self.name) for arg in args)
+        return super().vsctl(*args, **kwargs)
+
+    def ours(self) -> bool:
+        """Whether the bridge of this switch's name carries its owner's mark."""
+        return _marked_bridges([self]) == [self]
+
+    def stop(self, deleteIntfs=True):  # noqa: N803 (Mininet's name)
+        """Mininet's stop if the bridge is ours; otherwise only the ports this switch made."""
+        if self.ours():
+            super().stop(deleteIntfs)
+        else:
+            Switch.stop(self, deleteIntfs)
+
+    @classmethod
+    def batchShutdown(cls, switches, run=errRun):  # noqa: N802 (Mininet's name)
+        """Mininet's batch stop (``del-br``, then the switches' shells end) for those whose bridge
+        carries their owner's mark; the others' shells only end."""
+        ours = _marked_bridges(switches)
+        if ours:
+            super().batchShutdown(ours, run)
+        for switch in switches:
+            if switch not in ours:
+                switch.terminate()
+        return switches
+
+
+def _marked_bridges(switches) -> list:
+    """Those of ``switches`` whose bridge carries their own owner's mark (none when OVS does
+    not answer: nothing could be deleted then either)."""
+    try:
+        marks = ownership.bridge_marks()
+    except ownership.CommandFailed:
+        return []
+    return [s for s in switches if marks.get(s.name) == s.owner.tag]
+
+
+class MarkedTCLink(TCLink):
+    """Mininet's shaped link whose ends in the root namespace (switch ports) carry ``owner``'s
+    mark from right after the veth pair is made."""
+
+    def __init__(self, node1, node2, owner: ownership.Owner, **params):
+        super().__init__(node1, node2, **params)
+        try:
+            for intf in (self.intf1, self.intf2):
+                if not intf.node.inNamespace:
+                    ownership.mark_interface(intf.name, owner)
+        except ownership.CommandFailed:
+            self.delete()  # unmarked, a later run could not tell it from someone else's
+            raise

@@ -1,7 +1,8 @@
 """Test support: a userspace OVS bridge with hosts in network namespaces, and the controller.
 
-Everything is created under a unique prefix and removed by name (namespaces, veths, bridge) or
-by PID (processes); nothing is cleaned by broad name.
+Everything is created under a unique prefix, marked as this process's
+(:mod:`topologies.ownership`) and removed by name only while it carries that mark (namespaces,
+veths, bridge), or by PID (processes); nothing is cleaned by broad name.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from topologies import ownership
 from topologies.qos import apply_htb
 from workloads.launcher import ControllerProcess, free_port, stop_process, wait_for  # noqa: F401
 
@@ -37,6 +39,7 @@ class NetnsFabric:
         self.rate_bps = rate_bps
         self.hosts = {f"h{i}": f"10.0.0.{i}" for i in range(1, n_hosts + 1)}
         self.procs: list[subprocess.Popen] = []
+        self.owner: ownership.Owner | None = None
 
     def ns(self, host: str) -> str:
         return f"{self.prefix}{host}"
@@ -44,8 +47,34 @@ class NetnsFabric:
     def switch_port(self, host: str) -> str:
         return f"{self.prefix}s{host[1:]}"
 
+    def names(self) -> ownership.Names:
+        """Everything :meth:`start` makes, by name (a host's own end is made in the root
+        namespace before it moves into the host's)."""
+        return ownership.Names(
+            bridges=(self.bridge,),
+            interfaces=(
+                self.bridge,
+                *(self.switch_port(h) for h in self.hosts),
+                *(self.host_dev(h) for h in self.hosts),
+            ),
+            namespaces=tuple(self.ns(h) for h in self.hosts),
+        )
+
     def start(self, controller_port: int) -> NetnsFabric:
-        self.stop()  # in case a crashed run left ours behind
+        """Make the bridge, the namespaces and their links, each marked as this process's; a
+        crashed run's marked leftovers go first, anything else with these names is refused
+        (:class:`ownership.NamesTaken`). Whatever fails part way is removed again."""
+        self.owner = ownership.this_process("test")
+        ownership.claim(self.names(), self.owner)
+        try:
+            self._make(controller_port)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _make(self, controller_port: int) -> None:
+        owner = self.owner
         sh(
             "ovs-vsctl",
             "add-br",
@@ -58,12 +87,16 @@ class NetnsFabric:
             "protocols=OpenFlow13",
             "fail_mode=secure",
             "other_config:datapath-id=00000000000000aa",
+            ownership.bridge_mark(owner),
         )
         self.set_controller(controller_port)
         for host, ip in self.hosts.items():
-            ns, inside, outside = self.ns(host), f"{self.prefix}{host}e", self.switch_port(host)
+            ns, inside, outside = self.ns(host), self.host_dev(host), self.switch_port(host)
             sh("ip", "netns", "add", ns)
+            ownership.mark_namespace(ns, owner)
             sh("ip", "link", "add", inside, "type", "veth", "peer", "name", outside)
+            ownership.mark_interface(outside, owner)
+            ownership.mark_interface(inside, owner)
             sh("ip", "link", "set", inside, "netns", ns)
             sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{ip}/24", "dev", inside)
             sh("ip", "netns", "exec", ns, "ip", "link", "set", inside, "up")
@@ -83,7 +116,6 @@ class NetnsFabric:
                 f"ofport_request={host[1:]}",
             )
         apply_htb([self.switch_port(h) for h in self.hosts], self.rate_bps)
-        return self
 
     def set_controller(self, port: int) -> None:
         """Point the bridge at the controller; a new record connects at once (no backoff)."""
@@ -91,7 +123,7 @@ class NetnsFabric:
         sh("ovs-vsctl", "set-controller", self.bridge, f"tcp:127.0.0.1:{port}")
 
     def mac(self, host: str) -> str:
-        inside = f"{self.prefix}{host}e"
+        inside = self.host_dev(host)
         return sh(
             "ip", "netns", "exec", self.ns(host), "cat", f"/sys/class/net/{inside}/address"
         ).stdout.strip()
@@ -149,7 +181,5 @@ class NetnsFabric:
         for proc in self.procs:
             stop_process(proc)
         self.procs.clear()
-        for host in self.hosts:
-            sh("ip", "netns", "del", self.ns(host), check=False)
-            sh("ip", "link", "del", self.switch_port(host), check=False)
-        sh("ovs-vsctl", "--if-exists", "del-br", self.bridge)
+        if self.owner is not None:  # only what carries this process's mark
+            ownership.release(self.names(), self.owner)

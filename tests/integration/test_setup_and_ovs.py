@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import needs_root_and
+from topologies import ownership
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,7 +34,9 @@ def test_second_setup_run_finds_everything_in_place():
 def test_userspace_bridge_takes_openflow13_rules_and_meters():
     run("bash", str(ROOT / "scripts/ovs.sh"), "start")
     bridge = f"tst{os.getpid() % 100000}"
-    run("ovs-vsctl", "--if-exists", "del-br", bridge)
+    owner = ownership.this_process("test")
+    names = ownership.Names(bridges=(bridge,), interfaces=(bridge,))
+    ownership.claim(names, owner)  # a crashed run's marked bridge goes; anyone else's is refused
     try:
         run(
             "ovs-vsctl",
@@ -46,6 +49,7 @@ def test_userspace_bridge_takes_openflow13_rules_and_meters():
             "datapath_type=netdev",
             "protocols=OpenFlow13",
             "fail_mode=secure",
+            ownership.bridge_mark(owner),
         )
         assert run("ovs-vsctl", "get", "bridge", bridge, "datapath_type").stdout.strip() == (
             "netdev"
@@ -60,7 +64,7 @@ def test_userspace_bridge_takes_openflow13_rules_and_meters():
         meters = run(*of13, "dump-meters", bridge).stdout
         assert "meter=3" in meters and "rate=20000" in meters
     finally:
-        run("ovs-vsctl", "--if-exists", "del-br", bridge)
+        ownership.release(names, owner)
     assert run("ovs-vsctl", "br-exists", bridge, check=False).returncode == 2
 
 

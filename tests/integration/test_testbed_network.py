@@ -87,17 +87,32 @@ def test_the_mn_custom_switch_and_hosts_serve_the_levels(tmp_path):
     classes, through Mininet's API: the ``mn`` command cleans up every bridge and controller on
     the machine after any error): HTB priority classes on every switch port, checksum offload
     off and the TCP timeout capped in every host."""
-    from mininet.link import TCLink
+    from functools import partial
+
     from mininet.net import Mininet
     from mininet.node import RemoteController
 
+    from topologies import ownership
     from topologies.testbed import HpoHost, HpoSwitch, tcp_settings
+
+    owner = ownership.this_process("test")
+
+    class MarkedHpoSwitch(network.MarkedSwitch, HpoSwitch):
+        """``--switch hpo`` with its bridge marked as this test's (a class, as ``mn`` takes it:
+        Mininet then starts the switches in a batch)."""
+
+        def __init__(self, name, **params):
+            super().__init__(name, owner=owner, **params)
 
     sh("bash", "scripts/ovs.sh", "start")
     switch = "tbmn"
+    topo = OneSwitchTopo(n=3, switch=switch)
+    names = ownership.mininet_names(topo)
     with network.testbed_lock():
+        ownership.claim(names, owner)  # a crashed run's marked leftovers go; others' are refused
         net = Mininet(
-            topo=OneSwitchTopo(n=3, switch=switch), switch=HpoSwitch, host=HpoHost, link=TCLink,
+            topo=topo, switch=MarkedHpoSwitch, host=HpoHost,
+            link=partial(network.MarkedTCLink, owner=owner),
             controller=lambda name: RemoteController(name, ip="127.0.0.1", port=free_port()),
             autoSetMacs=False, waitConnected=False,
         )  # fmt: skip
@@ -119,6 +134,6 @@ def test_the_mn_custom_switch_and_hosts_serve_the_levels(tmp_path):
             net.stop()
             for controller in net.controllers:
                 controller.terminate()
-            sh("ovs-vsctl", "--if-exists", "del-br", switch, check=False)
+            ownership.release(names, owner)
     assert sh("ovs-vsctl", "br-exists", switch, check=False).returncode == 2
     assert f"{switch}-eth" not in sh("ip", "-o", "link").stdout
