@@ -159,9 +159,15 @@ def _bssi(row_ptr, port, seconds, n_ports, w):  # pragma: no cover - compiled
     again), or ends the loop; the loop is also written as at most ``n + n_ports`` passes. A
     non-finite or non-positive demand or weight is clamped first (see :data:`_CAP`), so the
     loads are finite, every ratio is in ``[0, inf]`` and a bottleneck with unplaced items
-    always yields a pick (all-infinite ratios tie, and the latest item goes last).
+    always yields a pick (all-infinite ratios tie, and the latest item goes last). Items but
+    no port (every demand dropped, e.g. bytes so few that their seconds are 0) all go first.
     """
     n = len(row_ptr) - 1
+    if n_ports == 0:
+        # (the tournament tree below would hold no port, and its root would index -1: the
+        # kernel does not check bounds, so that read, and the writes after it, would be out
+        # of the arrays)
+        return np.arange(n)
     cap = _CAP / max(len(port), 1)
     clean = np.empty(len(port))
     for j in range(len(port)):

@@ -933,15 +933,18 @@ class Registry:
     def coflow_progress(self, coflow_id: int, body: Any) -> CoflowRecord | None:
         """Record bytes left per flow (``{"remaining_bytes": [..]}``) or ``{"done": true}``.
 
-        A coflow with nothing left is finished and removed; returns ``None`` then.
+        A coflow with nothing left is finished and removed; returns ``None`` then. Every field
+        the body has is checked, ``remaining_bytes`` beside ``"done": true`` too: a bad body is
+        refused whole, and changes nothing.
         """
         coflow = self.get("coflows", coflow_id)
         _check_fields(body, *BODY_FIELDS["coflow_progress"])
-        if body.get("done") is True:
+        done = body.get("done", False)
+        if not isinstance(done, bool):
+            raise bad("done", "must be true or false")
+        if done and "remaining_bytes" not in body:
             self._write([], [("coflows", coflow_id)])
             return None
-        if "done" in body and body["done"] is not False:
-            raise bad("done", "must be true or false")
         remaining = body.get("remaining_bytes")
         if not isinstance(remaining, list) or len(remaining) != len(coflow.flows):
             raise bad("remaining_bytes", f"must be a list of {len(coflow.flows)} numbers")
@@ -952,7 +955,7 @@ class Registry:
                 left, size, f"remaining_bytes[{i}]", f"the flow's {size} bytes"
             )
             flows.append(FlowSpec(flow.src, flow.dst, flow.size_bytes, value))
-        if all(f.remaining_bytes <= 0 for f in flows):
+        if done or all(f.remaining_bytes <= 0 for f in flows):
             self._write([], [("coflows", coflow_id)])
             return None
         updated = replace(coflow, flows=flows)

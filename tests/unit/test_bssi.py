@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from controller.bounds import completion_lower_bound
-from controller.bssi import DemandMatrix, bssi_order
+from controller.bssi import DemandMatrix, _bssi, bssi_order, bssi_positions
 from controller.model import port_bytes, port_seconds
 from controller.policies import Sincronia
 
@@ -43,6 +43,16 @@ def test_multi_port_hand_example():
 
 def test_items_without_demand_go_first_in_input_order():
     assert bssi_order([{"p": 5}, {}, {"p": 0}, {"p": 1}]) == [1, 2, 3, 0]
+
+
+def test_items_without_any_port_go_first_in_input_order():
+    # Every demand dropped (5e-324 bytes are 0 s at any link rate): no port can be the
+    # bottleneck. The plain function the kernel compiles checks its indices, so an index past
+    # its arrays raises here where the compiled one would read and write beside them.
+    matrix = DemandMatrix(np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), 0)
+    assert bssi_positions(matrix, [1.0, 2.0]).tolist() == [0, 1]
+    plain = _bssi.py_func(matrix.row_ptr, matrix.port, matrix.seconds, 0, np.ones(2))
+    assert plain.tolist() == [0, 1]
 
 
 def test_empty_and_bad_weights():

@@ -152,3 +152,85 @@ def test_every_policy_option_bound_in_the_spec_is_the_declarations():
             schema = spec.schema()
             for bound in ("minimum", "maximum", "exclusiveMinimum"):
                 assert documented[key].get(bound) == schema.get(bound), (policy.name, key, bound)
+
+
+def _resolve(node: dict) -> dict:
+    """``node`` with its ``$ref`` (and theirs) followed."""
+    while "$ref" in node:
+        _, section, kind, name = node["$ref"].split("/")
+        node = SPEC[section][kind][name]
+    return node
+
+
+def _operations() -> dict[str, dict]:
+    """Every operation by operationId, with its path's parameters added to its own."""
+    found = {}
+    for item in SPEC["paths"].values():
+        for method, operation in item.items():
+            if method != "parameters":
+                shared = [_resolve(p) for p in item.get("parameters", [])]
+                own = [_resolve(p) for p in operation.get("parameters", [])]
+                found[operation["operationId"]] = {**operation, "all_parameters": shared + own}
+    return found
+
+
+def _links() -> list[tuple[str, str, str, dict, dict]]:
+    """(source operationId, status, link name, link, response schema) of every link."""
+    found = []
+    for operation_id, operation in _operations().items():
+        for status, response in operation["responses"].items():
+            response = _resolve(response)
+            schema = _resolve(response.get("content", {}).get("application/json", {})
+                              .get("schema", {}))  # fmt: skip
+            for name, link in response.get("links", {}).items():
+                found.append((operation_id, status, name, link, schema))
+    return found
+
+
+def _target(link: dict) -> str | None:
+    """The operationId of a link's target, named or referred to (``operationRef``: a JSON
+    pointer into this document, ``#/paths/<path>/<method>``); ``None`` if there is none."""
+    if "operationRef" not in link:
+        return link.get("operationId")
+    _, paths, path, method = link["operationRef"].split("/")
+    path = path.replace("~1", "/").replace("~0", "~")
+    return SPEC[paths].get(path, {}).get(method, {}).get("operationId")
+
+
+def test_every_registration_links_to_where_its_id_is_used():
+    """Schemathesis' stateful phase follows the links: from every created record at least to
+    its own GET, PUT and DELETE."""
+    linked = {(source, status) for source, status, *_ in _links()}
+    for kind in ("task", "stage", "job", "coflow"):
+        assert (f"create_{kind}", "201") in linked
+        targets = {
+            _target(link) for source, _, _, link, _ in _links() if source == f"create_{kind}"
+        }
+        assert {f"get_{kind}", f"put_{kind}", f"delete_{kind}"} <= targets
+
+
+def test_every_link_targets_an_operation_with_what_it_fills_from_the_response():
+    """Every link names an operation that exists, fills only its parameters and writable body
+    fields, and takes each value from a field the source's response has."""
+    operations = _operations()
+    for source, status, name, link, schema in _links():
+        where = f"{source} {status} {name}"
+        keys = {"description", "parameters", "requestBody"}
+        assert len(set(link) - keys) == 1 and set(link) - keys <= {"operationId", "operationRef"}
+        operation_id = _target(link)
+        target = operations.get(operation_id)
+        assert target is not None, f"{where}: no operation {operation_id}"
+        expressions = list(link.get("parameters", {}).values())
+        for key in link.get("parameters", {}):
+            location, _, parameter = key.partition(".")
+            assert any(p["in"] == location and p["name"] == parameter
+                       for p in target["all_parameters"]), f"{where}: {key}"  # fmt: skip
+        if "requestBody" in link:
+            body = _resolve(target["requestBody"]["content"]["application/json"]["schema"])
+            for key, expression in link["requestBody"].items():
+                assert key in body["properties"] and not body["properties"][key].get("readOnly")
+                expressions.append(expression)
+        assert expressions, where
+        for expression in expressions:
+            prefix, _, field = expression.partition("#/")
+            assert prefix == "$response.body" and field in schema["properties"], (where, expression)

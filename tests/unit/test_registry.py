@@ -153,6 +153,16 @@ def test_progress(registry):
         registry.coflow_progress(5, {"remaining_bytes": [0, 11]})
     assert registry.coflow_progress(5, {"remaining_bytes": [0, 0]}) is None
     assert 5 not in registry.records["coflows"]
+    # "done" does not excuse a bad remaining_bytes beside it (schemathesis sent -1): refused,
+    # and the coflow is not finished
+    registry.create("coflows", {"coflow_id": 6, "flows": [{"src": "h1", "dst": "h2", "bytes": 10}]})
+    with pytest.raises(RegistryError, match=r"remaining_bytes\[0\]: must be in \[0, "):
+        registry.coflow_progress(6, {"done": True, "remaining_bytes": [-1]})
+    with pytest.raises(RegistryError, match="done: must be true or false"):
+        registry.coflow_progress(6, {"done": 1})
+    assert 6 in registry.records["coflows"]
+    assert registry.coflow_progress(6, {"done": True, "remaining_bytes": [3]}) is None
+    assert 6 not in registry.records["coflows"]
 
 
 def test_cluster_state_has_implicit_coflows_for_running_jobs(registry):
