@@ -226,7 +226,7 @@ class Engine:
         self.policy_name, self.policy_options = policy, dict(policy_options or {})
         saved = registry.settings.get("policy")
         if saved:
-            try:  # a database written before options were typed may hold one that is not
+            try:  # (the registry checks a saved policy when it opens; a registry made in code may not)
                 self.policy = make_policy(saved["name"], **saved.get("options", {}))
                 self.policy_name, self.policy_options = saved["name"], saved.get("options", {})
             except (ValueError, TypeError, KeyError) as exc:
