@@ -226,7 +226,7 @@ class Engine:
         self.policy_name, self.policy_options = policy, dict(policy_options or {})
         saved = registry.settings.get("policy")
         if saved:
-            try:  # (the registry checks a saved policy when it opens; a registry made in code may not)
+            try:  # (checked when the registry opened its file; one made in code is not)
                 self.policy = make_policy(saved["name"], **saved.get("options", {}))
                 self.policy_name, self.policy_options = saved["name"], saved.get("options", {})
             except (ValueError, TypeError, KeyError) as exc:
