@@ -144,42 +144,69 @@ def spread(ratios: list[float]) -> Interval:
 
 
 def bssi_ratios() -> dict:
-    """BSSI's order against the best of every order on small instances (a sweep point)."""
+    """BSSI's order against the best of every order on small instances (a sweep point), with
+    a uniformly random order's expected ratio and the worst order's beside it: on the random
+    instances, and on instances where the order matters (:func:`reference.contended_coflows`),
+    where an ordering no better than chance would fail the check."""
     rng = random.Random("report-bssi")
-    bssi = []
+    out: dict[str, list[float]] = {
+        key + suffix: [] for key in ("bssi", "random", "worst") for suffix in ("", "_contended")
+    }
+
+    def measure(state, suffix: str) -> None:
+        best, values = reference.brute_force_best(state)
+        ours = reference.order_value(state, make_policy("sincronia").schedule(state).order)
+        out["bssi" + suffix].append(ours / best)
+        out["random" + suffix].append(sum(values) / len(values) / best)
+        out["worst" + suffix].append(max(values) / best)
+
     for weighted in (False, True):
         for n in range(2, reference.MAX_COFLOWS + 1):
             for _ in range(6):
-                state = reference.state_of(reference.random_coflows(rng, n, 4, weighted))
-                best, _ = reference.brute_force_best(state)
-                bssi.append(
-                    reference.order_value(state, make_policy("sincronia").schedule(state).order)
-                    / best
-                )
-    return {"bssi": bssi}
+                measure(reference.state_of(reference.random_coflows(rng, n, 4, weighted)), "")
+    contended = random.Random("report-bssi-contended")
+    for n in range(4, reference.MAX_COFLOWS + 1):
+        for _ in range(8):
+            measure(reference.state_of(reference.contended_coflows(contended, n)), "_contended")
+    return out
 
 
 def stage_ratios() -> dict:
     """Beamer's and Sincronia's orders against the best order's average SCT (a sweep point)."""
     rng = random.Random("report-beamer")
-    beamer, sincronia = [], []
+    out: dict[str, list[float]] = {key + suffix: [] for key in ("beamer", "sincronia", "random",
+                                   "worst") for suffix in ("", "_contended")}  # fmt: skip
+
+    def measure(state, suffix: str) -> None:
+        values = reference.every_order_stage_completion_sums(state)
+        best = min(values)
+        for policy in ("beamer", "sincronia"):
+            order = make_policy(policy).schedule(state).order
+            out[policy + suffix].append(reference.stage_completion_sum(state, order) / best)
+        out["random" + suffix].append(sum(values) / len(values) / best)
+        out["worst" + suffix].append(max(values) / best)
+
     for n_stages in (2, 3, 4):
         for n_hosts in (3, 5):
             for _ in range(8):
                 state = reference.stage_instance(rng, n_stages, max_jobs=2, n_hosts=n_hosts)
-                if len(state.coflows) > reference.MAX_COFLOWS:
-                    continue
-                best = reference.best_stage_completion_sum(state)
-                for policy, ratios in (("beamer", beamer), ("sincronia", sincronia)):
-                    order = make_policy(policy).schedule(state).order
-                    ratios.append(reference.stage_completion_sum(state, order) / best)
-    return {"beamer": beamer, "sincronia": sincronia}
+                if len(state.coflows) <= reference.MAX_COFLOWS:
+                    measure(state, "")
+    contended = random.Random("report-beamer-contended")
+    for n_stages in (3, 4):
+        for _ in range(12):
+            state = reference.contended_stage_instance(contended, n_stages, max_jobs=2)
+            if len(state.coflows) <= reference.MAX_COFLOWS:
+                measure(state, "_contended")
+    return out
 
 
 def against_brute_force(results: dict[str, dict]) -> list[Claim]:
     """BSSI's and Beamer's orders against the best of every order on small instances."""
-    bssi = results["bssi"]["bssi"]
-    beamer, sincronia = results["stages"]["beamer"], results["stages"]["sincronia"]
+    coflows, stages = results["bssi"], results["stages"]
+    bssi = coflows["bssi"]
+    beamer, sincronia = stages["beamer"], stages["sincronia"]
+    n_contended = len(coflows["bssi_contended"])
     return [
         Claim(
             "BSSI (Sincronia)", "Agarwal et al., SIGCOMM 2018",
@@ -188,7 +215,19 @@ def against_brute_force(results: dict[str, dict]) -> list[Claim]:
             f"{len(bssi)} random instances of 2-{reference.MAX_COFLOWS} coflows of 1-3 flows on 4 "
             "hosts, half of them weighted; the optimum by trying every order",
             "total weighted CCT / the best order's: mean [best, worst] over the instances",
-            [Comparison("brute force", spread(bssi), bound=SINCRONIA_BOUND)],
+            [Comparison("brute force", spread(bssi), bound=SINCRONIA_BOUND),
+             Comparison("brute force, contended instances", spread(coflows["bssi_contended"]),
+                        bound=SINCRONIA_BOUND)],
+            context=[
+                ("a uniformly random order on the random instances", spread(coflows["random"])),
+                ("the worst order on them", spread(coflows["worst"])),
+                (f"BSSI on {n_contended} contended instances (4-{reference.MAX_COFLOWS} coflows "
+                 "from one shared port, sizes over three orders of magnitude)",
+                 spread(coflows["bssi_contended"])),
+                ("a uniformly random order on the contended ones",
+                 spread(coflows["random_contended"])),
+                ("the worst order on them", spread(coflows["worst_contended"])),
+            ],
         ),
         Claim(
             "Beamer vs brute force", "He et al., IEEE TNSM 19(2), 2022",
@@ -197,9 +236,19 @@ def against_brute_force(results: dict[str, dict]) -> list[Claim]:
             f"each, at most {reference.MAX_COFLOWS}) on 3 or 5 hosts; the optimum by trying every "
             "order",
             "average SCT / the best order's: mean [best, worst] over the instances",
-            [Comparison("brute force", spread(beamer), bound=BEAMER_BOUND)],
+            [Comparison("brute force", spread(beamer), bound=BEAMER_BOUND),
+             Comparison("brute force, contended instances", spread(stages["beamer_contended"]),
+                        bound=BEAMER_BOUND)],
             context=[("Sincronia's order on the same instances, average SCT / the best order's",
-                      spread(sincronia))],
+                      spread(sincronia)),
+                     ("a uniformly random order on them", spread(stages["random"])),
+                     ("the worst order on them", spread(stages["worst"])),
+                     (f"Beamer on {len(stages['beamer_contended'])} contended instances (3-4 "
+                      "stages, every job on one shared port, stage sizes over three orders of "
+                      "magnitude)", spread(stages["beamer_contended"])),
+                     ("Sincronia on them", spread(stages["sincronia_contended"])),
+                     ("a uniformly random order on them", spread(stages["random_contended"])),
+                     ("the worst order on them", spread(stages["worst_contended"]))],
         ),
     ]  # fmt: skip
 
@@ -328,7 +377,8 @@ def varys_trace() -> str:
 def claim_points(claim: str, seeds: list[int]) -> list[dict]:
     """The sweep points of one claim: every run it needs, each a task of its own."""
     if claim == "optimum":
-        return [{"claim": claim, "part": "bssi"}, {"claim": claim, "part": "stages"}]
+        # (contended: the instances where the order matters joined the points' results)
+        return [{"claim": claim, "part": part, "contended": True} for part in ("bssi", "stages")]
     if claim == "varys":
         return [{"claim": claim, "policy": p, "trace": varys_trace()} for p in VARYS_POLICIES]
     policies = {"beamer": BEAMER_POLICIES, "jpas": JPAS_POLICIES, "hermes": HERMES_POLICIES}

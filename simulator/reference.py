@@ -203,6 +203,53 @@ def stage_instance(rng: random.Random, n_stages: int, max_jobs: int, n_hosts: in
     return state_of(coflows, jobs, stages)
 
 
+def contended_coflows(rng: random.Random, n: int, n_hosts: int = 4) -> list[Coflow]:
+    """``n`` coflows where the order matters: every one sends from host 0 (one shared egress
+    port) and a third also from a second host, sizes log-uniform over three orders of magnitude
+    (1-1000 bytes), so serving a large one first delays every small one behind it. A uniformly
+    random order averages at least 1.5x the best order's total CCT on these
+    (``tests/unit/test_bounds.py`` checks it), so an ordering no better than chance fails a
+    check against them."""
+    coflows = []
+    for k in range(n):
+        flows = [Flow(0, rng.randrange(1, n_hosts), round(10 ** rng.uniform(0, 3), 3))]
+        if rng.random() < 1 / 3:
+            src = rng.randrange(1, n_hosts)
+            dst = rng.choice([h for h in range(n_hosts) if h != src])
+            flows.append(Flow(src, dst, round(10 ** rng.uniform(0, 3), 3)))
+        coflows.append(Coflow(k, flows))
+    return coflows
+
+
+def contended_stage_instance(rng: random.Random, n_stages: int, max_jobs: int) -> ClusterState:
+    """Stages whose order matters: every job sends from host 0 (a shared port), stage sizes
+    spread over three orders of magnitude (a stage's jobs alike within it), each job one
+    in-flight coflow and its last iteration, as :func:`stage_instance`."""
+    coflows, jobs, stages = [], [], []
+    next_id = 0
+    for s in range(n_stages):
+        scale = 10 ** rng.uniform(0, 3)
+        job_ids = []
+        for _ in range(rng.randint(1, max_jobs)):
+            size = round(scale * rng.uniform(0.5, 1.5), 3)
+            coflows.append(Coflow(next_id, [Flow(0, rng.randrange(1, 4), size)], job_id=next_id))
+            jobs.append(Job(next_id, iteration_budget=1, stage_id=s))
+            job_ids.append(next_id)
+            next_id += 1
+        stages.append(Stage(s, job_ids))
+    return state_of(coflows, jobs, stages)
+
+
+def every_order_stage_completion_sums(state: ClusterState) -> list[float]:
+    """:func:`stage_completion_sum` of every order of the coflows (their mean is a uniformly
+    random order's expected value, their max the worst order's)."""
+    if len(state.coflows) > MAX_COFLOWS:
+        raise ValueError(f"brute force tries at most {MAX_COFLOWS} coflows")
+    return [
+        stage_completion_sum(state, perm) for perm in itertools.permutations(sorted(state.coflows))
+    ]
+
+
 def stage_completion_sum(state: ClusterState, order) -> float:
     """Sum of stage completion times when coflows are served in ``order`` (zero releases)."""
     done = greedy_completion_times(state, list(order), releases=False)

@@ -51,3 +51,28 @@ def test_completion_lower_bound_picks_the_best_applicable():
     assert completion_lower_bound([{"p": 2}, {"p": 2}], releases=[0, 1]) == 6
     # weighted with releases: only the isolation bound holds, 2*(0+2) + 1*(1+2) = 7
     assert completion_lower_bound([{"p": 2}, {"p": 2}], [2, 1], [0, 1]) == pytest.approx(7)
+
+
+def test_the_contended_instances_make_the_order_matter():
+    """On them a uniformly random order averages at least 1.5x the best order, so a bound
+    check there could fail for an ordering no better than chance."""
+    import random
+    import statistics
+
+    from simulator import reference
+
+    rng = random.Random(7)
+    coflow_ratios = []
+    for n in range(4, reference.MAX_COFLOWS + 1):
+        for _ in range(4):
+            best, values = reference.brute_force_best(
+                reference.state_of(reference.contended_coflows(rng, n))
+            )
+            coflow_ratios.append(statistics.fmean(values) / best)
+    assert statistics.fmean(coflow_ratios) >= 1.5, coflow_ratios
+    stage_ratios = []
+    for _ in range(10):
+        state = reference.contended_stage_instance(rng, 3, max_jobs=2)
+        values = reference.every_order_stage_completion_sums(state)
+        stage_ratios.append(statistics.fmean(values) / min(values))
+    assert statistics.fmean(stage_ratios) >= 1.5, stage_ratios
