@@ -17,8 +17,8 @@ coflow of it with F flows and P ports asks for up to ``4 * F * P`` marking rules
 parses and the rules it makes, and so the time it holds the controller's only event loop,
 within 50 ms: ``benchmarks/loop_hold.py`` registers, reports and deletes the largest jobs and
 coflows these allow under every policy and reports the holds (docs/controller-internals.md).
-The testbed's largest job (a parameter server and 12 workers on 13 hosts: 22 flows, 13 ports,
-1,144 rules) fits.
+The testbed's largest job (a parameter server and 12 workers on 13 hosts: 24 flows, 13 ports,
+1,248 rules) fits.
 """
 
 from __future__ import annotations

@@ -139,3 +139,15 @@ def test_the_stats_report_the_event_loop_holds(api):
                                 "cpu_p50": 10.0, "cpu_p99": 29.0, "cpu_max": 29.0}  # fmt: skip
     call(api, "DELETE", "/api/stats")
     assert call(api, "GET", "/api/stats")[1]["event_loop_holds_ms"]["reorder"]["count"] == 0
+
+
+@pytest.mark.parametrize("pattern", ["ps", "ring"])
+def test_the_testbeds_largest_jobs_fit_the_limits(pattern):
+    from workloads.hpo import sync_flows
+
+    hosts = list(range(13))  # every host of the testbed, one TCP port per rank
+    n_flows = len(sync_flows(pattern, hosts, 1e6).src)
+    assert n_flows <= limits.MAX_FLOWS and len(hosts) <= limits.MAX_TCP_PORTS
+    assert limits.job_rules(n_flows, len(hosts)) <= limits.MAX_JOB_RULES
+    if pattern == "ps":
+        assert limits.job_rules(n_flows, len(hosts)) == 1248  # (as docs/controller-internals.md)
