@@ -65,8 +65,12 @@ def most_flows(n_ports: int) -> int:
     return flows
 
 
-def settle(client, before: int) -> None:
-    """Wait until the controller has made a reorder after ``before`` reorders."""
+def served(client, request, *args) -> None:
+    """Make ``request(*args)`` (a last dict argument: its keyword arguments) and wait until the
+    controller has made the reorder it causes."""
+    keywords = args[-1] if args and isinstance(args[-1], dict) else {}
+    before = client.stats()["reorders"]
+    request(*args[: len(args) - bool(keywords)], **keywords)
     wait_for(lambda: client.stats()["reorders"] > before, timeout_s=60, what="a reorder")
 
 
@@ -87,30 +91,21 @@ def run_policy(policy: str, rounds: int, active: int) -> dict:
         plain = most_flows(0)
         for r in range(rounds):
             big_job = 100_000 + r
-            reorders = client.stats()["reorders"]
-            client.put_job(big_job, stage_id=1, iteration_budget=50,
-                           tcp_ports=list(range(10_000, 10_000 + MAX_TCP_PORTS)),
-                           flows=distinct_pairs(ported, offset=300))  # fmt: skip
-            settle(client, reorders)
-            reorders = client.stats()["reorders"]
-            client.job_progress(big_job, 10)
-            settle(client, reorders)
-            reorders = client.stats()["reorders"]
-            client.put_job(big_job + 1000, stage_id=2, iteration_budget=50,
-                           flows=distinct_pairs(plain, offset=600))  # fmt: skip
-            settle(client, reorders)
-            reorders = client.stats()["reorders"]
             flows = distinct_pairs(MAX_FLOWS, offset=900)
-            client.put_coflow(big_job, flows, stage_id=3)
-            settle(client, reorders)
-            reorders = client.stats()["reorders"]
-            client.coflow_progress(big_job, [5e5] * len(flows))
-            settle(client, reorders)
-            for kind, ident in (("jobs", big_job), ("jobs", big_job + 1000),
-                                ("coflows", big_job)):  # fmt: skip
-                reorders = client.stats()["reorders"]
-                client.delete(kind, ident)
-                settle(client, reorders)
+            for request, *args in (
+                (client.put_job, big_job, {"stage_id": 1, "iteration_budget": 50,
+                 "tcp_ports": list(range(10_000, 10_000 + MAX_TCP_PORTS)),
+                 "flows": distinct_pairs(ported, offset=300)}),
+                (client.job_progress, big_job, 10),
+                (client.put_job, big_job + 1000, {"stage_id": 2, "iteration_budget": 50,
+                 "flows": distinct_pairs(plain, offset=600)}),
+                (client.put_coflow, big_job, flows, {"stage_id": 3}),
+                (client.coflow_progress, big_job, [5e5] * len(flows)),
+                (client.delete, "jobs", big_job),
+                (client.delete, "jobs", big_job + 1000),
+                (client.delete, "coflows", big_job),
+            ):  # fmt: skip
+                served(client, request, *args)
             print(f"  {policy}: round {r + 1}/{rounds}", flush=True)
         stats = client.stats()
         long_holds = [line.split(" - ")[-1].strip() for line in ctl.log.read_text().splitlines()

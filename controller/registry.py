@@ -825,11 +825,14 @@ class Registry:
             if task_id is None and stage_id is not None:
                 task_id = self.records["stages"][stage_id].task_id
             flows = self._flows(body, "flows", required=False, old=old.flows if old else ())
-            # its coflows' flows are matched on its ports too
-            widest = max(
-                (len(c.flows) for c in self.records["coflows"].values() if c.job_id == new_id),
-                default=0,
-            )
+            # its coflows' flows are matched on its ports too: looked for only when a stored
+            # job gains ports (a new job has no coflow yet; fewer ports make fewer rules)
+            widest = 0
+            if old is not None and len(ports) > len(old.tcp_ports):
+                widest = max(
+                    (len(c.flows) for c in self.records["coflows"].values() if c.job_id == new_id),
+                    default=0,
+                )
             _check_rules(max(len(flows), widest), len(ports), "tcp_ports")
             return JobRecord(
                 new_id,
