@@ -11,7 +11,8 @@ the simulator (:mod:`simulator.hpo`, bytes through a simulated fabric) and the t
 with the same definitions:
 
 - every time of a task counts from its **arrival**, the workload's ``arrival_s`` on the
-  driver's clock (time to 90 % / 95 % of a configuration's converged accuracy, best
+  driver's clock (time to 90 % / 95 % of a configuration's converged accuracy, the accuracy
+  at the end of its training, see :meth:`HpoCore.config_rows`; best
   configuration identified, HPO completion), so a driver that starts a task late (the testbed
   launching another task's workers) counts the delay; ``start_s`` says when it started;
 - a stage's SCT runs from its start (its first jobs submitted) to its last job's end; a job's
@@ -140,13 +141,11 @@ class StageRun:
 
 @dataclass
 class ConfigRun:
-    """A configuration over all its stages: iterations trained and when it reached a fraction
-    of its converged accuracy."""
+    """A configuration over all its stages: the iterations it trained."""
 
     task_id: int
     config: int
     trained: int = 0
-    reached_s: dict[float, float] = field(default_factory=dict)  # fraction -> time
 
 
 @dataclass
@@ -279,9 +278,6 @@ class HpoCore:
         curve = self.tasks[job.task_id].curves[job.config]
         accuracy = curve.accuracy(config.trained)
         self.observations[job.task_id].append((now_s, job.config, accuracy))
-        for fraction in self.fractions:
-            if fraction not in config.reached_s and config.trained >= curve.iterations_to(fraction):
-                config.reached_s[fraction] = now_s
         if self.gpus is not None:
             self.gpus.report(job_id, job.done, accuracy)
         return accuracy
@@ -574,8 +570,30 @@ class HpoCore:
         ]
 
     def config_rows(self) -> list[dict]:
-        """One row per configuration: iterations trained, converged accuracy, and the time
-        from its task's arrival until it reached each fraction of it."""
+        """One row per configuration: iterations trained, the curve's asymptote
+        (``final_accuracy``), the accuracy it converged to (``converged_accuracy``: at the end
+        of its training, the last iteration it trained), and the time from its task's arrival
+        until its observed accuracy first reached each fraction of the converged one.
+
+        The converged accuracy is the end of training, not the curve's asymptote: a
+        configuration trained for a finite budget (or stopped by the search) never reaches its
+        asymptote, and measuring against it would drop every configuration that stops short
+        of 90 % of it. Every configuration that trained at least one iteration reaches each
+        fraction of its own end, so every one is counted."""
+        first_reached: dict[tuple[int, int, float], float] = {}
+        converged = {
+            key: self.tasks[key[0]].curves[key[1]].accuracy(run.trained)
+            for key, run in self.configs.items()
+            if run.trained
+        }
+        for task_id, observed in self.observations.items():
+            for time_s, config, accuracy in observed:
+                for fraction in self.fractions:
+                    key = (task_id, config, fraction)
+                    # (1e-12: the converged accuracy is this very float at the last iteration)
+                    target = fraction * converged[(task_id, config)] * (1.0 - 1e-12)
+                    if key not in first_reached and accuracy >= target:
+                        first_reached[key] = time_s
         rows = []
         for (task_id, config), run in self.configs.items():
             arrival = self.tasks[task_id].arrival_s
@@ -584,9 +602,10 @@ class HpoCore:
                 "config": config,
                 "trained": run.trained,
                 "final_accuracy": self.tasks[task_id].curves[config].final_accuracy,
+                "converged_accuracy": converged.get((task_id, config)),
             }
             for fraction in self.fractions:
-                reached = run.reached_s.get(fraction)
+                reached = first_reached.get((task_id, config, fraction))
                 row[f"time_to_{round(fraction * 100)}pct_s"] = (
                     None if reached is None else reached - arrival
                 )

@@ -3,6 +3,8 @@ percentile definition of the project."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -59,9 +61,15 @@ def test_stages_follow_successive_halving_and_times_count_from_arrival():
     assert row["bound_s"] == pytest.approx(sum(s["bound_s"] for s in stages))
     configs = {r["config"]: r for r in core.config_rows()}
     assert [configs[c]["trained"] for c in range(4)] == [2, 4, 2, 8]
-    # config 3 (tau 1) reaches 90 % at 2.3 iterations: its 3rd, at 120 s, 20 s after arrival
+    # config 3 (tau 1) ends at 8 iterations, 0.8 (1 - e^-8); 90 % of that at 2.3 iterations:
+    # its 3rd, at 120 s, 20 s after arrival
+    assert configs[3]["converged_accuracy"] == pytest.approx(0.8 * (1 - math.exp(-8)))
     assert configs[3]["time_to_90pct_s"] == 20.0
-    assert configs[0]["time_to_90pct_s"] is None
+    # config 0 (tau 4) stops after 2 iterations at 0.5 (1 - e^-0.5), far below its asymptote
+    # 0.5; it is counted: its 2nd iteration (at 110 s) is its end, the 1st (0.5 (1 - e^-0.25))
+    # is below 90 % of it
+    assert configs[0]["final_accuracy"] == 0.5
+    assert configs[0]["time_to_90pct_s"] == configs[0]["time_to_95pct_s"] == 10.0
 
 
 def test_misuse_is_refused():
@@ -336,3 +344,21 @@ def test_generated_hyperband_runs_in_the_simulator_deterministically():
         runs.append((driver.stage_rows(), driver.task_rows()))
         assert driver.core.finished and len(driver.stage_rows()) == driver.n_stages
     assert runs[0] == runs[1]
+
+
+def test_time_to_fraction_is_of_the_end_of_training_even_far_from_the_asymptote():
+    # one configuration whose curve is still almost linear when its budget ends (tau 1000
+    # iterations, 10 trained: 1 % of its asymptote); 90 % of its end is first met at iteration 9
+    slow = HpoTask(1, 5.0, PROFILES["resnet50"], "ring", [LearningCurve(0.9, 1000.0)], [[0, 1]],
+                   [(1, 10)], eta=3)  # fmt: skip
+    core = HpoCore([slow], port_bps=1e9)
+    (job,) = core.arrive(1, now_s=5.0).started
+    for i in range(10):
+        core.iteration_done(job.job_id, 10.0 + i)
+    core.job_done(job.job_id, 19.0)
+    (row,) = core.config_rows()
+    assert row["converged_accuracy"] == pytest.approx(0.9 * (1 - math.exp(-0.01)))
+    assert row["converged_accuracy"] < 0.02 * row["final_accuracy"]
+    # accuracy after i iterations ~ i / 10 of the end's: 0.9 first at the 9th (i = 8, 18 s)
+    assert row["time_to_90pct_s"] == 18.0 - 5.0
+    assert row["time_to_95pct_s"] == 19.0 - 5.0
