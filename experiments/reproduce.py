@@ -1,26 +1,23 @@
-"""Each paper's claim in its own setting, over seeds, in one report.
+"""Each paper's claim mapped over the regimes that decide it, in one report.
 
-    .venv/bin/python scripts/reproduce.py --simulator-only [--seeds 5] [--out results/report]
-    sudo .venv/bin/python scripts/reproduce.py --quick   # plus one testbed seed (root)
-    sudo .venv/bin/python scripts/reproduce.py           # plus three testbed seeds (root)
+    .venv/bin/python scripts/reproduce.py --simulator-only --quick   # a coarse atlas, no root
+    .venv/bin/python scripts/reproduce.py --simulator-only           # the full atlas
+    sudo .venv/bin/python scripts/reproduce.py [--quick]             # plus the testbed (root)
 
-For every claim: the paper's statement (from its abstract: the Beamer, JPAS and Hermes
-algorithms here are reconstructions from their abstracts), the setting it is measured in here,
-our value as a ratio to the baseline paired per seed (geometric mean over the seeds with its
-95 % CI, :mod:`controller.metrics`), and a verdict decided by a fixed rule: **reproduced** if the
-interval lies entirely on the claimed side of 1, **opposite** if entirely on the other side,
-**not reproduced** if it contains 1; a claim against several baselines is **partly**
-reproduced if it holds against some; a comparison that needs an interval and has one seed is
-**inconclusive**. Writes ``REPORT.md``, ``summary.json`` (with provenance) and ``claims.png``
-to ``--out``.
+Every claim (:mod:`experiments.claims`) is a map (:mod:`experiments.atlas`): its cells are the
+regimes that decide it (load, model mix, arrivals, ...), every cell a paired comparison over
+seeds of the claimed policy against each baseline, with a verdict that can say "no effect"
+(:mod:`experiments.verdicts`: reproduced, opposite, equivalent within 3 %, or inconclusive with
+the seeds it would need). The Beamer, JPAS and Hermes algorithms here are reconstructions from
+their abstracts; each reading an abstract allows runs beside the default one. Beside the maps:
+BSSI's and Beamer's orders against brute force (a proven bound, on instances where the order
+matters), and with the testbed, Beamer's claim on the testbed's main experiment
+(``scripts/run_testbed.py --calibrate``) with the simulator's prediction per policy.
 
-``--quick`` and the full mode also run the main testbed experiment (``scripts/run_testbed.py
---calibrate``: the testbed's overheads measured first, then the 13-host network-bound workload
-under every network policy, with the simulator beside it) into ``<out>/testbed/``, add Beamer's
-claim on the testbed, and a table of the simulator's prediction against the testbed per policy.
-``--testbed-results DIR`` takes them from a finished experiment instead (no root needed).
-Times here (2 cores), each measured as one command from a clean checkout: ``--simulator-only``
-2 min 15 s, ``--quick`` 14 min 47 s, full 54 min (README, "The papers' claims").
+Writes ``REPORT.md``, ``summary.json`` (with provenance), ``atlas.png`` (verdict counts) and per
+claim ``atlas-<claim>.png`` / ``.csv`` / ``.json`` to ``--out``; every run is a file under
+``<out>/points`` (``--resume`` keeps them, ``--ray-address`` runs them on a Ray cluster).
+``--testbed-results DIR`` takes the testbed's claim from a finished experiment (no root).
 """
 
 from __future__ import annotations
@@ -45,53 +42,40 @@ from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import Interval, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
+from experiments import atlas  # noqa: E402
+from experiments.claims import CLAIMS  # noqa: E402
+from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
 from simulator import reference  # noqa: E402
-from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
-from simulator.hpo import HpoDriver  # noqa: E402
-from simulator.metrics import coflow_rows, provenance, write_json  # noqa: E402
-from simulator.traces import load_trace  # noqa: E402
-from workloads.curves import sample_curves  # noqa: E402
-from workloads.gpu import GpuJob, make_gpu_policy, run_time_sharing  # noqa: E402
-from workloads.hpo import generate  # noqa: E402
+from simulator.metrics import provenance, write_json  # noqa: E402
 
-# the checkout this runs from (OVS start-up script, ../shared traces)
+# the checkout this runs from (the testbed experiment runs from it)
 ROOT = Path(__file__).resolve().parents[1]
-
-TRACES = ROOT.parent / "shared" / "traces"
-FULL_TRACE, SMALL_TRACE = "FB2010-1Hr-150-0.txt", "fb-526coflows-16ports-load0.9.txt"
 
 
 @dataclass
 class Comparison:
-    """The claimed policy against one baseline: metric ratio (policy / baseline) per seed."""
+    """The claimed policy against one baseline: a paired :class:`Decision` over seeds, or a
+    proven bound checked over instances (``ratio`` spans them: low the best, high the worst;
+    one instance above ``bound`` disproves it)."""
 
     baseline: str
     ratio: Interval | None
-    lower_is_better: bool = True
-    needs_interval: bool = False  # one seed of a noisy measurement decides nothing
-    # a proven guarantee "ratio <= bound": ``ratio`` spans the instances (low: best, high:
-    # worst) and one instance above the bound disproves it
     bound: float | None = None
+    decision: Decision | None = None
 
     @property
     def verdict(self) -> str:
-        """This comparison's verdict by the fixed rule of the module docstring."""
-        r = self.ratio
-        if r is None:
-            return "not measured"
-        if self.bound is not None:
-            return "reproduced" if r.high <= self.bound else "opposite"
-        if self.needs_interval and r.n < 2:
-            return "inconclusive"
-        # one sample (a single trace) has no interval: its point decides
-        low, high = (r.mean, r.mean) if r.n < 2 else (r.low, r.high)
-        good, bad = (high < 1, low > 1) if self.lower_is_better else (low > 1, high < 1)
-        return "reproduced" if good else "opposite" if bad else "not reproduced"
+        """Reproduced / opposite (a bound: held / broken), else the decision's verdict."""
+        if self.bound is not None and self.ratio is not None:
+            return "reproduced" if self.ratio.high <= self.bound else "opposite"
+        if self.decision is not None:
+            return self.decision.verdict.value
+        return "not measured"
 
 
 @dataclass
 class Claim:
-    """One paper's claim, where it is measured here, and what we found."""
+    """A claim checked at one setting (the bounds, the testbed): its comparisons."""
 
     name: str
     paper: str
@@ -105,28 +89,28 @@ class Claim:
 
     @property
     def verdict(self) -> str:
-        """The claim's verdict over its baselines (partly: it holds against some)."""
+        """The comparisons' verdict if they agree, else each baseline's."""
         verdicts = {c.verdict for c in self.comparisons}
         if len(verdicts) == 1:
             return verdicts.pop()
-        if "reproduced" in verdicts:
-            return "partly"
-        return "inconclusive" if "inconclusive" in verdicts else "not reproduced"
+        return "; ".join(f"{c.verdict} vs {c.baseline}" for c in self.comparisons)
 
 
-def hpo_summary(policy: str, seed: int, host_bps: float, mode: str = "levels", **workload) -> dict:
-    """One simulated HPO run (``mode`` as :class:`simulator.engine.Simulator`'s): the HPO
-    core's summary."""
-    sim = Simulator(Fabric(workload["n_hosts"], host_bps), make_policy(policy), mode=mode)
-    driver = HpoDriver(sim, generate(seed=seed, **workload))
-    sim.run()
-    return driver.core.summary(sim.now_s)
-
-
-def compare(values: dict[str, dict[int, float]], claimed: str, baselines, lower=True, **kw):
-    """The claimed policy's ratio to each baseline, paired per seed."""
+def paired_comparisons(
+    values: dict[str, dict[int, float]], claimed: str, baselines, lower: bool = True
+) -> list[Comparison]:
+    """The claimed policy against each baseline, paired per seed, one Holm family."""
+    families = {}
+    for b in baselines:
+        mine, theirs = values.get(claimed, {}), values.get(b, {})
+        ratios = [mine[s] / theirs[s] for s in sorted(mine) if s in theirs
+                  and mine[s] and theirs[s] and mine[s] > 0 and theirs[s] > 0]  # fmt: skip
+        if ratios:
+            families[b] = ratios
+    decisions = decide(families, lower) if families else {}
     return [
-        Comparison(b, paired_ratio_ci(values[claimed], values[b]), lower, **kw) for b in baselines
+        Comparison(b, decisions[b].ratio if b in decisions else None, decision=decisions.get(b))
+        for b in baselines
     ]
 
 
@@ -301,7 +285,7 @@ def beamer_testbed(testbed: dict) -> Claim:
         f"{w['min_iterations']} iterations first, {'/'.join(w['patterns'])}), "
         f"{len(w['seeds'])} seed(s), {enforcement(testbed)}",
         "average SCT, Beamer / baseline",
-        compare(values, "beamer", ("sincronia", "fifo-lm", "fair"), needs_interval=True),
+        paired_comparisons(values, "beamer", ("sincronia", "fifo-lm", "fair")),
     )  # fmt: skip
 
 
@@ -357,163 +341,9 @@ def agreement(testbed: dict) -> list[dict]:
     return rows
 
 
-BEAMER_WORKLOAD = dict(n_hosts=64, n_tasks=10, configs_per_task=9, eta=3, min_iterations=10)
-BEAMER_POLICIES = ("beamer", "sincronia", "fifo-lm", "fair")
-# also run with one priority level per rank (the simulator's ideal mode): whether the 8 levels
-# are what hides Beamer's gain over Sincronia
-BEAMER_IDEAL_POLICIES = ("beamer", "sincronia")
-JPAS_WORKLOAD = dict(n_hosts=13, n_tasks=4, configs_per_task=4, search="full",
-                     mean_interarrival_s=60.0, min_iterations=10)  # fmt: skip
-JPAS_POLICIES = ("jpas", "fair", "sincronia", "fifo-lm")
-HERMES_POLICIES = ("hermes", "fifo", "rr", "slaq")
-VARYS_POLICIES = ("varys", "fair")
-
-
-def varys_trace() -> str:
-    """The Facebook trace Varys' claim runs on: the full one where present."""
-    return FULL_TRACE if (TRACES / FULL_TRACE).exists() else SMALL_TRACE
-
-
-def claim_points(claim: str, seeds: list[int]) -> list[dict]:
-    """The sweep points of one claim: every run it needs, each a task of its own."""
-    if claim == "optimum":
-        # (contended: the instances where the order matters joined the points' results)
-        return [{"claim": claim, "part": part, "contended": True} for part in ("bssi", "stages")]
-    if claim == "varys":
-        return [{"claim": claim, "policy": p, "trace": varys_trace()} for p in VARYS_POLICIES]
-    policies = {"beamer": BEAMER_POLICIES, "jpas": JPAS_POLICIES, "hermes": HERMES_POLICIES}
-    points = [{"claim": claim, "policy": p, "seed": s} for s in seeds for p in policies[claim]]
-    if claim == "beamer":
-        points += [{"claim": claim, "policy": p, "seed": s, "mode": "ideal"}
-                   for s in seeds for p in BEAMER_IDEAL_POLICIES]  # fmt: skip
-    return points
-
-
-def run_claim_point(point: dict) -> dict:
-    """One run of a claim (a sweep point, see cli.sweep): the values its claim reads."""
-    claim = point["claim"]
-    if claim == "optimum":
-        return bssi_ratios() if point["part"] == "bssi" else stage_ratios()
-    if claim == "hermes":
-        curves = sample_curves(random.Random(point["seed"]), 64, good_fraction=0.1, base_tau=40)
-        jobs = [GpuJob(i, 1, 0.0, 200, 0.5, curve) for i, curve in enumerate(curves)]
-        result = run_time_sharing(jobs, 8, make_gpu_policy(point["policy"]), quantum_s=5.0,
-                                  resume_cost_s=0.5)  # fmt: skip
-        return {"best_identified_s": result.best_identified_s}
-    warm_up()
-    if claim == "varys":
-        trace = load_trace(TRACES / point["trace"])
-        sim = Simulator(Fabric(trace.n_ports, 1e9), make_policy(point["policy"]))
-        trace.install(sim)
-        sim.run()
-        cct = [r["cct_s"] for r in coflow_rows(sim)]
-        return {"avg_cct_s": sum(cct) / len(cct)}
-    workload = BEAMER_WORKLOAD if claim == "beamer" else JPAS_WORKLOAD
-    summary = hpo_summary(point["policy"], point["seed"], 1e9, point.get("mode", "levels"),
-                          **workload)  # fmt: skip
-    return {
-        "avg_sct_s": summary["sct_s"]["mean"],
-        "time_to_90pct_s": summary["time_to_90pct_s"].get("mean"),
-        "avg_jct_s": summary["jct_s"].get("mean"),
-    }
-
-
-def by_policy(runs: list[tuple[dict, dict]], key: str) -> dict[str, dict[int, float]]:
-    """``{policy: {seed: result[key]}}`` of a claim's runs."""
-    values: dict[str, dict[int, float]] = {}
-    for point, result in runs:
-        values.setdefault(point["policy"], {})[point.get("seed", 0)] = result[key]
-    return values
-
-
-def beamer(runs: list[tuple[dict, dict]]) -> Claim:
-    """Average SCT under synchronous successive halving, against Sincronia, FIFO-LM, fair;
-    beside it, Beamer against Sincronia with one priority level per rank."""
-    levels = [(p, r) for p, r in runs if p.get("mode", "levels") == "levels"]
-    ideal = by_policy([(p, r) for p, r in runs if p.get("mode") == "ideal"], "avg_sct_s")
-    values = by_policy(levels, "avg_sct_s")
-    context, note = [], ""
-    if set(BEAMER_IDEAL_POLICIES) <= set(ideal):
-        unlimited = paired_ratio_ci(ideal["beamer"], ideal["sincronia"])
-        context.append((
-            "Beamer / Sincronia with one priority level per rank (the simulator's ideal mode)",
-            unlimited,
-        ))  # fmt: skip
-        verdict = Comparison("sincronia", unlimited).verdict
-        note = {
-            "reproduced": "with a priority level for every rank (beside) Beamer is faster than "
-            "Sincronia: the 8 levels, where many coflows share the lowest, hide its gain.",
-            "opposite": "with a priority level for every rank (beside) Beamer is slower than "
-            "Sincronia: the 8 levels are not what hides a gain.",
-        }.get(verdict, "with a priority level for every rank (beside) Beamer is still level "
-              "with Sincronia: the 8 levels are not what hides a gain.")  # fmt: skip
-    return Claim(
-        "Beamer", "He et al., IEEE TNSM 19(2), 2022",
-        "stage-aware coflow scheduling lowers the average stage completion time (SCT) against "
-        "Sincronia, FIFO-LM and per-flow fair sharing",
-        "simulator, 64 hosts on a 1 Gbit/s big switch, 10 concurrent HPO tasks of successive "
-        "halving (9 configurations, eta 3, 10/30/90 iterations; ResNet-50 / VGG-16 / "
-        "Inception-v3, parameter server or ring), 8 priority levels",
-        "average SCT, Beamer / baseline",
-        compare(values, "beamer", BEAMER_POLICIES[1:]),
-        note,
-        context,
-    )  # fmt: skip
-
-
-def jpas(runs: list[tuple[dict, dict]]) -> Claim:
-    """Time to 90 % of converged accuracy for concurrent jobs arriving over time; beside it,
-    JCT and the SRPT-like orders in the same setting."""
-    to_90 = by_policy(runs, "time_to_90pct_s")
-    jct = by_policy(runs, "avg_jct_s")
-    context = [
-        ("JPAS average JCT / fair's", paired_ratio_ci(jct["jpas"], jct["fair"])),
-        ("Sincronia time to 90 % / fair's", paired_ratio_ci(to_90["sincronia"], to_90["fair"])),
-        ("FIFO-LM time to 90 % / fair's", paired_ratio_ci(to_90["fifo-lm"], to_90["fair"])),
-    ]
-    return Claim(
-        "JPAS", "Zhou et al., JNCA 158, 2020",
-        "job-progress-aware flow priorities cut the time to reach 90 % / 95 % of converged "
-        "accuracy by up to 38 % (13-server one-switch testbed)",
-        "simulator, 13 hosts at 1 Gbit/s, 4 tasks arriving 60 s apart on average, each training "
-        "4 configurations to completion (no early stopping), 8 priority levels",
-        "mean time to 90 % of converged accuracy, JPAS / fair",
-        compare(to_90, "jpas", ["fair"]),
-        "our JPAS ranks jobs least attained progress first. Jobs trained to completion have "
-        "equal budgets, and least-attained-first then equalises progress, so they end late "
-        "together (see the JCT ratio); SRPT-like orders end some jobs early. Its 1 s timer "
-        "changes nothing here beyond float rounding: a job's progress only changes when one "
-        "of its coflows completes, when every policy reorders anyway.",
-        context,
-    )  # fmt: skip
-
-
-def hermes(runs: list[tuple[dict, dict]]) -> Claim:
-    """Time until the best configuration is identified, GPU time-sharing, compute only."""
-    values = by_policy(runs, "best_identified_s")
-    return Claim(
-        "Hermes", "Son et al., Electronics 10(3):350, 2021",
-        "convergence-aware preemptive GPU time-sharing finds the best configuration up to "
-        "4.04x faster than FIFO, round-robin and SLAQ",
-        "64 configurations (10 % good) of 200 iterations each sharing 8 GPUs in 5 s quanta, "
-        "0.5 s resume cost, no network",
-        "time until the best configuration is identified, Hermes / baseline",
-        compare(values, "hermes", HERMES_POLICIES[1:]),
-    )  # fmt: skip
-
-
-def varys(runs: list[tuple[dict, dict]]) -> Claim:
-    """Average CCT on the Facebook trace against per-flow fair sharing."""
-    name = runs[0][0]["trace"]
-    values = by_policy(runs, "avg_cct_s")
-    return Claim(
-        "Varys", "Chowdhury et al., SIGCOMM 2014",
-        "SEBF ordering with MADD rates lowers the average coflow completion time (CCT) against "
-        "per-flow fair sharing",
-        f"simulator, the Facebook trace `{name}` on a 1 Gbit/s big switch, arrivals as traced",
-        "average CCT, Varys / fair (one trace: no interval)",
-        compare(values, "varys", ["fair"]),
-    )  # fmt: skip
+def run_optimum_point(point: dict) -> dict:
+    """One part of the bound checks (a sweep point, see cli.sweep): BSSI's or Beamer's ratios."""
+    return bssi_ratios() if point["part"] == "bssi" else stage_ratios()
 
 
 def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
@@ -591,21 +421,30 @@ def testbed_provenance(testbed: dict | None) -> list[str]:
     return lines
 
 
-def report(claims: list[Claim], meta: dict, out: Path, testbed: dict | None = None) -> Path:
-    """``REPORT.md``: one row per claim, the comparisons, the simulator against the testbed,
-    provenance."""
+def summary_lines(outcomes: list[atlas.ClaimOutcome], claims: list[Claim]) -> list[str]:
+    """The verdict counts of every map and the verdicts of the fixed-setting claims."""
     lines = [
-        "# Reproduction report",
-        "",
-        "The Beamer, JPAS and Hermes algorithms are our reconstructions from the papers'",
-        "abstracts, not the authors' code. Values are ratios to the baseline, paired per seed:",
-        "geometric mean over the seeds [95 % CI, Student's t on the log-ratios]; the rows",
-        "against brute force give mean [best, worst] over the instances and are reproduced",
-        "when the worst is within the proven bound. Verdicts follow a fixed rule: reproduced",
-        "when the interval lies entirely on the claimed side of 1, opposite when entirely on",
-        "the other side, not reproduced when it contains 1; partly when a claim holds against",
-        "some of its baselines only.",
-        "",
+        "| claim | baseline | cells | reproduced | opposite | equivalent | inconclusive |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in outcomes:
+        for baseline, n in atlas.counts(o.claim, o.cells).items():
+            lines.append(
+                f"| {o.claim.name} | {baseline} | {len(o.cells)} | {n['reproduced']} | "
+                f"{n['opposite']} | {n['equivalent']} | {n['inconclusive']} |"
+            )
+    for c in claims:
+        for x in c.comparisons:
+            mark = {v: "1" if x.verdict == v else "0" for v in Verdict}
+            lines.append(f"| {c.name} | {x.baseline} | 1 | {mark[Verdict.REPRODUCED]} | "
+                         f"{mark[Verdict.OPPOSITE]} | {mark[Verdict.EQUIVALENT]} | "
+                         f"{mark[Verdict.INCONCLUSIVE]} |")  # fmt: skip
+    return lines
+
+
+def claim_lines(claims: list[Claim]) -> list[str]:
+    """The fixed-setting claims: one row each, then their notes."""
+    lines = [
         "| claim | paper's statement | setting | metric | our value | verdict |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
@@ -620,8 +459,42 @@ def report(claims: list[Claim], meta: dict, out: Path, testbed: dict | None = No
     for c in claims:
         notes += [f"- {c.name}, same setting: {label} {r.format(3) if r else '-'}"
                   for label, r in c.context]  # fmt: skip
-    if notes:
-        lines += ["", "Notes:", *notes]
+    return lines + (["", "Notes:", *notes] if notes else [])
+
+
+def report(
+    outcomes: list[atlas.ClaimOutcome],
+    claims: list[Claim],
+    meta: dict,
+    out: Path,
+    testbed: dict | None = None,
+) -> Path:
+    """``REPORT.md``: the verdict counts, each claim's map, the bound checks, the simulator
+    against the testbed, provenance."""
+    lines = [
+        "# Reproduction report",
+        "",
+        "The Beamer, JPAS and Hermes algorithms are our reconstructions from the papers'",
+        "abstracts, not the authors' code. Each claim is mapped over the regimes that decide it;",
+        "in every cell each policy runs on the same seeds and the claimed policy's metric is a",
+        "ratio to each baseline's, paired per seed (geometric mean [95 % CI]). Verdicts: "
+        "**reproduced** / **opposite** where a two-sided paired t-test on the log-ratios rejects",
+        f"no difference (on the claimed / the other side), **equivalent** where two one-sided "
+        f"tests put the ratio within +/-{MARGIN:.0%} (no effect), else **inconclusive** with the",
+        "seeds a power estimate says it would need; Holm across a cell's baselines. Seeds: a "
+        f"pilot of {meta['seeds']} per cell, then undecided cells get the seeds the power "
+        f"estimate asks for, up to {meta['max_seeds']}. The bound checks give mean [best, "
+        "worst] over instances and hold when the worst is within the proven bound.",
+        "",
+        "![verdicts per claim](atlas.png)",
+        "",
+        *summary_lines(outcomes, claims),
+        "",
+    ]
+    for o in outcomes:
+        lines += atlas.markdown(o, out)
+    if claims:
+        lines += ["## Claims at one setting", "", *claim_lines(claims), ""]
     if testbed is not None:
         lines += agreement_lines(agreement(testbed), testbed)
     p = meta["provenance"]
@@ -629,7 +502,8 @@ def report(claims: list[Claim], meta: dict, out: Path, testbed: dict | None = No
         "",
         "## Provenance",
         "",
-        f"- mode: {meta['mode']}; seeds: {meta['seeds']}; testbed seeds: "
+        f"- mode: {meta['mode']}; atlas: {'quick' if meta['quick'] else 'full'}; pilot seeds: "
+        f"{meta['seeds']}, at most {meta['max_seeds']}; testbed seeds: "
         f"{meta['testbed_seeds'] or '-'}; wall time: {meta['wall_s']:.0f} s",
         f"- git commit: {p['git_commit']}"
         + (" (with uncommitted changes)" if p["git_dirty"] else ""),  # fmt: skip
@@ -638,56 +512,62 @@ def report(claims: list[Claim], meta: dict, out: Path, testbed: dict | None = No
         f"- machine: {p['machine']['platform']}, {p['machine']['cpus']} CPUs",
         *testbed_provenance(testbed),
         "",
-        "![claims](claims.png)",
-        "",
     ]
     path = out / "REPORT.md"
     path.write_text("\n".join(lines))
     return path
 
 
-def plot(claims: list[Claim], out: Path) -> Path:
-    """Every comparison's ratio with its 95 % interval, and the line of no difference."""
-    rows = [(f"{c.name} vs {x.baseline}", x.ratio) for c in claims for x in c.comparisons
-            if x.ratio is not None]  # fmt: skip
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
-    for i, (_, r) in enumerate(rows):
-        error = [[0.0], [0.0]] if r.n < 2 else [[r.mean - r.low], [r.high - r.mean]]
-        ax.errorbar(r.mean, i, xerr=error, fmt="o", capsize=4, color="tab:blue")
-    ax.set_xscale("log")
-    ax.set_yticks(range(len(rows)), [label for label, _ in rows])
-    ax.axvline(1.0, color="grey", linewidth=0.8)
-    ax.set_xlabel("ratio to the baseline (geometric mean over seeds, 95 % CI; < 1: faster)")
+def plot(outcomes: list[atlas.ClaimOutcome], out: Path) -> Path:
+    """Per claim and baseline, the cells of each verdict as one stacked bar."""
+    rows = [(f"{o.claim.name} vs {b}", n) for o in outcomes
+            for b, n in atlas.counts(o.claim, o.cells).items()]  # fmt: skip
+    colours = {"reproduced": "tab:green", "equivalent": "tab:grey", "opposite": "tab:red",
+               "inconclusive": "white"}  # fmt: skip
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.3))
+    for i, (_, n) in enumerate(rows):
+        left = 0
+        for verdict, colour in colours.items():
+            ax.barh(i, n[verdict], left=left, color=colour, edgecolor="black", linewidth=0.5,
+                    label=verdict if i == 0 else None)  # fmt: skip
+            left += n[verdict]
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
     ax.invert_yaxis()
-    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("cells of the claim's map")
+    ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout()
-    path = out / "claims.png"
+    path = out / "atlas.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
+MAP_CLAIMS = ("beamer", "jpas", "hermes", "varys")
+
+
 def main(argv=None) -> int:
-    """Run the claims (and the testbed experiment), write the report; the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--simulator-only", action="store_true", help="only the simulator's claims (no root)"
-    )
-    mode.add_argument(
+    """Map the claims (and run the testbed experiment), write the report; the exit status."""
+    parser = argparse.ArgumentParser(prog="reproduce.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--simulator-only", action="store_true",
+                        help="only the simulator (no root, no testbed)")  # fmt: skip
+    parser.add_argument(
         "--quick",
         action="store_true",
-        help="the simulator's claims and one seed of the main testbed experiment (root)",
+        help="a coarse atlas (fewer dimensions varied, fewer seeds) and one testbed seed",
     )
-    mode.add_argument(
+    parser.add_argument(
         "--testbed-results",
         type=Path,
         metavar="DIR",
-        help="take the testbed's claims from a finished run_testbed.py experiment in DIR "
+        help="take the testbed's claim from a finished run_testbed.py experiment in DIR "
         "(its summary.json keeps its own provenance) instead of running it",
     )
+    parser.add_argument("--seeds", type=positive(int),
+                        help="pilot seeds per cell (default: 4 with --quick, else 5)")  # fmt: skip
     parser.add_argument(
-        "--seeds", type=positive(int), default=5, help="seeds per claim (default: 5)"
+        "--max-seeds",
+        type=positive(int),
+        help="seeds an undecided cell may grow to (default: 8 with --quick, else 12)",
     )
     parser.add_argument(
         "--testbed-seeds",
@@ -698,73 +578,89 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--claims",
         nargs="+",
-        default=["beamer", "jpas", "hermes", "varys", "optimum"],
-        choices=["beamer", "jpas", "hermes", "varys", "optimum"],
+        default=[*MAP_CLAIMS, "optimum"],
+        choices=[*MAP_CLAIMS, "optimum"],
         help="claims to run (default: all; optimum: BSSI and Beamer against brute force)",
     )
-    parser.add_argument("--out", type=Path, default=Path("results") / "report")
+    parser.add_argument("--out", type=Path, default=Path("results") / "report",
+                        help="output folder (default: results/report)")  # fmt: skip
     add_sweep_arguments(parser)
     args = parser.parse_args(argv)
+    args.seeds = args.seeds or (4 if args.quick else 5)
+    args.max_seeds = args.max_seeds or (8 if args.quick else 12)
     if args.seeds < 2:
         parser.error("--seeds must be >= 2 (an interval needs two)")
-    mode = "simulator-only" if args.simulator_only else "quick" if args.quick else "full"
+    if args.max_seeds < args.seeds:
+        parser.error("--max-seeds must be >= --seeds")
+    if args.simulator_only and args.testbed_results is not None:
+        parser.error("--simulator-only and --testbed-results exclude each other")
+    mode = "simulator-only" if args.simulator_only else "with the testbed"
     if args.testbed_results is not None:
         mode = "testbed results given"
         if not (args.testbed_results / "summary.json").is_file():
             parser.error(f"--testbed-results {args.testbed_results}: no summary.json there")
     if args.testbed_seeds is None:
         args.testbed_seeds = [1] if args.quick else [1, 2, 3]
-    if mode in ("quick", "full") and os.geteuid() != 0:
-        parser.error(f"the {mode} mode runs the testbed: run as root (or use --simulator-only)")
+    if mode == "with the testbed" and os.geteuid() != 0:
+        parser.error("the testbed needs root: run as root, or use --simulator-only")
     args.out = args.out.resolve()  # the testbed experiment runs from the checkout's root
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: not a folder")
     args.out.mkdir(parents=True, exist_ok=True)
-    seeds = list(range(1, args.seeds + 1))
     started = time.perf_counter()
 
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    points = [point for name in args.claims for point in claim_points(name, seeds)]
+    maps = [CLAIMS[name] for name in args.claims if name in MAP_CLAIMS]
+    claims: list[Claim] = []
     try:
-        results = run_points(
-            points, run_claim_point, args.out / "points", args, label="simulator runs",
-            describe=lambda p, _: " ".join(str(v) for v in p.values()),
-            cost=lambda p: {"beamer": 3, "varys": 2, "jpas": 1}.get(p["claim"], 0.2),
-        )  # fmt: skip
+        outcomes = atlas.run_atlas(maps, args.out, args, args.quick, args.seeds, args.max_seeds,
+                                   progress)  # fmt: skip
+        if "optimum" in args.claims:
+            parts = [{"claim": "optimum", "part": part, "contended": True}
+                     for part in ("bssi", "stages")]  # fmt: skip
+            results = run_points(parts, run_optimum_point, args.out / "points", args,
+                                 label="bound checks")  # fmt: skip
+            claims += against_brute_force(
+                {p["part"]: r for p, r in zip(parts, results, strict=True)}
+            )
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    runs: dict[str, list] = {}
-    for point, result in zip(points, results, strict=True):
-        runs.setdefault(point["claim"], []).append((point, result))
-    builders = {"beamer": beamer, "jpas": jpas, "hermes": hermes, "varys": varys}
-    claims = []
-    for name in args.claims:
-        if name == "optimum":
-            claims += against_brute_force({p["part"]: r for p, r in runs[name]})
-        else:
-            claims.append(builders[name](runs[name]))
     testbed = None
     if args.testbed_results is not None:
         testbed = load_testbed_experiment(args.testbed_results)
         args.testbed_seeds = testbed["workload"]["seeds"]
-    elif mode != "simulator-only":
+    elif mode == "with the testbed":
         testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)
     if testbed is not None:
         claims.append(beamer_testbed(testbed))
     meta = {
         "mode": mode,
-        "seeds": seeds,
+        "quick": args.quick,
+        "seeds": args.seeds,
+        "max_seeds": args.max_seeds,
         "testbed_seeds": None if testbed is None else args.testbed_seeds,
         "wall_s": time.perf_counter() - started,
         "provenance": provenance(sys.argv[1:] if argv is None else argv),
     }
-    path = report(claims, meta, args.out, testbed)
-    plot(claims, args.out)
+    path = report(outcomes, claims, meta, args.out, testbed)
+    plot(outcomes, args.out)
     write_json(
         args.out / "summary.json",
         {
             **meta,
+            "maps": [
+                {
+                    "claim": o.claim.key,
+                    "cells": len(o.cells),
+                    "verdicts": atlas.counts(o.claim, o.cells),
+                    "map_wide": o.map_wide,
+                    "files": {k: str(v.relative_to(args.out)) for k, v in o.files.items()},
+                }
+                for o in outcomes
+            ],
             "claims": [
                 {
                     "name": c.name,
@@ -794,10 +690,13 @@ def main(argv=None) -> int:
         },
     )
     print()
-    for c in claims:
-        print(f"{c.name:<7} {c.verdict:<15} " + "; ".join(
-            f"vs {x.baseline} {x.ratio.format(3) if x.ratio else '-'}" for x in c.comparisons
+    for o in outcomes:
+        print(f"{o.claim.name:<8} " + "; ".join(
+            f"vs {b}: " + ", ".join(f"{v} {k}" for k, v in n.items() if v)
+            for b, n in atlas.counts(o.claim, o.cells).items()
         ))  # fmt: skip
+    for c in claims:
+        print(f"{c.name:<8} {c.verdict}")
     print(f"\n{path} ({meta['wall_s']:.0f} s)")
     return 0
 
