@@ -106,7 +106,8 @@ class ClaimMap:
             is its). The others run on the grid cells only (every variation at its first level).
         baselines: what each reading is compared with.
         metrics: the paper's metrics; the first decides the seed rule and the figure.
-        context: keys of a point's result shown beside a cell (from the first baseline's runs).
+        context: keys of a point's result shown beside a cell (from :attr:`regime_policy`'s
+            runs).
     """
 
     key: str
@@ -122,6 +123,13 @@ class ClaimMap:
     metrics: tuple[Metric, ...]
     context: tuple[str, ...] = ()
     note: str = ""
+
+    @property
+    def regime_policy(self) -> str:
+        """The runs a cell's context comes from: fair sharing's if it is a baseline (the
+        regime is stated as fair's busy share), else the first baseline's."""
+        labels = [b.label for b in self.baselines]
+        return "fair" if "fair" in labels else labels[0]
 
     @property
     def dimensions(self) -> tuple[Dimension, ...]:
@@ -343,7 +351,7 @@ def judge(claim: ClaimMap, cells: Sequence[Mapping[str, str]], results: Results,
                     decisions[(reading.label, baseline, metric.key)] = decision
         context = {}
         for name in claim.context:
-            values = [results.get((key, claim.baselines[0].label, s), {}).get(name) for s in seeds]
+            values = [results.get((key, claim.regime_policy, s), {}).get(name) for s in seeds]
             ci = mean_ci(values)
             context[name] = None if ci is None else ci.mean
         outcome.append(Cell(dict(cell), len(seeds), decisions, context))
@@ -351,15 +359,18 @@ def judge(claim: ClaimMap, cells: Sequence[Mapping[str, str]], results: Results,
 
 
 def seeds_wanted(claim: ClaimMap, cell: Cell, max_seeds: int) -> int:
-    """The sequential rule: the seeds ``cell`` should have, given its first look."""
+    """The sequential rule: the seeds ``cell`` should have after its first look. A cell whose
+    default reading is inconclusive (on the primary metric) against some baseline whose power
+    estimate is within ``max_seeds`` grows to the largest such estimate, and by at least two
+    seeds (the estimate is a normal approximation: it can ask for what the cell already has),
+    at most to ``max_seeds``; otherwise it keeps its seeds."""
     default, primary = claim.readings[0].label, claim.metrics[0].key
     needed = [d.seeds_needed for (r, _, m), d in cell.decisions.items()
               if r == default and m == primary and d.verdict is Verdict.INCONCLUSIVE]  # fmt: skip
-    estimates = [n for n in needed if n is not None]
-    if not estimates:
+    within = [n for n in needed if n is not None and n <= max_seeds]
+    if not within:
         return cell.seeds
-    target = max(estimates)
-    return target if cell.seeds < target <= max_seeds else cell.seeds
+    return min(max_seeds, max(max(within), cell.seeds + 2))
 
 
 def map_wide(
@@ -646,7 +657,9 @@ def run_atlas(
             if wanted > cell.seeds:
                 extra = range(cell.seeds + 1, wanted + 1)
                 seeds_of[(c.key, cell_key(cell.cell))] = list(range(1, wanted + 1))
-                more += points(c, [cell.cell], extra)
+                # (the other readings keep the pilot's seeds: the rule follows the default)
+                more += [p for p in points(c, [cell.cell], extra)
+                         if p["policy"] not in {r.label for r in c.readings[1:]}]  # fmt: skip
     if more:
         progress(f"atlas: {len(more)} more runs for the cells the pilot left undecided")
         sweep(more, "atlas sequential runs")

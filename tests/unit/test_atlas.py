@@ -181,3 +181,23 @@ def test_a_tiny_atlas_end_to_end(tmp_path, monkeypatch):
     assert len(list((tmp_path / "points").glob("*.json"))) == runs
     assert [c.decisions for c in again[0].cells] == [c.decisions for c in outcome.cells]
     assert not math.isnan(outcome.cells[0].decisions[("beamer", "fair", "avg_sct_s")].ratio.mean)
+
+
+def test_the_sequential_rule_follows_the_estimates_within_the_cap():
+    from controller.metrics import Interval
+    from experiments.verdicts import Decision
+
+    def cell(*needed):
+        decisions = {
+            ("x", b, "t"): Decision(
+                Verdict.INCONCLUSIVE, Interval(1.0, 0.9, 1.1, 4), 0.5, 0.5, 0.05, 0.05, n
+            )  # fmt: skip
+            for b, n in zip("ab", needed, strict=True)
+        }
+        return atlas.Cell({"size": "small"}, 4, decisions, {})
+
+    toy = toy_claim()
+    assert atlas.seeds_wanted(toy, cell(7, 30), max_seeds=12) == 7  # b cannot be decided
+    assert atlas.seeds_wanted(toy, cell(3, 30), max_seeds=12) == 6  # at least two more
+    assert atlas.seeds_wanted(toy, cell(3, 30), max_seeds=5) == 5  # never past the cap
+    assert atlas.seeds_wanted(toy, cell(30, None), max_seeds=12) == 4  # nothing within reach
