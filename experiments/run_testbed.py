@@ -79,9 +79,10 @@ from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
 from topologies.testbed import SPINE_BASE, LeafSpineTopo, OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
-from workloads.hpo import PATTERNS, SEARCHES, generate  # noqa: E402
+from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, generate  # noqa: E402
 from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
+from workloads.profiles import PROFILES  # noqa: E402
 from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
@@ -102,6 +103,8 @@ def workload(args) -> list:
         min_iterations=args.min_iterations,
         workers=args.workers,
         patterns=tuple(args.patterns),
+        models=tuple(args.models),
+        mean_interarrival_s=args.interarrival,
         link_scale=args.link_scale,
         surrogate=args.surrogate,
         search=args.search,
@@ -707,6 +710,8 @@ def seed_summary(results: list[dict], args, argv) -> dict:
             "min_iterations": args.min_iterations,
             "workers": args.workers,
             "patterns": args.patterns,
+            "models": args.models,
+            "interarrival_s": args.interarrival,
             "seeds": args.seeds,
         },  # fmt: skip
         "baseline": baseline,
@@ -834,6 +839,21 @@ def build_parser(description: str | None = None) -> argparse.ArgumentParser:
         choices=PATTERNS,
         help="synchronisation patterns to draw from (default: ring; a parameter server keeps "
         "its ports at most about half busy, see README)",
+    )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=list(MODEL_ZOO),
+        choices=sorted(PROFILES),
+        help="model profiles the tasks draw from (default: the zoo, "
+        f"{' '.join(MODEL_ZOO)}; one model makes every task's jobs alike)",
+    )
+    parser.add_argument(
+        "--interarrival",
+        type=non_negative(float),
+        default=0.0,
+        metavar="SECONDS",
+        help="tasks arrive as a Poisson process of this mean gap (default 0: all at the start)",
     )
     parser.add_argument(
         "--link-gbps",

@@ -27,6 +27,7 @@ from workloads.curves import LearningCurve, sample_curves
 from workloads.profiles import PROFILES, ModelProfile
 
 PATTERNS = ("ps", "ring")
+MODEL_ZOO = ("resnet50", "vgg16", "inception3")  # the models a workload draws from by default
 SEARCHES = ("halving", "full", "asha", "hyperband")
 
 
@@ -262,7 +263,7 @@ def generate(
     eta: int = 3,
     min_iterations: int = 10,
     workers: int = 3,
-    models: tuple[str, ...] = ("resnet50", "vgg16", "inception3"),
+    models: tuple[str, ...] = MODEL_ZOO,
     patterns: tuple[str, ...] = PATTERNS,
     mean_interarrival_s: float = 0.0,
     scale: float = 1.0,

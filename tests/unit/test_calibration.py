@@ -92,7 +92,7 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
         link_gbps=1.0, bw=20, host_priorities=True, tcp_rto_max_ms=1000,
         overheads=Overheads(1.0, 0.9), hosts=13,
         tasks=2, configs=9, eta=3, search="halving", min_iterations=3, workers=3,
-        patterns=["ring"], seeds=[1, 2],
+        patterns=["ring"], models=["resnet50"], interarrival=0.0, seeds=[1, 2],
     )  # fmt: skip
     summary = run_testbed.seed_summary(results, args, ["--seeds", "1", "2"])
     fair = summary["policies"]["fair"]
