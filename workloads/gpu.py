@@ -286,6 +286,10 @@ def rebalance(
     gpus_all = [(s, g) for s in range(servers) for g in range(gpus_per_server)]
     load = _loads(out, gpus_all)
     migrations = 0
+    if max(load.values()) - min(load.values()) < 2:
+        # no move can even the loads (one needs a difference of 2): the usual case at a
+        # quantum boundary, spared a pass over every job's workers
+        return out, migrations
     while True:
         best = None  # (load difference, job, worker index, destination)
         for job in sorted(set(out) - set(pinned)):
