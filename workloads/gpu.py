@@ -286,6 +286,10 @@ def rebalance(
     gpus_all = [(s, g) for s in range(servers) for g in range(gpus_per_server)]
     load = _loads(out, gpus_all)
     migrations = 0
+    if max(load.values()) - min(load.values()) < 2:
+        # no move can even the loads (one needs a difference of 2): the usual case at a
+        # quantum boundary, spared a pass over every job's workers
+        return out, migrations
     while True:
         best = None  # (load difference, job, worker index, destination)
         for job in sorted(set(out) - set(pinned)):
@@ -435,12 +439,15 @@ class GpuManager:
         if keep_running:
             chosen = [j for j in ranked if j.running]
             busy = {gpu for j in chosen for gpu in j.placement}
+        # by id: `job in chosen` would compare the dataclasses field by field (their histories
+        # too), most of a time-sharing run's cost; a job's id is unique in the manager
+        chosen_ids = {j.job_id for j in chosen}
         for job in ranked:
-            if job in chosen or busy.intersection(job.placement):
+            if job.job_id in chosen_ids or busy.intersection(job.placement):
                 continue
             chosen.append(job)
+            chosen_ids.add(job.job_id)
             busy.update(job.placement)
-        chosen_ids = {j.job_id for j in chosen}
         decision = Decision()
         for job in active:
             if job.running and job.job_id not in chosen_ids:
