@@ -22,7 +22,7 @@ def test_the_maps_cover_their_grids_and_each_variation_alone():
     assert len(beamer.cells()) == grid * (1 + 1 + 2 + 2)
     assert len(beamer.cells(quick=True)) == grid  # the variations are not quick
     assert len(claims.JPAS.cells()) == 3 * 2 * 2 and len(claims.JPAS.cells(quick=True)) == 6
-    assert len(claims.HERMES.cells()) == 3 * 3 * 2 and len(claims.HERMES.cells(quick=True)) == 9
+    assert len(claims.HERMES.cells()) == 3 * 3 * 2 * 2 and len(claims.HERMES.cells(quick=True)) == 9
     cells = beamer.cells()
     assert len({atlas.cell_key(c) for c in cells}) == len(cells)
     # the first cell is the report's setting
