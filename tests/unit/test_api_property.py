@@ -189,6 +189,9 @@ class Workloads(RuleBasedStateMachine):
             st.sampled_from([0, budget, budget + 1]), st.integers(0, MAX_ITERATIONS)))}  # fmt: skip
         if data.draw(st.booleans()):
             body["iteration_budget"] = data.draw(budgets)
+        if data.draw(st.booleans()):  # an accuracy, in [0, 1] or not
+            wrong = st.sampled_from([0, 1, -0.1, 1.5, None, "0.5", True])
+            body["accuracy"] = data.draw(st.one_of(st.floats(0, 1), wrong))
         self.request("POST", f"/api/jobs/{job_id}/progress", body)
 
     @rule(data=st.data())
