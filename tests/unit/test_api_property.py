@@ -398,8 +398,10 @@ def active_coflows(registry: Registry) -> set[int]:
 
 
 def option_values(spec) -> st.SearchStrategy:
-    """Valid values of one policy option, its bounds among them."""
-    if spec.kind is bool:
+    """Valid values of one policy option, its bounds (or each of its choices) among them."""
+    if spec.kind is str:
+        values = st.sampled_from(spec.choices)
+    elif spec.kind is bool:
         values = st.booleans()
     elif spec.kind is int:
         values = st.integers(int(spec.low), int(spec.high))

@@ -152,7 +152,7 @@ def test_every_policy_option_bound_in_the_spec_is_the_declarations():
     for policy in POLICIES.values():
         for key, spec in policy.OPTIONS.items():
             schema = spec.schema()
-            for bound in ("minimum", "maximum", "exclusiveMinimum"):
+            for bound in ("minimum", "maximum", "exclusiveMinimum", "enum"):
                 assert documented[key].get(bound) == schema.get(bound), (policy.name, key, bound)
 
 
