@@ -23,7 +23,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, count, repeat
+from itertools import chain, compress, count, pairwise, repeat
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -647,6 +647,30 @@ def _jobs_by_progress(
     return Schedule(tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))))
 
 
+WITHIN_STAGE_READINGS = ("slowest-first", "arrival")
+STAGE_ORDER_READINGS = ("bssi", "srpt")
+
+
+def _srpt_order(
+    demands: Sequence[Mapping[Port, float]] | DemandMatrix, weights: Sequence[float]
+) -> list[int]:
+    """Beamer's ``stage_order="srpt"``: the stages (rows of ``demands``, in seconds of port
+    time, listed in arrival order) by their largest demand, least first, within a nanosecond
+    tied and then in the given order (:func:`_tie_noise`, as Varys' bottlenecks). The weights
+    are not used, but must be > 0 as :func:`~controller.bssi.bssi_order` requires, so that
+    every reading refuses the same states."""
+    w = np.asarray(weights, dtype=float)
+    if len(w) and not w.min() > 0:
+        raise ValueError("weights must be > 0")  # (as bssi_order says it)
+    if isinstance(demands, DemandMatrix):
+        bounds, seconds = demands.row_ptr.tolist(), demands.seconds
+        # (a matrix drops entries <= 0: an empty row is a stage with nothing left)
+        worst = [seconds[lo:hi].max() if hi > lo else 0.0 for lo, hi in pairwise(bounds)]
+    else:
+        worst = [max(demand.values(), default=0.0) for demand in demands]
+    return np.argsort(_tie_noise(worst), kind="stable").tolist()
+
+
 def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
     """Bytes a job still has to move in its stage, per port.
 
@@ -676,6 +700,20 @@ class Beamer(Policy):
     a coflow without a job is a unit of work of its own. With ``use_rates`` the order also gets
     MADD rate caps.
 
+    Beamer's abstract says only that the ordering is stage-aware, so two choices of this
+    reconstruction are options, to run each reading beside the other:
+
+    - ``stage_order``: ``"bssi"`` (the default) orders the stages by BSSI as above;
+      ``"srpt"`` orders them by shortest remaining bottleneck time first: a stage's largest
+      demand over its ports, in seconds at the ports' rates (the time its busiest port needs
+      for what the stage has left), ties within a nanosecond by arrival, then id (as Varys'
+      bottlenecks tie). Stage-level shortest-remaining-first is the natural simple
+      alternative to BSSI's weighted ordering; it ignores the stages' weights (they must
+      still be > 0, as BSSI requires).
+    - ``within_stage``: ``"slowest-first"`` (the default) puts the job with the most
+      remaining work first inside a stage, as above; ``"arrival"`` keeps a stage's coflows in
+      arrival order (then id), without that preference.
+
     The loads are summed from each coflow's port mapping, or, when the state offers its loads as
     sparse arrays (:meth:`ClusterState.sparse_port_bytes`, the simulator's), by one compiled pass
     over it (:mod:`controller.stage_loads`) that gives the same demands bit for bit.
@@ -684,20 +722,44 @@ class Beamer(Policy):
     name = "beamer"
     OPTIONS: ClassVar[dict[str, OptionSpec]] = {
         "use_rates": OptionSpec(bool, False, "also cap every flow at its MADD rate"),
-    }
+        "within_stage": OptionSpec(
+            str, "slowest-first", "order inside a stage: slowest-first (the job with the most "
+            "remaining work first) or arrival",
+            choices=WITHIN_STAGE_READINGS,
+        ),
+        "stage_order": OptionSpec(
+            str, "bssi", "order of the stages: bssi (BSSI over their weighted demands) or srpt "
+            "(shortest remaining bottleneck time first)",
+            choices=STAGE_ORDER_READINGS,
+        ),
+    }  # fmt: skip
 
-    def __init__(self, use_rates: bool = False) -> None:
+    def __init__(
+        self,
+        use_rates: bool = False,
+        within_stage: str = "slowest-first",
+        stage_order: str = "bssi",
+    ) -> None:
+        if within_stage not in WITHIN_STAGE_READINGS:
+            raise ValueError(f"within_stage must be one of {', '.join(WITHIN_STAGE_READINGS)}")
+        if stage_order not in STAGE_ORDER_READINGS:
+            raise ValueError(f"stage_order must be one of {', '.join(STAGE_ORDER_READINGS)}")
         self.use_rates = use_rates
+        self.within_stage = within_stage
+        self.stage_order = stage_order
         self._job_ports: dict[int, _JobPorts] = {}  # see _array_loads
         self._job_stages: _JobStages | None = None  # see _job_stage_ranks
 
     def schedule(self, state: ClusterState) -> Schedule:
-        """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
+        """Stages in BSSI order of their demands (or ``stage_order``'s); within a stage, the
+        most remaining work first (or ``within_stage``'s order)."""
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
         staged = None
         if sparse is not None:
-            staged, self._job_stages = _job_stage_order(state, active, sparse, self._job_stages)
+            staged, self._job_stages = _job_stage_order(
+                state, active, sparse, self._job_stages, self._slowest_first, self._srpt
+            )
         if staged is None:
             ranks = self._ranks(state, active, sparse)
         elif not self.use_rates:
@@ -750,14 +812,26 @@ class Beamer(Policy):
             loads = _array_loads(state, sparse, in_flight, stage_units, self._job_ports)
 
         ranks = []
-        for index in bssi_order(loads.demands, weights):
-            members = stages[keys[index]]
-            if len(members) > 1:
+        if self._srpt:
+            stage_order = _srpt_order(loads.demands, weights)
+        else:
+            stage_order = bssi_order(loads.demands, weights)
+        for index in stage_order:
+            members = stages[keys[index]]  # (in arrival order)
+            if self._slowest_first and len(members) > 1:
                 work = {u: loads.bottleneck_s(u) for u in {unit_of[c.coflow_id] for c in members}}
                 # stable: ties by arrival
                 members = sorted(members, key=lambda c: -work[unit_of[c.coflow_id]])
             ranks.append([c.coflow_id for c in members])
         return ranks
+
+    @property
+    def _slowest_first(self) -> bool:
+        return self.within_stage == "slowest-first"
+
+    @property
+    def _srpt(self) -> bool:
+        return self.stage_order == "srpt"
 
     @staticmethod
     def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
@@ -1067,9 +1141,11 @@ def _job_stage_ranks(
     active: list[Coflow],
     sparse: SparsePortBytes,
     kept: _JobStages | None,
+    slowest_first: bool = True,
+    srpt: bool = False,
 ) -> tuple[tuple[tuple[CoflowId, ...], ...] | None, _JobStages | None]:
     """:func:`_job_stage_order`'s ranks (``None`` for a state it does not take)."""
-    ordered, structure = _job_stage_order(state, active, sparse, kept)
+    ordered, structure = _job_stage_order(state, active, sparse, kept, slowest_first, srpt)
     return (None if ordered is None else ordered.ranks), structure
 
 
@@ -1078,12 +1154,15 @@ def _job_stage_order(
     active: list[Coflow],
     sparse: SparsePortBytes,
     kept: _JobStages | None,
+    slowest_first: bool = True,
+    srpt: bool = False,
 ) -> tuple[_StageOrder | None, _JobStages | None]:
     """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
     job that its own stage lists (HPO workloads), from arrays: each step is a pass at C speed
     over the active coflows or the units, none a Python step per unit, and what depends on
     the stages alone is kept (``kept``, returned again or made anew). ``None`` ranks for any
-    other state.
+    other state. ``slowest_first`` and ``srpt`` are Beamer's ``within_stage`` and
+    ``stage_order`` readings (the defaults: ``"slowest-first"`` and ``"bssi"``).
 
     With every unit a job of its stage, a stage's units are its listed jobs in id order, the
     stages come in (arrival, id) order, a unit's in-flight rows are its coflows' in arrival
@@ -1124,7 +1203,7 @@ def _job_stage_order(
         sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,
         structure.unit_position, coflow_rows, budget, done, structure.extra_ptr,
         structure.extra_column, structure.extra_bytes, structure.stage_ptr,
-        structure.stage_units, structure.weights,
+        structure.stage_units, structure.weights, slowest_first, srpt,
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
@@ -1213,6 +1292,8 @@ def make_policy(name: str, **options) -> Policy:
 __all__ = [
     "POLICIES",
     "PROGRESS_READINGS",
+    "STAGE_ORDER_READINGS",
+    "WITHIN_STAGE_READINGS",
     "OptionSpec",
     "Beamer",
     "Fair",
