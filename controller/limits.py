@@ -42,6 +42,9 @@ MAX_JOB_RULES = 2048
 # weights of tasks, stages, jobs and coflows: relative urgency within six orders of magnitude
 MIN_WEIGHT = 1e-6
 MAX_WEIGHT = 1e6
+# a job's reported model accuracy: a fraction
+MIN_ACCURACY = 0.0
+MAX_ACCURACY = 1.0
 
 
 def job_rules(n_flows: int, n_tcp_ports: int) -> int:

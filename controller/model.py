@@ -911,6 +911,14 @@ class Job:
         stage_id: the stage the job belongs to.
         task_id: the HPO task the job belongs to.
         arrival_s: submission time (ties in progress-based orders go to the earliest).
+        accuracy: the job's model accuracy at its last report that gave one (a fraction),
+            ``None`` before the first; JPAS' ``progress="maif"`` reading ranks by its gain.
+        accuracy_iterations: iterations done when ``accuracy`` was measured.
+        previous_accuracy: the accuracy of the report before that one, at an earlier
+            iteration count (``None`` until two reports at different counts).
+        previous_accuracy_iterations: iterations done when ``previous_accuracy`` was measured.
+
+    Change the four accuracy fields together, as :func:`accuracy_report` gives them.
     """
 
     job_id: JobId
@@ -920,17 +928,65 @@ class Job:
     stage_id: StageId | None = None
     task_id: int | None = None
     arrival_s: float = 0.0
+    accuracy: float | None = None
+    accuracy_iterations: int = 0
+    previous_accuracy: float | None = None
+    previous_accuracy_iterations: int = 0
 
     def __post_init__(self) -> None:
         if self.iteration_budget <= 0:
             raise ValueError(f"job {self.job_id}: iteration_budget must be > 0")
         if self.iterations_done < 0:
             raise ValueError(f"job {self.job_id}: iterations_done must be >= 0")
+        if self.previous_accuracy is not None and not (
+            self.accuracy is not None
+            and self.previous_accuracy_iterations < self.accuracy_iterations
+        ):  # (the gain divides by the iterations between the two)
+            raise ValueError(
+                f"job {self.job_id}: a previous accuracy needs an accuracy measured at more "
+                "iterations"
+            )
 
     @property
     def progress(self) -> float:
         """Attained service: completed iterations over the stage budget, in [0, 1]."""
         return min(1.0, self.iterations_done / self.iteration_budget)
+
+    @property
+    def accuracy_gain(self) -> float | None:
+        """Accuracy gained per iteration between the job's last two accuracy reports:
+        ``(accuracy - previous_accuracy) / (accuracy_iterations -
+        previous_accuracy_iterations)``; ``None`` with fewer than two reports."""
+        if self.accuracy is None or self.previous_accuracy is None:
+            return None
+        iterations = self.accuracy_iterations - self.previous_accuracy_iterations
+        return (self.accuracy - self.previous_accuracy) / iterations
+
+
+# the fields accuracy_report sets, in Job and in the registry's job records alike
+ACCURACY_FIELDS = (
+    "accuracy", "accuracy_iterations", "previous_accuracy", "previous_accuracy_iterations"
+)  # fmt: skip
+
+
+def accuracy_report(holder, accuracy: float, iterations: int) -> dict:
+    """The accuracy fields (:data:`ACCURACY_FIELDS`) of a job after it reports ``accuracy``
+    measured with ``iterations`` iterations done; ``holder`` has the fields as they were (a
+    :class:`Job`, or the registry's record of one).
+
+    The report becomes the last one and the last one the previous, so that
+    :attr:`Job.accuracy_gain` is the gain between the two latest measurements. A report at the
+    iteration count of the last one replaces it (a retried report: no gain over zero
+    iterations); one at fewer iterations than the last starts afresh (the job was set back).
+    """
+    last_at = holder.accuracy_iterations
+    if holder.accuracy is None or iterations < last_at:
+        previous, previous_at = None, 0
+    elif iterations == last_at:
+        previous, previous_at = holder.previous_accuracy, holder.previous_accuracy_iterations
+    else:
+        previous, previous_at = holder.accuracy, last_at
+    return dict(zip(ACCURACY_FIELDS, (accuracy, iterations, previous, previous_at), strict=True))
 
 
 @dataclass

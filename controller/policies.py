@@ -23,7 +23,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, count, repeat
+from itertools import chain, compress, count, pairwise, repeat
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -33,6 +33,7 @@ from controller.limits import MAX_FLOW_BYTES, MAX_FLOWS, brief
 from controller.madd import TIE_DIGITS, sebf_order, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
+    EGRESS,
     ClusterState,
     Coflow,
     CoflowId,
@@ -76,8 +77,9 @@ class OptionSpec:
     """One option of a policy: its type, default and range, the single declaration that the
     command line, the REST API and the OpenAPI document check against.
 
-    ``kind`` is ``bool``, ``int`` or ``float``; ``low`` / ``high`` bound it (``low_open``:
-    strictly above ``low``); ``nullable``: ``None`` is allowed (and means "off")."""
+    ``kind`` is ``bool``, ``int``, ``float`` or ``str``; ``low`` / ``high`` bound a number
+    (``low_open``: strictly above ``low``); a ``str`` option takes one of ``choices`` (a
+    reading of an algorithm, say); ``nullable``: ``None`` is allowed (and means "off")."""
 
     kind: type
     default: Any
@@ -86,12 +88,21 @@ class OptionSpec:
     high: float | None = None
     low_open: bool = False
     nullable: bool = False
+    choices: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.kind is str) != bool(self.choices):
+            raise ValueError("a str option, and only one, lists its choices")
+        if self.kind is str and self.default not in self.choices:
+            raise ValueError(f"default {self.default!r} is not one of {self.choices}")
 
     def check(self, value: Any) -> Any:
         """``value`` (a JSON value) if it fits, else ``ValueError`` saying what is expected."""
         if value is None and self.nullable:
             return None
-        if self.kind is bool:
+        if self.kind is str:
+            ok = isinstance(value, str) and value in self.choices
+        elif self.kind is bool:
             ok = isinstance(value, bool)
         elif self.kind is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
@@ -113,6 +124,10 @@ class OptionSpec:
         word = text.strip().lower()
         if self.nullable and word in ("null", "none", "off"):
             return None
+        if self.kind is str:
+            if word not in self.choices:
+                raise ValueError(f"must be {self.expects()}, got {text!r}")
+            return word
         if self.kind is bool:
             if word in ("true", "yes", "on", "1"):
                 return True
@@ -127,6 +142,9 @@ class OptionSpec:
 
     def expects(self) -> str:
         """What a valid value looks like, in words (``"a number > 0 or null"``)."""
+        if self.kind is str:
+            words = "one of " + ", ".join(map(repr, self.choices))
+            return words + (" or null" if self.nullable else "")
         words = {bool: "true or false", int: "an integer", float: "a number"}[self.kind]
         if self.low is not None and self.high is not None:
             left = "(" if self.low_open else "["
@@ -138,10 +156,12 @@ class OptionSpec:
     def schema(self) -> dict:
         """The option as a JSON Schema (OpenAPI 3.0) property."""
         schema: dict[str, Any] = {
-            "type": {bool: "boolean", int: "integer", float: "number"}[self.kind],
+            "type": {bool: "boolean", int: "integer", float: "number", str: "string"}[self.kind],
             "default": self.default,
             "description": self.doc,
         }
+        if self.choices:
+            schema["enum"] = list(self.choices)
         if self.low is not None:
             schema["minimum"] = self.low
             if self.low_open:
@@ -411,16 +431,44 @@ def _sparse_madd(
 
 
 _PROGRESS_DIGITS = 9
+# significant digits to which JPAS' service and accuracy-gain readings compare amounts: equal
+# amounts summed or divided in another order must tie (and go by arrival), as equal progress
+# does (_PROGRESS_DIGITS)
+_SIGNIFICANT_DIGITS = 9
+PROGRESS_READINGS = ("iterations", "service", "maif")
 
 
 class Jpas(Policy):
     """Job-progress-aware priorities: least attained progress first.
 
-    Jobs are ranked by completed iterations over their stage budget, least first (early-stage
-    jobs are preferred), ties by arrival then id; every coflow of a job shares the job's rank.
-    A coflow without a registered job is ranked as a job of its own whose progress is the
-    fraction of its bytes already sent. Progress changes without events, so the order is
-    recomputed every ``period_s``.
+    Jobs are ranked by their progress, ties by arrival then id; every coflow of a job shares
+    the job's rank. Progress changes without events, so the order is recomputed every
+    ``period_s``.
+
+    JPAS' abstract ranks jobs by their progress without saying how progress is measured, so
+    the ``progress`` option names the reading (each can be run beside the others):
+
+    - ``"iterations"`` (the default): completed iterations over the stage budget
+      (:attr:`Job.progress`), least first, so early-stage jobs are preferred. A coflow
+      without a registered job is ranked as a job of its own whose progress is the fraction
+      of its bytes already sent; a coflow of a job that is not registered has progress 0.
+    - ``"service"``: least attained service first, the service being the bytes the job has
+      synchronised so far: iterations done times the bytes of one iteration (the sum of its
+      ``bytes_per_iteration`` over egress ports: every byte once, where it leaves its sender).
+      An absolute amount, not a fraction: at equal iterations the job with the bigger model
+      has received more service and goes later. This is the classic least-attained-service
+      reading of progress; unlike the iterations reading it does not hand the bandwidth to
+      the biggest jobs when jobs' iterations differ in bytes. A coflow without a job has
+      attained the bytes it sent; a job that is not registered, none.
+    - ``"maif"``: maximum accuracy improvement first (the abstract also speaks of preferring
+      the jobs whose accuracy gains most): jobs by their accuracy gained per iteration
+      between their last two accuracy reports (:attr:`Job.accuracy_gain`), most first. A job
+      with fewer than two reports (at different iteration counts) ranks before every
+      measured job, since it needs a measurement; so do a coflow without a job and one of a
+      job that is not registered (they have no accuracy).
+
+    Service amounts and gains are compared to 9 significant digits, so that equal amounts tie
+    whatever the float noise and go by arrival.
     """
 
     name = "jpas"
@@ -430,31 +478,44 @@ class Jpas(Policy):
             "10 ms, so that the reorders leave the event loop time for the rest)",
             low=0.01, high=3600,
         ),
+        "progress": OptionSpec(
+            str, "iterations", "how job progress is read: iterations (done over the stage "
+            "budget, least first), service (bytes synchronised so far, least first) or maif "
+            "(accuracy gained per iteration between the last two reports, most first)",
+            choices=PROGRESS_READINGS,
+        ),
     }  # fmt: skip
 
-    def __init__(self, period_s: float = 1.0) -> None:
+    def __init__(self, period_s: float = 1.0, progress: str = "iterations") -> None:
         if period_s <= 0:
             raise ValueError("period_s must be > 0")
+        if progress not in PROGRESS_READINGS:
+            raise ValueError(f"progress must be one of {', '.join(PROGRESS_READINGS)}")
         self.reorder_period_s = period_s
+        self.progress = progress
 
     def schedule(self, state: ClusterState) -> Schedule:
-        """Jobs (and coflows without a job) by least attained progress first, ties by arrival."""
+        """Jobs (and coflows without a job) by least attained progress first (in the
+        ``progress`` reading), ties by arrival."""
         active = state.active_coflows()
         keys = state.coflow_keys()
         if keys is not None:  # (the ids packed: no coflow read for them)
             if active and keys.has_job.all():
-                return _jobs_by_progress(state, active, keys.job_id, keys.coflow_id)
+                return _jobs_by_progress(state, active, keys.job_id, keys.coflow_id, self.progress)
         else:
             job_of = list(map(_JOB_ID, active))
             if active and None not in job_of:
                 ids = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
                 job_of = np.asarray(job_of, dtype=np.int64)
-                return _jobs_by_progress(state, active, job_of, ids)
-        return Schedule(self._ranks(state, active))
+                return _jobs_by_progress(state, active, job_of, ids, self.progress)
+        return Schedule(self._ranks(state, active, self.progress))
 
     @staticmethod
-    def _ranks(state: ClusterState, active: list[Coflow]) -> tuple[tuple[CoflowId, ...], ...]:
-        """The ranks for any state (coflows without a job too), one Python step per coflow."""
+    def _ranks(
+        state: ClusterState, active: list[Coflow], progress: str = "iterations"
+    ) -> tuple[tuple[CoflowId, ...], ...]:
+        """The ranks for any state (coflows without a job too), one Python step per coflow,
+        in the ``progress`` reading."""
         by_job: dict[int, list[int]] = {}  # job id -> its coflow ids, in arrival order
         first_arrival: dict[int, float] = {}
         jobless: list[Coflow] = []
@@ -471,39 +532,82 @@ class Jpas(Policy):
         # id, kind 1 a coflow id), so a plain tuple sort orders by them alone
         entries = []
         jobs = state.jobs
+        job_key = _JOB_PROGRESS[progress]
+        unregistered = _UNMEASURED[progress]
         for job_id, ids in by_job.items():
             job = jobs.get(job_id)
             if job is not None:
-                entries.append((job.progress, job.arrival_s, 0, job_id, ids))
+                entries.append((job_key(job), job.arrival_s, 0, job_id, ids))
             else:
-                entries.append((0.0, first_arrival[job_id], 0, job_id, ids))
+                entries.append((unregistered, first_arrival[job_id], 0, job_id, ids))
         # (sizes and bytes left in one gather where the state keeps them in arrays)
         sizes, lefts = state.byte_counts(jobless) if jobless else ([], [])
         for coflow, size, left in zip(jobless, sizes, lefts, strict=True):
-            sent = (size - left) / size if size else 1.0  # (Coflow.sent_bytes / size_bytes)
-            # equal progress must tie (and go by arrival) whatever the float noise in the
-            # bytes counted, else the order flips between equals at every re-ranking
-            sent = round(sent, _PROGRESS_DIGITS)
+            if progress == "iterations":
+                sent = (size - left) / size if size else 1.0  # (Coflow.sent_bytes / size_bytes)
+                # equal progress must tie (and go by arrival) whatever the float noise in the
+                # bytes counted, else the order flips between equals at every re-ranking
+                sent = round(sent, _PROGRESS_DIGITS)
+            elif progress == "service":
+                sent = _significant(size - left)  # (Coflow.sent_bytes)
+            else:
+                sent = unregistered  # (no accuracy: as an unmeasured job)
             entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
         entries.sort()
         return tuple(tuple(e[4]) for e in entries)
 
 
+def _significant(amount: float) -> float:
+    """``amount`` rounded to :data:`_SIGNIFICANT_DIGITS` significant digits."""
+    return float(f"{amount:.{_SIGNIFICANT_DIGITS}g}")
+
+
+def _service_bytes(job: Job) -> float:
+    """JPAS' ``"service"`` key: the bytes the job has synchronised so far, its iterations
+    done times the bytes one iteration sends (its egress ports' bytes)."""
+    per_iteration = sum(size for (_, way), size in job.bytes_per_iteration.items() if way == EGRESS)
+    return _significant(job.iterations_done * per_iteration)
+
+
+def _gain_key(job: Job) -> float:
+    """JPAS' ``"maif"`` key: minus the job's accuracy gain per iteration (most gain first),
+    ``-inf`` (first) for a job not measured twice yet."""
+    gain = job.accuracy_gain
+    return -math.inf if gain is None else -_significant(gain)
+
+
+# each reading's key of a registered job (least first), and of a job or coflow it cannot
+# measure (a job not registered; for maif also a coflow without a job)
+_JOB_PROGRESS: dict[str, Callable[[Job], float]] = {
+    "iterations": operator.attrgetter("progress"),
+    "service": _service_bytes,
+    "maif": _gain_key,
+}
+_UNMEASURED = {"iterations": 0.0, "service": 0.0, "maif": -math.inf}
+
+
 def _jobs_by_progress(
-    state: ClusterState, active: list[Coflow], job_of: np.ndarray, ids: np.ndarray
+    state: ClusterState,
+    active: list[Coflow],
+    job_of: np.ndarray,
+    ids: np.ndarray,
+    progress: str = "iterations",
 ) -> Schedule:
     """:class:`Jpas`' schedule where every active coflow has a job (``job_of``, by the
-    coflows ``ids``), from arrays: the same keys (progress, arrival, job id; 0.0 and the first
-    coflow's arrival for a job not registered) sorted the same way, each job's coflows in
-    arrival order, without a Python step per job where the state has its jobs' numbers as
-    arrays (:meth:`ClusterState.job_table`)."""
+    coflows ``ids``), from arrays: the same keys (in the ``progress`` reading; the
+    unmeasured key and the first coflow's arrival for a job not registered) sorted the same
+    way, each job's coflows in arrival order, without a Python step per job where the state
+    has its jobs' numbers as arrays (:meth:`ClusterState.job_table`; the iterations reading
+    only: the table holds neither bytes nor accuracies, so the other readings read each job's
+    key from its object, one call per job)."""
     n = len(active)
     # the jobs (by id: the keys are unique, so the listing order does not matter), each one's
     # first coflow, and each coflow's job
     job_id_array, first, coflow_job = np.unique(job_of, return_index=True, return_inverse=True)
     n_jobs = len(job_id_array)
-    progress = np.zeros(n_jobs)
-    table = state.job_table()
+    by_iterations = progress == "iterations"
+    key = np.full(n_jobs, _UNMEASURED[progress])
+    table = state.job_table() if by_iterations else None
     if table is not None:
         rows = table.rows_of(job_id_array)
         known = np.flatnonzero(rows >= 0)
@@ -518,24 +622,53 @@ def _jobs_by_progress(
             registered = [registered[k] for k in known]
         else:
             known = slice(None)
-        done = np.fromiter(map(_DONE, registered), float, len(registered))
-        budget = np.fromiter(map(_BUDGET, registered), float, len(registered))
+        if by_iterations:
+            done = np.fromiter(map(_DONE, registered), float, len(registered))
+            budget = np.fromiter(map(_BUDGET, registered), float, len(registered))
+        else:
+            measured = np.fromiter(map(_JOB_PROGRESS[progress], registered), float,
+                                   len(registered))  # fmt: skip
         registered_arrival = np.fromiter(map(_ARRIVAL, registered), float, len(registered))
-    if len(done) == n_jobs:  # (every job registered: no coflow's arrival needed)
+    if len(registered_arrival) == n_jobs:  # (every job registered: no coflow's arrival needed)
         job_arrival = registered_arrival
     else:
         job_arrival = np.fromiter(map(_ARRIVAL, active), float, n)[first]
         job_arrival[known] = registered_arrival
-    if len(done):
-        progress[known] = np.minimum(1.0, done / budget)  # Job.progress
+    if len(registered_arrival):
+        # (Job.progress, or the reading's key of each job)
+        key[known] = np.minimum(1.0, done / budget) if by_iterations else measured
     rank = np.empty(n_jobs, dtype=np.int64)
-    rank[np.lexsort((job_id_array, job_arrival, progress))] = np.arange(n_jobs)
+    rank[np.lexsort((job_id_array, job_arrival, key))] = np.arange(n_jobs)
     coflow_rank = rank[coflow_job.reshape(-1)]
     ordered = ids[np.argsort(coflow_rank, kind="stable")].tolist()
     if n_jobs == n:  # one coflow per job
         return Schedule.from_order(ordered)
     bounds = offsets(np.bincount(coflow_rank, minlength=n_jobs)).tolist()
     return Schedule(tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))))
+
+
+WITHIN_STAGE_READINGS = ("slowest-first", "arrival")
+STAGE_ORDER_READINGS = ("bssi", "srpt")
+
+
+def _srpt_order(
+    demands: Sequence[Mapping[Port, float]] | DemandMatrix, weights: Sequence[float]
+) -> list[int]:
+    """Beamer's ``stage_order="srpt"``: the stages (rows of ``demands``, in seconds of port
+    time, listed in arrival order) by their largest demand, least first, within a nanosecond
+    tied and then in the given order (:func:`_tie_noise`, as Varys' bottlenecks). The weights
+    are not used, but must be > 0 as :func:`~controller.bssi.bssi_order` requires, so that
+    every reading refuses the same states."""
+    w = np.asarray(weights, dtype=float)
+    if len(w) and not w.min() > 0:
+        raise ValueError("weights must be > 0")  # (as bssi_order says it)
+    if isinstance(demands, DemandMatrix):
+        bounds, seconds = demands.row_ptr.tolist(), demands.seconds
+        # (a matrix drops entries <= 0: an empty row is a stage with nothing left)
+        worst = [seconds[lo:hi].max() if hi > lo else 0.0 for lo, hi in pairwise(bounds)]
+    else:
+        worst = [max(demand.values(), default=0.0) for demand in demands]
+    return np.argsort(_tie_noise(worst), kind="stable").tolist()
 
 
 def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
@@ -567,6 +700,20 @@ class Beamer(Policy):
     a coflow without a job is a unit of work of its own. With ``use_rates`` the order also gets
     MADD rate caps.
 
+    Beamer's abstract says only that the ordering is stage-aware, so two choices of this
+    reconstruction are options, to run each reading beside the other:
+
+    - ``stage_order``: ``"bssi"`` (the default) orders the stages by BSSI as above;
+      ``"srpt"`` orders them by shortest remaining bottleneck time first: a stage's largest
+      demand over its ports, in seconds at the ports' rates (the time its busiest port needs
+      for what the stage has left), ties within a nanosecond by arrival, then id (as Varys'
+      bottlenecks tie). Stage-level shortest-remaining-first is the natural simple
+      alternative to BSSI's weighted ordering; it ignores the stages' weights (they must
+      still be > 0, as BSSI requires).
+    - ``within_stage``: ``"slowest-first"`` (the default) puts the job with the most
+      remaining work first inside a stage, as above; ``"arrival"`` keeps a stage's coflows in
+      arrival order (then id), without that preference.
+
     The loads are summed from each coflow's port mapping, or, when the state offers its loads as
     sparse arrays (:meth:`ClusterState.sparse_port_bytes`, the simulator's), by one compiled pass
     over it (:mod:`controller.stage_loads`) that gives the same demands bit for bit.
@@ -575,20 +722,44 @@ class Beamer(Policy):
     name = "beamer"
     OPTIONS: ClassVar[dict[str, OptionSpec]] = {
         "use_rates": OptionSpec(bool, False, "also cap every flow at its MADD rate"),
-    }
+        "within_stage": OptionSpec(
+            str, "slowest-first", "order inside a stage: slowest-first (the job with the most "
+            "remaining work first) or arrival",
+            choices=WITHIN_STAGE_READINGS,
+        ),
+        "stage_order": OptionSpec(
+            str, "bssi", "order of the stages: bssi (BSSI over their weighted demands) or srpt "
+            "(shortest remaining bottleneck time first)",
+            choices=STAGE_ORDER_READINGS,
+        ),
+    }  # fmt: skip
 
-    def __init__(self, use_rates: bool = False) -> None:
+    def __init__(
+        self,
+        use_rates: bool = False,
+        within_stage: str = "slowest-first",
+        stage_order: str = "bssi",
+    ) -> None:
+        if within_stage not in WITHIN_STAGE_READINGS:
+            raise ValueError(f"within_stage must be one of {', '.join(WITHIN_STAGE_READINGS)}")
+        if stage_order not in STAGE_ORDER_READINGS:
+            raise ValueError(f"stage_order must be one of {', '.join(STAGE_ORDER_READINGS)}")
         self.use_rates = use_rates
+        self.within_stage = within_stage
+        self.stage_order = stage_order
         self._job_ports: dict[int, _JobPorts] = {}  # see _array_loads
         self._job_stages: _JobStages | None = None  # see _job_stage_ranks
 
     def schedule(self, state: ClusterState) -> Schedule:
-        """Stages in BSSI order of their demands; within a stage, the most remaining work first."""
+        """Stages in BSSI order of their demands (or ``stage_order``'s); within a stage, the
+        most remaining work first (or ``within_stage``'s order)."""
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
         staged = None
         if sparse is not None:
-            staged, self._job_stages = _job_stage_order(state, active, sparse, self._job_stages)
+            staged, self._job_stages = _job_stage_order(
+                state, active, sparse, self._job_stages, self._slowest_first, self._srpt
+            )
         if staged is None:
             ranks = self._ranks(state, active, sparse)
         elif not self.use_rates:
@@ -641,14 +812,26 @@ class Beamer(Policy):
             loads = _array_loads(state, sparse, in_flight, stage_units, self._job_ports)
 
         ranks = []
-        for index in bssi_order(loads.demands, weights):
-            members = stages[keys[index]]
-            if len(members) > 1:
+        if self._srpt:
+            stage_order = _srpt_order(loads.demands, weights)
+        else:
+            stage_order = bssi_order(loads.demands, weights)
+        for index in stage_order:
+            members = stages[keys[index]]  # (in arrival order)
+            if self._slowest_first and len(members) > 1:
                 work = {u: loads.bottleneck_s(u) for u in {unit_of[c.coflow_id] for c in members}}
                 # stable: ties by arrival
                 members = sorted(members, key=lambda c: -work[unit_of[c.coflow_id]])
             ranks.append([c.coflow_id for c in members])
         return ranks
+
+    @property
+    def _slowest_first(self) -> bool:
+        return self.within_stage == "slowest-first"
+
+    @property
+    def _srpt(self) -> bool:
+        return self.stage_order == "srpt"
 
     @staticmethod
     def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
@@ -958,9 +1141,11 @@ def _job_stage_ranks(
     active: list[Coflow],
     sparse: SparsePortBytes,
     kept: _JobStages | None,
+    slowest_first: bool = True,
+    srpt: bool = False,
 ) -> tuple[tuple[tuple[CoflowId, ...], ...] | None, _JobStages | None]:
     """:func:`_job_stage_order`'s ranks (``None`` for a state it does not take)."""
-    ordered, structure = _job_stage_order(state, active, sparse, kept)
+    ordered, structure = _job_stage_order(state, active, sparse, kept, slowest_first, srpt)
     return (None if ordered is None else ordered.ranks), structure
 
 
@@ -969,12 +1154,15 @@ def _job_stage_order(
     active: list[Coflow],
     sparse: SparsePortBytes,
     kept: _JobStages | None,
+    slowest_first: bool = True,
+    srpt: bool = False,
 ) -> tuple[_StageOrder | None, _JobStages | None]:
     """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
     job that its own stage lists (HPO workloads), from arrays: each step is a pass at C speed
     over the active coflows or the units, none a Python step per unit, and what depends on
     the stages alone is kept (``kept``, returned again or made anew). ``None`` ranks for any
-    other state.
+    other state. ``slowest_first`` and ``srpt`` are Beamer's ``within_stage`` and
+    ``stage_order`` readings (the defaults: ``"slowest-first"`` and ``"bssi"``).
 
     With every unit a job of its stage, a stage's units are its listed jobs in id order, the
     stages come in (arrival, id) order, a unit's in-flight rows are its coflows' in arrival
@@ -1015,7 +1203,7 @@ def _job_stage_order(
         sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,
         structure.unit_position, coflow_rows, budget, done, structure.extra_ptr,
         structure.extra_column, structure.extra_bytes, structure.stage_ptr,
-        structure.stage_units, structure.weights,
+        structure.stage_units, structure.weights, slowest_first, srpt,
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
@@ -1103,6 +1291,9 @@ def make_policy(name: str, **options) -> Policy:
 
 __all__ = [
     "POLICIES",
+    "PROGRESS_READINGS",
+    "STAGE_ORDER_READINGS",
+    "WITHIN_STAGE_READINGS",
     "OptionSpec",
     "Beamer",
     "Fair",

@@ -32,17 +32,20 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import Any
 
 from controller.limits import (
+    MAX_ACCURACY,
     MAX_FLOW_BYTES,
     MAX_FLOWS,
     MAX_ID,
     MAX_JOB_RULES,
     MAX_TCP_PORTS,
     MAX_WEIGHT,
+    MIN_ACCURACY,
     MIN_WEIGHT,
     brief,
     job_rules,
 )
 from controller.model import (
+    ACCURACY_FIELDS,
     ClusterState,
     Coflow,
     CoflowIndex,
@@ -50,6 +53,7 @@ from controller.model import (
     Host,
     Job,
     Stage,
+    accuracy_report,
     port_bytes,
 )
 from controller.policies import check_options, policy_class
@@ -140,6 +144,12 @@ class JobRecord:
     # when the current iteration began: the last progress report that advanced the job, or
     # the registration (None); the implicit coflow's arrival
     iteration_arrival_s: float | None = None
+    # the model accuracy of the last progress report that gave one and of the report before
+    # it, with the iterations done at each (controller.model.Job's fields, JPAS' maif reading)
+    accuracy: float | None = None
+    accuracy_iterations: int = 0
+    previous_accuracy: float | None = None
+    previous_accuracy_iterations: int = 0
 
     @property
     def running(self) -> bool:
@@ -179,7 +189,7 @@ BODY_FIELDS = {
     ),
     "coflows": ({"coflow_id", "flows", "job_id", "stage_id", "weight"}, {"flows"}),
     "flow": ({"src", "dst", "bytes", "remaining_bytes"}, {"src", "dst", "bytes"}),
-    "job_progress": ({"iterations_done", "iteration_budget"}, {"iterations_done"}),
+    "job_progress": ({"iterations_done", "iteration_budget", "accuracy"}, {"iterations_done"}),
     "coflow_progress": ({"remaining_bytes", "done"}, set()),
 }
 
@@ -373,6 +383,29 @@ def _budget_value(value: Any, name: str = "iteration_budget") -> int:
     return _int_value(value, name, low=1)
 
 
+def _accuracy_value(value: Any, name: str = "accuracy") -> float:
+    """A job's model accuracy: a number in [:data:`~controller.limits.MIN_ACCURACY`,
+    :data:`~controller.limits.MAX_ACCURACY`]."""
+    return _number_value(value, name, low=MIN_ACCURACY, high=MAX_ACCURACY)
+
+
+def _accuracy_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored job's accuracy fields, checked: each accuracy null or in range, each
+    iteration count an integer, and a previous accuracy only before a later one."""
+    accuracy, at, previous, previous_at = (data[name] for name in ACCURACY_FIELDS)
+    accuracy = None if accuracy is None else _accuracy_value(accuracy)
+    previous = None if previous is None else _accuracy_value(previous, "previous_accuracy")
+    at = _int_value(at, "accuracy_iterations")
+    previous_at = _int_value(previous_at, "previous_accuracy_iterations")
+    if previous is not None and (accuracy is None or previous_at >= at):
+        raise bad(
+            "previous_accuracy",
+            "needs an accuracy measured at more iterations (accuracy_iterations > "
+            "previous_accuracy_iterations)",
+        )
+    return dict(zip(ACCURACY_FIELDS, (accuracy, at, previous, previous_at), strict=True))
+
+
 def _done_value(value: Any, budget: int, name: str = "iterations_done", kept: str = "") -> int:
     """A job's completed iterations, at most its ``budget``; ``kept`` notes where the value
     came from when the request did not give it."""
@@ -468,8 +501,9 @@ def stored_record(kind: str, ident: int, data: Any) -> Any:
     began = data["iteration_arrival_s"]
     began = None if began is None else _seconds_value(began, "iteration_arrival_s")
     return JobRecord(
-        ident, refs["stage_id"], refs["task_id"], flows, ports, budget, done, weight, arrival, began
-    )
+        ident, refs["stage_id"], refs["task_id"], flows, ports, budget, done, weight, arrival,
+        began, **_accuracy_fields(data),
+    )  # fmt: skip
 
 
 def check_references(kind: str, record: Any, records: Mapping[str, Mapping[int, Any]]) -> None:
@@ -834,6 +868,8 @@ class Registry:
                     default=0,
                 )
             _check_rules(max(len(flows), widest), len(ports), "tcp_ports")
+            # (a replaced job keeps its accuracy reports too: only progress reports set them)
+            accuracy = {name: getattr(old, name) for name in ACCURACY_FIELDS} if old else {}
             return JobRecord(
                 new_id,
                 stage_id,
@@ -845,6 +881,7 @@ class Registry:
                 _weight(body),
                 old.arrival_s if old else self.clock(),
                 _iteration_arrival(old, done, self.clock),
+                **accuracy,
             )
         old = self.records["coflows"].get(new_id)
         flows = self._flows(body, "flows", required=True, old=old.flows if old else ())
@@ -921,14 +958,23 @@ class Registry:
         return doomed
 
     def job_progress(self, job_id: int, body: Any) -> JobRecord:
-        """Record a job's completed iterations (``{"iterations_done": n}``)."""
+        """Record a job's completed iterations (``{"iterations_done": n}``), and its model
+        accuracy with that many iterations done if the body gives one (``"accuracy"``, in
+        [0, 1]; see :func:`~controller.model.accuracy_report`)."""
         job = self.get("jobs", job_id)
         _check_fields(body, *BODY_FIELDS["job_progress"])
         budget = _budget_value(body.get("iteration_budget", job.iteration_budget))
         done = _done_value(body["iterations_done"], budget)
+        accuracy = {}
+        if "accuracy" in body:
+            accuracy = accuracy_report(job, _accuracy_value(body["accuracy"]), done)
         started = self.clock() if done != job.iterations_done else job.iteration_arrival_s
         updated = replace(
-            job, iterations_done=done, iteration_budget=budget, iteration_arrival_s=started
+            job,
+            iterations_done=done,
+            iteration_budget=budget,
+            iteration_arrival_s=started,
+            **accuracy,
         )
         self._write([("jobs", updated)], [])
         return updated
@@ -1105,6 +1151,7 @@ def _job_of(rec: JobRecord) -> tuple[Job, Coflow | None]:
         rec.stage_id,
         rec.task_id,
         rec.arrival_s,
+        **{name: getattr(rec, name) for name in ACCURACY_FIELDS},
     )
     implicit = None
     if flows:

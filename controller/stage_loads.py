@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit
 
 from controller.bssi import DemandMatrix, _bssi
+from controller.madd import TIE_DIGITS
 from controller.model import SparsePortBytes
 
 
@@ -246,13 +247,18 @@ def _stage_loads(
 @njit(cache=True)
 def job_stage_order(
     load_ptr, load_column, load_bytes, column_bps, unit_of, unit_position, coflow_rows, budget,
-    done, extra_ptr, extra_column, extra_bytes, stage_ptr, stage_units, weights,
+    done, extra_ptr, extra_column, extra_bytes, stage_ptr, stage_units, weights, slowest_first,
+    srpt,
 ):  # pragma: no cover - compiled  # fmt: skip
     """Beamer's order of the active coflows where every one belongs to a job its stage lists
     (:func:`controller.policies._job_stage_ranks`), in one compiled call: each job's in-flight
     rows and future iterations, the stages with active coflows and their units, the stage
     demands (:func:`_stage_loads`), BSSI over the stages (:func:`controller.bssi._bssi`), and
-    the coflows by stage rank, then their job's bottleneck (most first), then arrival.
+    the coflows by stage rank, then their job's bottleneck (most first), then arrival. With
+    ``srpt`` the stages go by their largest demand instead, least first (rounded to
+    :data:`~controller.madd.TIE_DIGITS` decimals, ties in stage order, as
+    :func:`controller.policies._srpt_order`); without ``slowest_first`` a stage's coflows
+    keep their arrival order (Beamer's ``stage_order`` and ``within_stage`` readings).
 
     Args:
         load_ptr, load_column, load_bytes: the sparse loads (:class:`SparsePortBytes`).
@@ -265,6 +271,8 @@ def job_stage_order(
         extra_ptr, extra_column, extra_bytes: each job's traffic per iteration.
         stage_ptr, stage_units: each stage position's jobs, in the order its sum adds them.
         weights: each stage position's weight.
+        slowest_first: inside a rank, the coflows of the job with most work left first.
+        srpt: the stages by their largest demand (shortest remaining first), not by BSSI.
 
     Returns:
         The coflows' order (indices into the active coflows), the offsets of each rank's
@@ -333,7 +341,15 @@ def job_stage_order(
         load_ptr, load_column, load_bytes, column_bps, row_ptr, rows, future, kept_ptr,
         kept_column, kept_bytes, present_ptr, present_units,
     )  # fmt: skip
-    stage_order = _bssi(d_ptr, d_port, d_seconds, n_ports, present_weights)
+    if srpt:
+        worst = np.zeros(n_present)
+        for s in range(n_present):
+            for j in range(d_ptr[s], d_ptr[s + 1]):
+                worst[s] = max(worst[s], d_seconds[j])
+            worst[s] = np.round(worst[s], TIE_DIGITS)
+        stage_order = np.argsort(worst, kind="mergesort")
+    else:
+        stage_order = _bssi(d_ptr, d_port, d_seconds, n_ports, present_weights)
     rank_of_position = np.empty(n_positions, dtype=np.int64)
     for r in range(n_present):
         rank_of_position[present[stage_order[r]]] = r
@@ -347,7 +363,10 @@ def job_stage_order(
         rank_ptr[r + 1] += rank_ptr[r]
     # by rank, then the most remaining work, then arrival: a stable sort by work, then a
     # counting sort by rank (stable: the order of two stable sorts, in O(n) for the second)
-    by_work = np.argsort(most_work_first, kind="mergesort")
+    if slowest_first:
+        by_work = np.argsort(most_work_first, kind="mergesort")
+    else:  # (arrival order: the active coflows' own)
+        by_work = np.arange(n)
     order = np.empty(n, dtype=np.int64)
     fill = rank_ptr[:-1].copy()
     for i in range(n):

@@ -4,8 +4,9 @@ numba compiles a kernel the first time a machine runs it (seconds for Beamer's s
 and loads it from its on-disk cache afterwards (milliseconds, once per process). Either would
 otherwise happen inside the first reorder that reaches the kernel, while the controller's only
 event loop waits. :func:`warm_up` reorders a tiny registry under every policy and every
-boolean option instead: ``python -m controller`` calls it before it serves, and
-``scripts/setup.sh`` once, so that a fresh set-up does not compile on the first request.
+combination of its boolean and choice options instead: ``python -m controller`` calls it
+before it serves, and ``scripts/setup.sh`` once, so that a fresh set-up does not compile on
+the first request.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from itertools import product
 
 from controller.engine import Engine
 from controller.kernel_cache import warm_once
-from controller.policies import POLICIES
+from controller.policies import POLICIES, Policy
 from controller.registry import Registry
 
 HOSTS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
@@ -34,18 +35,27 @@ def _tiny_registry() -> Registry:
     return registry
 
 
+def option_combinations(policy: type[Policy]) -> list[dict]:
+    """Every combination of a policy's boolean options (false, true) and choice options (each
+    of its choices, the readings of :class:`~controller.policies.Jpas` and
+    :class:`~controller.policies.Beamer`); its other options at their defaults."""
+    listed = {key: (False, True) if spec.kind is bool else spec.choices
+              for key, spec in policy.OPTIONS.items() if spec.kind in (bool, str)}  # fmt: skip
+    return [dict(zip(listed, values, strict=True)) for values in product(*listed.values())]
+
+
 def warm_up(stream=None) -> float:
-    """Reorder a tiny registry under every policy and boolean option, once per process, so that
-    the kernels are loaded (compiled the first time on a machine; says so on ``stream``,
-    default stderr). Returns the seconds it took (0 once warm)."""
+    """Reorder a tiny registry under every policy and boolean or choice option, once per
+    process, so that the kernels are loaded (compiled the first time on a machine; says so on
+    ``stream``, default stderr). Returns the seconds it took (0 once warm)."""
     from controller.stage_loads import job_stage_order
 
     return warm_once("controller", job_stage_order, _reorders, stream)
 
 
 def _reorders() -> None:
-    """Every policy and boolean option, on coflows of jobs in stages and then with a coflow
-    without a job besides them (Beamer's general path)."""
+    """Every policy and boolean or choice option, on coflows of jobs in stages and then with a
+    coflow without a job besides them (Beamer's general path)."""
     registry = _tiny_registry()
     jobless = {"flows": [{"src": HOSTS[2], "dst": HOSTS[0], "bytes": 4e5}]}
     try:
@@ -53,9 +63,7 @@ def _reorders() -> None:
             if with_jobless:
                 registry.put("coflows", 4, jobless)
             for name, policy in POLICIES.items():
-                flags = [key for key, spec in policy.OPTIONS.items() if spec.kind is bool]
-                for values in product((False, True), repeat=len(flags)):
-                    options = dict(zip(flags, values, strict=True))
+                for options in option_combinations(policy):
                     Engine(registry, policy=name, policy_options=options).reorder()
     finally:
         registry.close()

@@ -4,8 +4,9 @@ Every job alternates compute (the model's per-iteration time) and its synchronis
 coflow (ring all-reduce) or two one after the other (a parameter server's push, then pull).
 Stages, survivors, accuracies and result rows are the HPO core's (:mod:`workloads.hpo_core`,
 the testbed's too): this driver only moves simulated time and bytes and tells the core when an
-iteration or a job ends. The policy sees the jobs (progress, bytes per iteration per port) and
-stages, like the controller's registry gives them.
+iteration or a job ends. The policy sees the jobs (progress, bytes per iteration per port, and
+the accuracy each iteration reached, as a job manager reports it to the controller's registry)
+and stages, like the controller's registry gives them.
 
 GPUs: without a job manager every job computes as soon as it can. With one
 (:class:`workloads.gpu.GpuManager`, the one the testbed uses too) a job holds one GPU on each of
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.model import Job, JobTable, Stage
+from controller.model import Job, JobTable, Stage, accuracy_report
 from simulator.engine import CoflowRecord, CoflowSpec, Simulator
 from workloads.gpu import Decision, GpuManager
 from workloads.hpo import HpoTask
@@ -192,8 +193,13 @@ class HpoDriver:
         now = self.sim.now_s
         job = self.core.jobs[job_id]
         self._progress[job_id].in_iteration = False
-        self.core.iteration_done(job_id, now)
-        self._model_jobs[job_id].iterations_done = job.done
+        accuracy = self.core.iteration_done(job_id, now)
+        model_job = self._model_jobs[job_id]
+        model_job.iterations_done = job.done
+        # (the accuracy with that many iterations done, as a progress report gives it: JPAS'
+        # maif reading ranks by its gain; the job table holds no accuracy, so it stays as is)
+        for name, value in accuracy_report(model_job, accuracy, job.done).items():
+            setattr(model_job, name, value)
         self._numbers["done"][job_id] = job.done
         if job.done < job.iterations:
             if job.holding:

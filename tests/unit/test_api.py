@@ -188,7 +188,8 @@ def test_policy_can_be_read_and_switched(api):
             "/api/policy",
             {"name": "beamer", "options": {"period_s": 1}},
             400,
-            "policy 'beamer' has no option 'period_s' (options: use_rates)",
+            "policy 'beamer' has no option 'period_s' (options: stage_order, use_rates, "
+            "within_stage)",
         ),
     ],
 )

@@ -189,6 +189,9 @@ class Workloads(RuleBasedStateMachine):
             st.sampled_from([0, budget, budget + 1]), st.integers(0, MAX_ITERATIONS)))}  # fmt: skip
         if data.draw(st.booleans()):
             body["iteration_budget"] = data.draw(budgets)
+        if data.draw(st.booleans()):  # an accuracy, in [0, 1] or not
+            wrong = st.sampled_from([0, 1, -0.1, 1.5, None, "0.5", True])
+            body["accuracy"] = data.draw(st.one_of(st.floats(0, 1), wrong))
         self.request("POST", f"/api/jobs/{job_id}/progress", body)
 
     @rule(data=st.data())
@@ -395,8 +398,10 @@ def active_coflows(registry: Registry) -> set[int]:
 
 
 def option_values(spec) -> st.SearchStrategy:
-    """Valid values of one policy option, its bounds among them."""
-    if spec.kind is bool:
+    """Valid values of one policy option, its bounds (or each of its choices) among them."""
+    if spec.kind is str:
+        values = st.sampled_from(spec.choices)
+    elif spec.kind is bool:
         values = st.booleans()
     elif spec.kind is int:
         values = st.integers(int(spec.low), int(spec.high))

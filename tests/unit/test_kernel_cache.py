@@ -110,8 +110,8 @@ def loaded_by(action):
     return sorted(n for n, k in kernels.items() if len(k.signatures) != before[n])
 
 if sys.argv[1] == "controller":
-    # its warm-up, then a reorder under every policy and boolean option, of coflows of jobs
-    # in stages and then with a coflow without a job (Beamer's general path)
+    # its warm-up, then a reorder under every policy and boolean or choice option, of coflows
+    # of jobs in stages and then with a coflow without a job (Beamer's general path)
     from itertools import product
     from controller.engine import Engine
     from controller.policies import POLICIES
@@ -123,9 +123,10 @@ if sys.argv[1] == "controller":
             if coflow:
                 registry.put("coflows", 9, coflow)
             for name, policy in POLICIES.items():
-                flags = [key for key, spec in policy.OPTIONS.items() if spec.kind is bool]
-                for values in product((False, True), repeat=len(flags)):
-                    options = dict(zip(flags, values))
+                listed = {key: (False, True) if spec.kind is bool else spec.choices
+                          for key, spec in policy.OPTIONS.items() if spec.kind in (bool, str)}
+                for values in product(*listed.values()):
+                    options = dict(zip(listed, values))
                     Engine(registry, policy=name, policy_options=options).reorder()
 
     print("warm-up:", len(loaded_by(warm_up)))

@@ -106,6 +106,7 @@ def test_every_bound_in_the_spec_is_the_codes():
     ids = {"minimum": 0, "maximum": limits.MAX_ID}
     sizes = {"minimum": 0, "maximum": limits.MAX_FLOW_BYTES}
     weight = {"minimum": limits.MIN_WEIGHT, "maximum": limits.MAX_WEIGHT}
+    accuracy = {"minimum": limits.MIN_ACCURACY, "maximum": limits.MAX_ACCURACY}
     wanted = {
         ("Flow", "bytes"): sizes,
         ("Flow", "remaining_bytes"): sizes,
@@ -129,6 +130,7 @@ def test_every_bound_in_the_spec_is_the_codes():
         ("Coflow", "flows"): {"minItems": 1, "maxItems": limits.MAX_FLOWS},
         ("JobProgress", "iterations_done"): {"minimum": 0, "maximum": limits.MAX_ITERATIONS},
         ("JobProgress", "iteration_budget"): {"minimum": 1, "maximum": limits.MAX_ITERATIONS},
+        ("JobProgress", "accuracy"): accuracy,
         ("CoflowProgress", "remaining_bytes"): {"maxItems": limits.MAX_FLOWS},
     }
     for (schema, name), bounds in wanted.items():
@@ -150,7 +152,7 @@ def test_every_policy_option_bound_in_the_spec_is_the_declarations():
     for policy in POLICIES.values():
         for key, spec in policy.OPTIONS.items():
             schema = spec.schema()
-            for bound in ("minimum", "maximum", "exclusiveMinimum"):
+            for bound in ("minimum", "maximum", "exclusiveMinimum", "enum"):
                 assert documented[key].get(bound) == schema.get(bound), (policy.name, key, bound)
 
 
