@@ -411,6 +411,29 @@ def counts(claim: ClaimMap, cells: Sequence[Cell], reading: str | None = None,
     return out
 
 
+def by_level(claim: ClaimMap, cells: Sequence[Cell]) -> list[str]:
+    """Where the default reading's verdicts fall, per dimension level (on the primary metric,
+    every baseline counted): a markdown table that says which dimension decides the claim."""
+    default, metric = claim.readings[0].label, claim.metrics[0].key
+    lines = ["| dimension | level | cells | reproduced | opposite | equivalent | inconclusive |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for d in claim.dimensions:
+        for level in d.levels:
+            chosen = [c for c in cells if c.cell[d.name] == level.label]
+            if not chosen or (len(chosen) == len(cells) and len(d.levels) > 1):
+                continue  # (a level no cell varies from says nothing)
+            n = dict.fromkeys((v.value for v in Verdict), 0)
+            for cell in chosen:
+                for (r, _, m), decision in cell.decisions.items():
+                    if r == default and m == metric:
+                        n[decision.verdict.value] += 1
+            lines.append(
+                f"| {d.name} | {level.label} | {len(chosen)} | {n['reproduced']} | "
+                f"{n['opposite']} | {n['equivalent']} | {n['inconclusive']} |"
+            )
+    return lines
+
+
 # ---- output ---------------------------------------------------------------------------------
 
 
@@ -708,6 +731,8 @@ def markdown(outcome: ClaimOutcome, out: Path) -> list[str]:
     lines += ["", f"With every cell and baseline as one Holm family: {w['reproduced']} "
               f"reproduced, {w['opposite']} opposite, {w['equivalent']} equivalent, "
               f"{w['inconclusive']} inconclusive.", ""]  # fmt: skip
+    lines += ["Where they fall, per level of each dimension (every baseline counted):", "",
+              *by_level(c, cells), ""]  # fmt: skip
     lines += [f"![{c.name} map]({outcome.files['map'].relative_to(out)})", ""]
     for metric in c.metrics:
         lines += [f"{metric.label}, `{default}` / baseline (geometric mean over seeds [95 % CI]; "

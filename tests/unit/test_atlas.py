@@ -201,3 +201,24 @@ def test_the_sequential_rule_follows_the_estimates_within_the_cap():
     assert atlas.seeds_wanted(toy, cell(3, 30), max_seeds=12) == 6  # at least two more
     assert atlas.seeds_wanted(toy, cell(3, 30), max_seeds=5) == 5  # never past the cap
     assert atlas.seeds_wanted(toy, cell(30, None), max_seeds=12) == 4  # nothing within reach
+
+
+def test_the_breakdown_per_level_says_where_the_verdicts_fall():
+    from controller.metrics import Interval
+    from experiments.verdicts import Decision
+
+    def decided(verdict):
+        return Decision(verdict, Interval(1.0, 0.9, 1.1, 5), 0.5, 0.5, 0.05, 0.05, None)
+
+    toy = toy_claim()
+    cells = [
+        atlas.Cell({"size": "small"}, 5, {("x", "a", "t"): decided(Verdict.REPRODUCED),
+                                           ("x", "b", "t"): decided(Verdict.REPRODUCED)}, {}),
+        atlas.Cell({"size": "big"}, 5, {("x", "a", "t"): decided(Verdict.OPPOSITE),
+                                         ("x", "b", "t"): decided(Verdict.EQUIVALENT)}, {}),
+    ]  # fmt: skip
+    lines = atlas.by_level(toy, cells)
+    assert lines[2:] == [
+        "| size | small | 1 | 2 | 0 | 0 | 0 |",
+        "| size | big | 1 | 0 | 1 | 1 | 0 |",
+    ]
