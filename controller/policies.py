@@ -695,8 +695,10 @@ class Beamer(Policy):
 
     The demand of a stage on a port is the remaining bytes of all its jobs until the stage budget
     is reached; stages are ordered with BSSI (stage weights), every coflow gets the rank of its
-    stage, and inside a stage the job with the most remaining work (bottleneck time) comes first,
-    because the stage ends with its slowest job. A coflow without a stage is a stage of its own;
+    stage, and inside a stage the job with the most remaining work (bottleneck time) is listed
+    first, because the stage ends with its slowest job. A stage's coflows are one tied rank (one
+    priority level), so that listing only matters to the MADD rate caps of ``use_rates``, which
+    give rates in that order. A coflow without a stage is a stage of its own;
     a coflow without a job is a unit of work of its own. With ``use_rates`` the order also gets
     MADD rate caps.
 

@@ -478,10 +478,11 @@ def table(claim: ClaimMap, cells: Sequence[Cell], reading: str, metric: str) -> 
         if not any(k[0] == reading and k[2] == metric for k in cell.decisions):
             continue
         context = [_number(cell.context.get(c)) for c in claim.context]
-        row = [*(cell.cell[n] for n in shown), *context, str(cell.seeds)]
-        row += [
-            decision_text(cell.decisions.get((reading, b.label, metric))) for b in claim.baselines
-        ]
+        decisions = [cell.decisions.get((reading, b.label, metric)) for b in claim.baselines]
+        # (the pairs the reading has: another reading keeps the pilot's seeds)
+        pairs = max((d.ratio.n for d in decisions if d is not None), default=0)
+        row = [*(cell.cell[n] for n in shown), *context, str(pairs)]
+        row += [decision_text(d) for d in decisions]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

@@ -76,7 +76,10 @@ BEAMER = ClaimMap(
         Reading("beamer", "beamer", {}, "stages in BSSI order of their remaining demand, inside a "
                 "stage the slowest job first (the stage ends with it)"),
         Reading("beamer-arrival", "beamer", {"within_stage": "arrival"}, "the same stage order "
-                "without the slowest-job-first preference inside a stage"),
+                "without the slowest-job-first preference inside a stage. A stage's coflows "
+                "are one tied rank (they share a priority level), so the order inside it is "
+                "only their listing order, which only MADD rate caps (`use_rates`) read: "
+                "without them this reading runs exactly as the default, and the map shows it"),
         Reading("beamer-srpt", "beamer", {"stage_order": "srpt"}, "stages by shortest "
                 "remaining bottleneck first instead of BSSI: the simplest stage-aware order"),
     ),
