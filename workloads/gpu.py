@@ -500,6 +500,26 @@ class TimeSharingResult:
     best_identified_s: float | None = None
 
 
+def reschedule(
+    manager: GpuManager, now: float, boundary: float, changed: bool, ready_at: dict[int, float]
+) -> float:
+    """One scheduling step of a time-sharing loop at ``now``: at a quantum ``boundary`` the
+    manager may preempt (and the next boundary is a quantum later), after a ``changed`` event
+    (arrival, end) it only fills free GPUs. Every job started records in ``ready_at`` when it
+    computes (after the resume cost if it was preempted before). Returns the next boundary."""
+    if now >= boundary - _EPS:
+        decision = manager.schedule(now, preempt=True)
+        boundary = now + manager.quantum_s
+    elif changed:
+        decision = manager.schedule(now, preempt=False)
+    else:
+        return boundary
+    for job in decision.start:
+        delay = manager.resume_cost_s if job.job_id in decision.delayed else 0
+        ready_at[job.job_id] = now + delay
+    return boundary
+
+
 def run_time_sharing(
     jobs: list[GpuJob],
     n_gpus: int,
@@ -564,15 +584,7 @@ def run_time_sharing(
             job = pending.pop(0)
             manager.submit(job, now)
             changed = True
-        if now >= boundary - _EPS:
-            decision = manager.schedule(now, preempt=True)
-            boundary = now + quantum_s
-        elif changed:
-            decision = manager.schedule(now, preempt=False)
-        else:
-            continue
-        for job in decision.start:
-            ready_at[job.job_id] = now + (resume_cost_s if job.job_id in decision.delayed else 0)
+        boundary = reschedule(manager, now, boundary, changed, ready_at)
     else:
         raise RuntimeError("time sharing did not finish within max_events")
     stats = manager.stats(now)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from workloads.curves import Curve, sample_curves
-from workloads.gpu import GpuJob, GpuManager, make_gpu_policy
+from workloads.gpu import GpuJob, GpuManager, make_gpu_policy, reschedule
 from workloads.hpo import HpoTask, asha_promotions, best_identified_s, stage_plan, survivors
 
 GPU_HPO_SEARCHES = ("none", "halving", "asha")
@@ -246,15 +246,7 @@ def run_gpu_hpo(
             going = rung_done(config, rung)
             if going:
                 submit(going, rung + 1, now)
-        if now >= boundary - _EPS:
-            decision = manager.schedule(now, preempt=True)
-            boundary = now + quantum_s
-        elif changed:
-            decision = manager.schedule(now, preempt=False)
-        else:
-            continue
-        for job in decision.start:
-            ready_at[job.job_id] = now + (resume_cost_s if job.job_id in decision.delayed else 0)
+        boundary = reschedule(manager, now, boundary, changed, ready_at)
     else:
         raise RuntimeError("the HPO did not finish within max_events")
     top = budgets[-1]
