@@ -346,6 +346,66 @@ def run_optimum_point(point: dict) -> dict:
     return bssi_ratios() if point["part"] == "bssi" else stage_ratios()
 
 
+def predicted_against_measured(
+    testbed: dict, claimed: str, baselines, metric: str = "sct_s"
+) -> list[dict]:
+    """Per baseline: the verdict the calibrated simulator predicts (its runs beside the
+    testbed's, on the same workload and seeds) and the testbed's own, each by the verdict rule
+    over the seeds (``metric``'s mean per run), and whether the two agree."""
+    bed: dict[str, dict] = {}
+    sim: dict[str, dict] = {}
+    for run in testbed.get("runs", []):
+        bed.setdefault(run["policy"], {})[run["seed"]] = (run.get(metric) or {}).get("mean")
+        calibrated = (run.get("simulated_calibrated") or {}).get(metric) or {}
+        sim.setdefault(run["policy"], {})[run["seed"]] = calibrated.get("mean")
+    baselines = [b for b in baselines if b in bed]
+    if claimed not in bed or not baselines:
+        return []
+    measured = paired_comparisons(bed, claimed, baselines)
+    predicted = paired_comparisons(sim, claimed, baselines)
+    return [
+        {
+            "claimed": claimed,
+            "baseline": m.baseline,
+            "metric": metric,
+            "predicted": p.verdict,
+            "predicted_ratio": None if p.ratio is None else asdict(p.ratio),
+            "measured": m.verdict,
+            "measured_ratio": None if m.ratio is None else asdict(m.ratio),
+            "agree": p.verdict == m.verdict,
+        }
+        for p, m in zip(predicted, measured, strict=True)
+        if p.ratio is not None and m.ratio is not None  # (a metric the runs did not record)
+    ]
+
+
+TESTBED_CLAIMS = (("beamer", ("sincronia", "fifo-lm", "fair"), "sct_s"),
+                  ("jpas", ("fair", "sincronia"), "time_to_90pct_s"))  # fmt: skip
+
+
+def verdict_lines(testbed: dict) -> list[str]:
+    """The verdicts the calibrated simulator predicts against the testbed's, per claim and
+    baseline."""
+    rows = [row for claimed, baselines, metric in TESTBED_CLAIMS
+            for row in predicted_against_measured(testbed, claimed, baselines, metric)]  # fmt: skip
+    if not rows:
+        return []
+    lines = ["", "Verdicts on the testbed's seeds: what the calibrated simulator predicts (its "
+             "runs beside the testbed's) and what the testbed measured, by the same rule:", "",
+             "| policy / baseline | metric | predicted | measured | agree |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+
+    def text(verdict: str, ratio: dict | None) -> str:
+        return verdict if ratio is None else f"{Interval(**ratio).format(3)} {verdict}"
+
+    for r in rows:
+        lines.append(f"| {r['claimed']} / {r['baseline']} | {r['metric']} | "
+                     f"{text(r['predicted'], r['predicted_ratio'])} | "
+                     f"{text(r['measured'], r['measured_ratio'])} | "
+                     f"{'yes' if r['agree'] else 'no'} |")  # fmt: skip
+    return lines
+
+
 def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
     """The simulator-against-testbed section of ``REPORT.md``."""
     overheads = testbed.get("overheads") or {}
@@ -497,6 +557,7 @@ def report(
         lines += ["## Claims at one setting", "", *claim_lines(claims), ""]
     if testbed is not None:
         lines += agreement_lines(agreement(testbed), testbed)
+        lines += verdict_lines(testbed)
     p = meta["provenance"]
     lines += [
         "",
@@ -687,6 +748,13 @@ def main(argv=None) -> int:
                 for c in claims
             ],
             "simulator_vs_testbed": None if testbed is None else agreement(testbed),
+            "testbed_verdicts": None
+            if testbed is None
+            else [
+                row
+                for claimed, baselines, metric in TESTBED_CLAIMS
+                for row in predicted_against_measured(testbed, claimed, baselines, metric)
+            ],
         },
     )
     print()
