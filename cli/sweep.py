@@ -24,6 +24,8 @@ import hashlib
 import json
 import os
 import re
+import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -65,9 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "belongs to); default: a local Ray on all cores",
     )
     group.add_argument(
-        "--workers",
+        "--parallel",
         type=positive(int),
-        help="local Ray: at most this many points at once (default: one per core)",
+        metavar="N",
+        help="local Ray: at most N points at once (default: one per core)",
     )
     group.add_argument(
         "--resume",
@@ -84,15 +87,22 @@ def point_file(point: dict) -> str:
 
 
 def _stored(path: Path, point: dict) -> dict | None:
-    """The result stored at ``path`` for ``point``, or ``None`` (missing, unreadable or of
-    other parameters)."""
+    """The result stored at ``path`` for ``point``, or ``None`` (missing, or of other
+    parameters). A file that is there but cannot be read as a point's result is reported (it
+    is then run again and overwritten)."""
+    if not path.exists():
+        return None
     try:
         record = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        print(f"{path}: unreadable ({type(exc).__name__}: {exc}); running the point again")
         return None
-    if not isinstance(record, dict) or record.get("point") != point:
+    if not isinstance(record, dict) or not isinstance(record.get("result"), dict):
+        print(f"{path}: not a point's result; running the point again")
         return None
-    return record.get("result")
+    if record.get("point") != point:
+        return None
+    return record["result"]
 
 
 def _write(path: Path, point: dict, result: dict) -> None:
@@ -164,6 +174,12 @@ def run_points(
                 finished(i, guarded(run, points[i]), time.monotonic() - started)
         else:
             _on_ray(run, points, todo, finished, args)
+    except KeyboardInterrupt:
+        progress.close()
+        saved = sum(r is not None for r in results)
+        print(f"\ninterrupted: {saved} of {len(points)} {label} saved in {folder}; rerun with "
+              "--resume to run only the others", file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(130) from None
     finally:
         progress.close()
     if failures:
@@ -174,6 +190,20 @@ def run_points(
     return results  # every point has its result: a failure raised above
 
 
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise :class:`SweepError` if nothing listens at a Ray ``address`` (``host:port`` or
+    ``ray://host:port``; ``auto`` and other forms are left to Ray), within ``timeout_s``: Ray
+    itself retries an unreachable address for minutes."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise SweepError(f"--ray-address {address}: cannot connect ({exc})") from None
+
+
 def _on_ray(run, points, todo, finished, args) -> None:
     """Submit the points as Ray tasks and report each as it finishes."""
     try:
@@ -181,6 +211,7 @@ def _on_ray(run, points, todo, finished, args) -> None:
     except ImportError:
         raise SweepError("Ray is not installed: pip install ray, or run --sequential") from None
     if args.ray_address:
+        check_reachable(args.ray_address)
         runtime_env = {"working_dir": str(ROOT), "excludes": SHIPPING_EXCLUDES}
         ray.init(address=args.ray_address, runtime_env=runtime_env, logging_level="ERROR")
     else:
@@ -189,7 +220,7 @@ def _on_ray(run, points, todo, finished, args) -> None:
         if str(ROOT) not in (path or "").split(os.pathsep):
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), path]))
         ray.init(
-            num_cpus=args.workers,
+            num_cpus=args.parallel,
             include_dashboard=False,
             logging_level="ERROR",
             object_store_memory=256 * 1024 * 1024,  # results are small

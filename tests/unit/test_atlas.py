@@ -154,7 +154,7 @@ def test_a_tiny_atlas_end_to_end(tmp_path, monkeypatch):
         context=("busiest_quarter_busy",),
     )  # fmt: skip
     monkeypatch.setitem(claims.CLAIMS, "tiny", tiny)
-    args = argparse.Namespace(sequential=True, ray_address=None, workers=None, resume=False)
+    args = argparse.Namespace(sequential=True, ray_address=None, parallel=None, resume=False)
     (outcome,) = atlas.run_atlas([tiny], tmp_path, args, seeds=2, max_seeds=3,
                                  progress=lambda _: None)  # fmt: skip
     assert len(outcome.cells) == 2 * 2

@@ -77,7 +77,7 @@ def test_sim_experiments_summarises_seeds_the_same_on_ray_and_sequentially(tmp_p
     out = tmp_path / "sim"
     command = [sys.executable, "scripts/sim_experiments.py", "--hosts", "13", "--loads", "0.5",
                "--seeds", "1", "2", "3", "--policy", "fair", "sincronia"]  # fmt: skip
-    run = subprocess.run([*command, "--out", str(out), "--workers", "2"],
+    run = subprocess.run([*command, "--out", str(out), "--parallel", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert "3 seed(s)" in run.stdout and "clear best:" in run.stdout

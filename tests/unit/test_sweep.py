@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
 from cli.progress import Progress, clock
 from cli.sweep import SweepError, add_arguments, point_file, run_points
 
+ROOT = Path(__file__).resolve().parents[2]
 CALLS: list[dict] = []
 
 
@@ -93,3 +95,72 @@ def test_the_sweep_weighs_its_eta_by_cost(tmp_path, capsys):
         json.dumps({"x": 1}),
     ]  # the costliest first
     assert "ETA" in lines[0] and "ETA" not in lines[-1]
+
+
+def test_a_corrupt_point_file_is_reported_and_run_again(tmp_path, capsys):
+    points = [{"x": x} for x in range(3)]
+    run_points(points, square, tmp_path, flags())
+    broken = tmp_path / point_file(points[1])
+    broken.write_text('{"point": {"x": 1}, "resu')  # cut off mid-write
+    (tmp_path / point_file(points[2])).write_text('{"point": {"x": 2}, "result": 4}')
+    CALLS.clear()
+    results = run_points(points, square, tmp_path, flags("--resume"))
+    assert [r["square"] for r in results] == [0, 1, 4]
+    assert CALLS == [{"x": 1}, {"x": 2}]
+    out = capsys.readouterr().out
+    assert f"{broken}: unreadable (JSONDecodeError" in out and "running the point again" in out
+    assert "not a point's result; running the point again" in out
+
+
+def test_an_unreachable_ray_address_is_one_line_at_once(tmp_path):
+    import socket
+    import time
+
+    from cli.sweep import check_reachable
+
+    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(SweepError, match=f"--ray-address 127.0.0.1:{port}: cannot connect"):
+            check_reachable(f"127.0.0.1:{port}")
+        with pytest.raises(SweepError, match="cannot connect"):
+            check_reachable(f"ray://127.0.0.1:{port}")
+    assert time.monotonic() - started < 30
+    check_reachable("auto")  # left to Ray
+
+
+def test_ctrl_c_ends_a_sweep_with_the_resume_hint_and_no_traceback(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    script = tmp_path / "slow_sweep.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import argparse, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from cli.sweep import add_arguments, run_points
+        def slow(point):
+            time.sleep(0.2 if point["x"] < 2 else 60)
+            return {{"x": point["x"]}}
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        args = parser.parse_args(["--sequential"])
+        run_points([{{"x": x}} for x in range(4)], slow, __import__("pathlib").Path(sys.argv[1]),
+                   args, label="points")
+    """)
+    )
+    folder = tmp_path / "points"
+    child = subprocess.Popen([sys.executable, str(script), str(folder)], text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(list(folder.glob("*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert "interrupted: 2 of 4 points saved in" in err and "rerun with --resume" in err
+    assert "Traceback" not in err + out
