@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 KIND_NAMES = {int: "an integer", float: "a number"}
 
@@ -56,3 +58,14 @@ def tcp_port(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {text}")
     return value
+
+
+def program(module_name: str) -> str:
+    """The command as it was typed, for usage and error lines: ``python -m <module>`` for a
+    module run with ``-m`` (pass the module's ``__name__``), else the name the process was
+    started by (a console script, ``hpo-sim``, or a launcher, ``reproduce.py``)."""
+    if module_name == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is not None:
+            return f"python -m {spec.name.removesuffix('.__main__')}"
+    return Path(sys.argv[0]).name or "python"

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli.argtypes import positive, tcp_port
+from cli.argtypes import positive, program, tcp_port
 from controller.api import is_loopback
 from controller.model import HostPort
 from controller.policies import POLICIES, parse_option_text
@@ -66,7 +66,7 @@ def load_hosts(path: str):
 def parse_args(argv=None) -> argparse.Namespace:
     """The controller's command line; a bad flag ends with argparse's one-line error."""
     parser = argparse.ArgumentParser(
-        prog="python -m controller",
+        prog=program(__name__),
         description="SDN controller (Ryu, OpenFlow 1.3) that enforces a coflow scheduling "
         "policy with DSCP-marking rules and meters, with a REST API for HPO tasks, stages, "
         "jobs and coflows.",
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     try:
         note = check_database(args.db)
     except DatabaseError as exc:
-        print(f"python -m controller: error: --db {exc}", file=sys.stderr)
+        print(f"{program(__name__)}: error: --db {exc}", file=sys.stderr)
         return 2
     if note:
         print(note, file=sys.stderr)
@@ -172,6 +172,14 @@ def main(argv=None) -> int:
             "HPO_API_TOKEN)",
             file=sys.stderr,
         )
+    try:  # (Ryu only here: --help and the argument checks work without it)
+        from controller import ryu_app
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] != "ryu":
+            raise
+        print(f"{program(__name__)}: error: ryu is not installed: `sudo bash scripts/setup.sh` "
+              "installs it (or pip install -r requirements.txt)", file=sys.stderr)  # fmt: skip
+        return 1
     # (the kernels load now, not in the first reorder: compiled the first time on a machine)
     from controller.warm import warm_up
 
@@ -179,8 +187,6 @@ def main(argv=None) -> int:
         warm_up()
     except Exception as exc:  # (the first reorder then loads them, as it did before)
         print(f"warning: the compiled kernels could not be loaded ahead: {exc}", file=sys.stderr)
-    from controller import ryu_app
-
     settings = ryu_app.Settings(
         policy=args.policy,
         policy_options=options,

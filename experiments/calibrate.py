@@ -31,6 +31,7 @@ import csv
 import sys
 from pathlib import Path
 
+from cli.argtypes import program
 from controller.metrics import mean_ci
 from controller.policies import make_policy
 from experiments import run_testbed
@@ -151,7 +152,7 @@ def calibrate(
 
 def main(argv=None) -> int:
     """Measure the overheads and write ``calibration.json``; the exit status."""
-    parser = run_testbed.build_parser(__doc__.split("\n\n")[0])
+    parser = run_testbed.build_parser(__doc__.split("\n\n")[0], program(__name__))
     parser.set_defaults(policy=[POLICY], out=Path("results") / "calibration")
     args = run_testbed.parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         with run_testbed.network.testbed_lock():
             calibrate(args, args.out, argv, args.calibration_iterations, args.calibration_repeats)
     except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
-        print(f"calibrate.py: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
     path = args.out / "calibration.json"
     print(f"wrote {path}; use: scripts/run_testbed.py --calibration {path}")

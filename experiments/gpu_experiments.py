@@ -46,7 +46,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import fraction, non_negative, positive  # noqa: E402
+from cli.argtypes import fraction, non_negative, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
@@ -363,7 +363,7 @@ def plot(rows, out: Path, args) -> list[Path]:
 
 def main(argv=None) -> int:
     """Run the sweep, print and write its tables and figures; the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--seeds", type=non_negative(int), nargs="+", default=[1, 2], help="default: 1 2"
     )

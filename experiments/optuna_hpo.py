@@ -36,7 +36,7 @@ from pathlib import Path
 
 import optuna
 
-from cli.argtypes import number, positive
+from cli.argtypes import number, positive, program
 from controller.metrics import mean_ci, paired_ratio_ci
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator, warm_up
@@ -60,7 +60,7 @@ BACKENDS = ("simulator", "testbed")
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--backend",
         choices=BACKENDS,

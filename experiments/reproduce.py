@@ -37,7 +37,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, positive  # noqa: E402
+from cli.argtypes import non_negative, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import Interval, paired_ratio_ci  # noqa: E402
@@ -608,7 +608,7 @@ MAP_CLAIMS = ("beamer", "jpas", "hermes", "varys")
 
 def main(argv=None) -> int:
     """Map the claims (and run the testbed experiment), write the report; the exit status."""
-    parser = argparse.ArgumentParser(prog="reproduce.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("--simulator-only", action="store_true",
                         help="only the simulator (no root, no testbed)")  # fmt: skip
     parser.add_argument(

@@ -57,7 +57,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, number, positive  # noqa: E402
+from cli.argtypes import non_negative, number, positive, program  # noqa: E402
 from cli.progress import Progress  # noqa: E402
 from controller.metrics import (  # noqa: E402
     Interval,
@@ -73,10 +73,20 @@ from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
-from topologies import network  # noqa: E402
+
+try:  # the testbed's own layer needs Mininet (the simulator-only install has none)
+    from topologies import network
+    from topologies.testbed import SPINE_BASE, LeafSpineTopo, OneSwitchTopo, host_table
+except ModuleNotFoundError as missing:
+    if (missing.name or "").split(".")[0] not in ("mininet", "ryu"):
+        raise
+    raise SystemExit(
+        f"{Path(sys.argv[0]).name}: {missing.name.split('.')[0]} is not installed: the testbed "
+        "needs Mininet, "
+        "Ryu and Open vSwitch; `sudo bash scripts/setup.sh` installs them"
+    ) from None
 from topologies.host_qos import HostPriorities  # noqa: E402
 from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
-from topologies.testbed import SPINE_BASE, LeafSpineTopo, OneSwitchTopo, host_table  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
 from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, generate  # noqa: E402
@@ -761,9 +771,14 @@ def fmt_pct(value) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.0%}"
 
 
-def build_parser(description: str | None = None) -> argparse.ArgumentParser:
-    """The experiment's command line (``scripts/calibrate.py`` shares it)."""
-    parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
+def build_parser(
+    description: str | None = None, prog: str | None = None
+) -> argparse.ArgumentParser:
+    """The experiment's command line (``scripts/calibrate.py`` shares it, with its own
+    ``description`` and ``prog``)."""
+    parser = argparse.ArgumentParser(
+        prog=prog or program(__name__), description=description or __doc__.split("\n\n")[0]
+    )
     parser.add_argument("--policy", nargs="+", default=DEFAULT_POLICIES, choices=sorted(POLICIES))
     parser.add_argument(
         "--gpu-policy",
@@ -1015,7 +1030,7 @@ def main(argv=None) -> int:
         with network.testbed_lock():  # the whole experiment, not only each network
             return experiment(parser, args, argv)
     except (network.TestbedBusy, network.NamesTaken) as exc:
-        print(f"run_testbed.py: error: {exc}", file=sys.stderr)
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
 
 
@@ -1060,7 +1075,7 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
     if failures:
         write_json(args.out / "failures.json", failures)
     if not results:
-        print(f"run_testbed.py: error: every run failed (see {args.out / 'failures.json'})",
+        print(f"{parser.prog}: error: every run failed (see {args.out / 'failures.json'})",
               file=sys.stderr)  # fmt: skip
         return 1
     with open(args.out / "stages.csv", "w", newline="") as f:

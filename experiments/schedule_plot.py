@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import BoundaryNorm  # noqa: E402
 
+from cli.argtypes import program  # noqa: E402
 from controller.schedule import N_LEVELS  # noqa: E402
 from controller.timeline import LevelSpan, Timeline  # noqa: E402
 
@@ -139,7 +140,7 @@ def draw(timelines: Sequence[Timeline], out: Path, title: str = "") -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     """Draw the timelines named on the command line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("timelines", nargs="+", type=Path, metavar="TIMELINE.json")
     parser.add_argument("-o", "--out", type=Path, default=Path("schedule.png"))
     parser.add_argument("--title", default="")

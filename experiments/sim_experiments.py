@@ -34,7 +34,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, number, positive  # noqa: E402
+from cli.argtypes import non_negative, number, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import (  # noqa: E402
@@ -288,7 +288,7 @@ def plot_trace(rows: list[dict], out: Path) -> Path:
 
 def main(argv=None) -> int:
     """Run the sweep, print and write its tables and figures; the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=number(int, 2), nargs="+", default=[13, 64, 150])
     parser.add_argument("--loads", type=positive(float), nargs="+", default=[0.5, 1.0])
     parser.add_argument("--seeds", type=non_negative(int), nargs="+", default=[1])

@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from cli.argtypes import program
 from experiments import run_testbed
 from simulator.calibration import Overheads
 
@@ -55,7 +56,7 @@ def predictions(folder: Path, raw: bool = False):
 
 def main(argv=None) -> int:
     """Print the stage-by-stage table; the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="a run_testbed.py output folder")
     parser.add_argument("--raw", action="store_true", help="the fluid model without overheads")
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli.argtypes import fraction, non_negative, number, positive
+from cli.argtypes import fraction, non_negative, number, positive, program
 from cli.progress import Progress
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
@@ -37,7 +37,7 @@ from workloads.yahpo import LcBench, YahpoError
 def build_parser() -> argparse.ArgumentParser:
     """The simulator's command line (``trace`` and ``hpo`` subcommands)."""
     parser = argparse.ArgumentParser(
-        prog="python -m simulator",
+        prog=program(__name__),
         description="Flow-level simulator running the controller's coflow scheduling policies.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -211,7 +211,7 @@ def run_trace(args) -> int:
     try:
         trace = load_trace(args.trace)
     except TraceError as exc:
-        print(f"python -m simulator: error: {exc}", file=sys.stderr)
+        print(f"{program(__name__)}: error: {exc}", file=sys.stderr)
         return 2
     print(
         f"{args.trace}: {len(trace.coflows)} coflows, {trace.n_flows} flows, "
@@ -287,10 +287,10 @@ def run_hpo(args) -> int:
         surrogate = None if args.yahpo is None else LcBench(args.yahpo, args.yahpo_task)
         generate(**kwargs, surrogate=surrogate)
     except (ValueError, YahpoError) as exc:
-        print(f"python -m simulator: error: {exc}", file=sys.stderr)
+        print(f"{program(__name__)}: error: {exc}", file=sys.stderr)
         return 2
     if not 0 <= args.resume_cost < args.quantum:
-        print("python -m simulator: error: need 0 <= --resume-cost < --quantum", file=sys.stderr)
+        print(f"{program(__name__)}: error: need 0 <= --resume-cost < --quantum", file=sys.stderr)
         return 2
     fabric = Fabric(args.hosts, args.host_bps, args.hosts_per_leaf, args.oversubscription)
     summary = {
@@ -396,7 +396,7 @@ def main(argv=None) -> int:
     if args.host_bps is None:
         args.host_bps = args.link_gbps * 1e9
     if args.schedule and args.out is None:
-        build_parser().exit(2, "python -m simulator: error: --schedule needs --out DIR\n")
+        build_parser().error("--schedule needs --out DIR")
     if args.command == "trace":
         return run_trace(args)
     return run_hpo(args)

@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 
-from cli.argtypes import non_negative, positive, tcp_port
+from cli.argtypes import non_negative, positive, program, tcp_port
 from workloads.curves import curve_from_json
 
 HEADER = struct.Struct("!QQ")  # iteration, payload length
@@ -525,9 +525,7 @@ class Worker:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The worker's command line; a bad flag ends with argparse's one-line error."""
-    parser = argparse.ArgumentParser(
-        prog="python -m workloads.worker", description=__doc__.split("\n\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--job", type=non_negative(int), required=True, help="job id (for the output)"
     )

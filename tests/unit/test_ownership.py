@@ -392,6 +392,7 @@ def test_run_testbed_turns_taken_names_into_one_line_and_status_1(
 ):
     from experiments import run_testbed
 
+    monkeypatch.setattr("sys.argv", ["scripts/run_testbed.py"])  # (the usage names the command)
     monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: argparse.Namespace())
     monkeypatch.setattr(run_testbed, "experiment", taken)
     assert run_testbed.main(["--hosts", "4"]) == 1
@@ -409,6 +410,7 @@ def test_calibrate_turns_taken_names_into_one_line_and_status_1(
     from experiments import calibrate, run_testbed
 
     args = argparse.Namespace(out=tmp_path, calibration_iterations=1, calibration_repeats=1)
+    monkeypatch.setattr("sys.argv", ["scripts/calibrate.py"])
     monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: args)
     monkeypatch.setattr(calibrate, "calibrate", taken)
     assert calibrate.main([]) == 1

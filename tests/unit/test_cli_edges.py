@@ -1,0 +1,59 @@
+"""Command lines at their edges: the usage names the command as it was typed, and a missing
+Mininet or Ryu is one line naming the set-up script, not a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_the_usage_names_the_console_script_the_launcher_or_the_module():
+    as_script = python(
+        "import sys; sys.argv[0] = '/venv/bin/hpo-sim'; "
+        "from simulator.__main__ import main; main(['hpo', '--hosts', '0'])"
+    )
+    assert as_script.returncode == 2
+    assert as_script.stderr.startswith("usage: hpo-sim")
+    assert "hpo-sim hpo: error: argument --hosts" in as_script.stderr
+    as_module = subprocess.run([sys.executable, "-m", "experiments.reproduce", "--seeds", "1",
+                                "--simulator-only"], cwd=ROOT, capture_output=True, text=True,
+                               timeout=120)  # fmt: skip
+    assert as_module.returncode == 2
+    assert as_module.stderr.startswith("usage: python -m experiments.reproduce")
+    launcher = subprocess.run([sys.executable, "scripts/reproduce.py", "--seeds", "1",
+                               "--simulator-only"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    assert launcher.stderr.startswith("usage: reproduce.py")
+
+
+def test_a_missing_mininet_is_one_line_naming_the_set_up_script():
+    run = python("import sys; sys.modules['mininet'] = None; sys.argv = ['hpo-testbed', '--help']; "
+                 "import experiments.run_testbed")  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr == (
+        "hpo-testbed: mininet is not installed: the testbed needs Mininet, Ryu "
+        "and Open vSwitch; `sudo bash scripts/setup.sh` installs them\n"
+    )
+    calibrate = python("import sys; sys.modules['mininet'] = None; sys.argv = ['hpo-calibrate']; "
+                       "import experiments.calibrate")  # fmt: skip
+    assert calibrate.returncode == 1 and calibrate.stderr.count("\n") == 1
+    assert "scripts/setup.sh" in calibrate.stderr and "Traceback" not in calibrate.stderr
+
+
+def test_a_missing_ryu_is_one_line_naming_the_set_up_script(tmp_path):
+    run = python("import sys; sys.modules['ryu'] = None; sys.argv[0] = 'hpo-controller'; "
+                 "from controller.__main__ import main; "
+                 f"sys.exit(main(['--db', {str(tmp_path / 'c.sqlite')!r}]))")  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.endswith("hpo-controller: error: ryu is not installed: `sudo bash "
+                               "scripts/setup.sh` installs it (or pip install -r "
+                               "requirements.txt)\n")  # fmt: skip
+    assert "Traceback" not in run.stderr
