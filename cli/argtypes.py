@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,3 +70,31 @@ def program(module_name: str) -> str:
         if spec is not None:
             return f"python -m {spec.name.removesuffix('.__main__')}"
     return Path(sys.argv[0]).name or "python"
+
+
+def output_folder(text: str) -> Path:
+    """An argparse type: a folder results can be written to, created if missing, checked
+    before any work (a file there, a read-only place or ``/proc`` fail at once, not after a
+    run)."""
+    path = Path(text)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except FileExistsError:
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a folder") from None
+    except NotADirectoryError:
+        raise argparse.ArgumentTypeError(f"{text}: a part of it is a file") from None
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write to {text}: {exc.strerror}") from None
+    return path
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: a file results can be written to (its folder checked as
+    :func:`output_folder`; an existing folder of that name is refused)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    output_folder(str(path.parent))
+    return path

@@ -153,7 +153,7 @@ def calibrate(
 def main(argv=None) -> int:
     """Measure the overheads and write ``calibration.json``; the exit status."""
     parser = run_testbed.build_parser(__doc__.split("\n\n")[0], program(__name__))
-    parser.set_defaults(policy=[POLICY], out=Path("results") / "calibration")
+    parser.set_defaults(policy=[POLICY], out="results/calibration")
     args = run_testbed.parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
     try:

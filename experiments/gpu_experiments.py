@@ -46,7 +46,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import fraction, non_negative, positive, program  # noqa: E402
+from cli.argtypes import fraction, non_negative, output_folder, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
@@ -407,7 +407,12 @@ def main(argv=None) -> int:
         metavar="DIR",
         help="also run part 2's full search with YAHPO Gym LCBench curves (DIR holds lcbench/)",
     )
-    parser.add_argument("--out", type=Path, default=Path("results") / "gpu")
+    parser.add_argument(
+        "--out",
+        type=output_folder,
+        default="results/gpu",
+        help="output folder (default: results/gpu)",
+    )
     add_sweep_arguments(parser)
     args = parser.parse_args(argv)
     if not 0 <= args.resume_cost < args.quantum:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import optuna
 
-from cli.argtypes import number, positive, program
+from cli.argtypes import number, output_folder, positive, program
 from controller.metrics import mean_ci, paired_ratio_ci
 from controller.policies import POLICIES, make_policy
 from simulator.engine import Fabric, Simulator, warm_up
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quantum", type=positive(float), default=5.0)
     parser.add_argument("--yahpo", type=Path, metavar="DIR", help="LCBench curves from DIR")
     parser.add_argument("--yahpo-task", default="3945")
-    parser.add_argument("--out", type=Path, help="folder for CSV/JSON results")
+    parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
     return parser
 
 

@@ -37,7 +37,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, positive, program  # noqa: E402
+from cli.argtypes import non_negative, output_folder, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import Interval, paired_ratio_ci  # noqa: E402
@@ -643,7 +643,7 @@ def main(argv=None) -> int:
         choices=[*MAP_CLAIMS, "optimum"],
         help="claims to run (default: all; optimum: BSSI and Beamer against brute force)",
     )
-    parser.add_argument("--out", type=Path, default=Path("results") / "report",
+    parser.add_argument("--out", type=output_folder, default="results/report",
                         help="output folder (default: results/report)")  # fmt: skip
     add_sweep_arguments(parser)
     args = parser.parse_args(argv)
@@ -665,8 +665,6 @@ def main(argv=None) -> int:
     if mode == "with the testbed" and os.geteuid() != 0:
         parser.error("the testbed needs root: run as root, or use --simulator-only")
     args.out = args.out.resolve()  # the testbed experiment runs from the checkout's root
-    if args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out {args.out}: not a folder")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 

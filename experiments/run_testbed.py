@@ -57,7 +57,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, number, positive, program  # noqa: E402
+from cli.argtypes import non_negative, number, output_folder, positive, program  # noqa: E402
 from cli.progress import Progress  # noqa: E402
 from controller.metrics import (  # noqa: E402
     Interval,
@@ -948,7 +948,12 @@ def build_parser(
         default=3,
         help="runs of the calibration's lone job; its goodput is their mean (default 3)",
     )
-    parser.add_argument("--out", type=Path, default=Path("results") / "testbed")
+    parser.add_argument(
+        "--out",
+        type=output_folder,
+        default="results/testbed",
+        help="output folder (default: results/testbed)",
+    )
     return parser
 
 

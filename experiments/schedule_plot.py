@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import BoundaryNorm  # noqa: E402
 
-from cli.argtypes import program  # noqa: E402
+from cli.argtypes import output_file, program  # noqa: E402
 from controller.schedule import N_LEVELS  # noqa: E402
 from controller.timeline import LevelSpan, Timeline  # noqa: E402
 
@@ -142,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     """Draw the timelines named on the command line."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("timelines", nargs="+", type=Path, metavar="TIMELINE.json")
-    parser.add_argument("-o", "--out", type=Path, default=Path("schedule.png"))
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=output_file,
+        default="schedule.png",
+        help="the figure (default: schedule.png)",
+    )
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
     try:

@@ -34,7 +34,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, number, positive, program  # noqa: E402
+from cli.argtypes import non_negative, number, output_folder, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import (  # noqa: E402
@@ -313,7 +313,12 @@ def main(argv=None) -> int:
         help="the modelled cluster's host link rate in Gbit/s (default: 1)",
     )
     parser.add_argument("--trace", type=Path, help="coflow trace (default: the shared one)")
-    parser.add_argument("--out", type=Path, default=Path("results") / "sim")
+    parser.add_argument(
+        "--out",
+        type=output_folder,
+        default="results/sim",
+        help="output folder (default: results/sim)",
+    )
     add_sweep_arguments(parser)
     args = parser.parse_args(argv)
     if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.link_gbps <= 0:

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli.argtypes import fraction, non_negative, number, positive, program
+from cli.argtypes import fraction, non_negative, number, output_folder, positive, program
 from cli.progress import Progress
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy
@@ -197,7 +197,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         default=1.0,
         help="leaf uplink oversubscription (default: 1)",
     )
-    parser.add_argument("--out", type=Path, help="folder for CSV/JSON results")
+    parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
     parser.add_argument(
         "--schedule",
         action="store_true",

@@ -57,3 +57,25 @@ def test_a_missing_ryu_is_one_line_naming_the_set_up_script(tmp_path):
                                "scripts/setup.sh` installs it (or pip install -r "
                                "requirements.txt)\n")  # fmt: skip
     assert "Traceback" not in run.stderr
+
+
+def test_an_unusable_out_is_refused_before_any_work(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for module, args in (
+        ("simulator", ["hpo", "--tasks", "50"]),  # (would simulate for minutes)
+        ("experiments.sim_experiments", []),
+        ("experiments.reproduce", ["--simulator-only"]),
+        ("experiments.gpu_experiments", []),
+    ):
+        for out, message in ((a_file, "exists and is not a folder"),
+                             (a_file / "below", "a part of it is a file"),
+                             ("/proc/nope", "cannot write to /proc/nope")):  # fmt: skip
+            run = subprocess.run([sys.executable, "-m", module, *args, "--out", str(out)],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert run.returncode == 2, (module, out, run.stderr)
+            assert message in run.stderr.splitlines()[-1], (module, run.stderr)
+    made = tmp_path / "new" / "deeper"
+    from cli.argtypes import output_folder
+
+    assert output_folder(str(made)) == made and made.is_dir() and not list(made.iterdir())
