@@ -73,16 +73,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=positive(float), default=1800, help="testbed run timeout s"
     )
-    parser.add_argument("--pruner", choices=PRUNERS, default="halving")
-    parser.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    parser.add_argument(
+        "--pruner",
+        choices=PRUNERS,
+        default="halving",
+        help="Optuna pruner deciding the rungs (default: halving)",
+    )
+    parser.add_argument(
+        "--sampler", choices=SAMPLERS, default="tpe", help="Optuna sampler (default: tpe)"
+    )
     parser.add_argument("--trials", type=positive(int), default=27, help="trials per study")
     parser.add_argument(
         "--parallel", type=positive(int), default=9, help="trials of a study training at once"
     )
     parser.add_argument("--studies", type=positive(int), default=1, help="concurrent studies")
-    parser.add_argument("--policy", nargs="+", default=["beamer", "fair"], choices=sorted(POLICIES))
     parser.add_argument(
-        "--gpu-policy", nargs="+", default=["none"], choices=["none", *sorted(GPU_POLICIES)]
+        "--policy",
+        nargs="+",
+        default=["beamer", "fair"],
+        choices=sorted(POLICIES),
+        help="network policies, a study each (default: beamer fair)",
+    )
+    parser.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        default=["none"],
+        choices=["none", *sorted(GPU_POLICIES)],
+        help="GPU time-sharing policies, each with every --policy (default: none)",
     )
     parser.add_argument(
         "--seed", type=number(int, 0), nargs="+", default=[1], help="one run per seed"
@@ -90,19 +107,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--baseline", help="the run the others are compared with (default: the first)"
     )
-    parser.add_argument("--hosts", type=number(int, 2), default=13)
+    parser.add_argument(
+        "--hosts", type=number(int, 2), default=13, help="hosts of the cluster (default: 13)"
+    )
     parser.add_argument("--workers", type=positive(int), default=3, help="GPUs (hosts) per job")
-    parser.add_argument("--eta", type=number(int, 2), default=3)
+    parser.add_argument(
+        "--eta", type=number(int, 2), default=3, help="reduction factor of the rungs (default: 3)"
+    )
     parser.add_argument(
         "--min-iterations", type=positive(int), default=10, help="iterations of the first rung"
     )
-    parser.add_argument("--model", choices=sorted(PROFILES), default="resnet50")
-    parser.add_argument("--pattern", choices=PATTERNS, default="ring")
-    parser.add_argument("--link-gbps", type=positive(float), default=1.0)
-    parser.add_argument("--gpus-per-host", type=positive(int), default=1)
-    parser.add_argument("--quantum", type=positive(float), default=5.0)
+    parser.add_argument(
+        "--model",
+        choices=sorted(PROFILES),
+        default="resnet50",
+        help="model profile of every trial (default: resnet50)",
+    )
+    parser.add_argument(
+        "--pattern",
+        choices=PATTERNS,
+        default="ring",
+        help="synchronisation pattern (default: ring)",
+    )
+    parser.add_argument(
+        "--link-gbps",
+        type=positive(float),
+        default=1.0,
+        help="host link rate in Gbit/s (default: 1)",
+    )
+    parser.add_argument(
+        "--gpus-per-host",
+        type=positive(int),
+        default=1,
+        help="GPUs per host under a GPU policy (default: 1)",
+    )
+    parser.add_argument(
+        "--quantum",
+        type=positive(float),
+        default=5.0,
+        help="GPU time-sharing quantum in s (default: 5)",
+    )
     parser.add_argument("--yahpo", type=Path, metavar="DIR", help="LCBench curves from DIR")
-    parser.add_argument("--yahpo-task", default="3945")
+    parser.add_argument(
+        "--yahpo-task", default="3945", help="LCBench task of the surrogate (default: 3945)"
+    )
     parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
     return parser
 

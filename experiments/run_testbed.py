@@ -779,7 +779,13 @@ def build_parser(
     parser = argparse.ArgumentParser(
         prog=prog or program(__name__), description=description or __doc__.split("\n\n")[0]
     )
-    parser.add_argument("--policy", nargs="+", default=DEFAULT_POLICIES, choices=sorted(POLICIES))
+    parser.add_argument(
+        "--policy",
+        nargs="+",
+        default=DEFAULT_POLICIES,
+        choices=sorted(POLICIES),
+        help=f"network policies, each a run (default: {' '.join(DEFAULT_POLICIES)})",
+    )
     parser.add_argument(
         "--gpu-policy",
         nargs="+",
@@ -830,9 +836,21 @@ def build_parser(
         "goes down; the controller reroutes and the run goes on (result.json: spine_failure)",
     )
     parser.add_argument("--bw", type=positive(float), default=20, help="link Mbit/s (default 20)")
-    parser.add_argument("--tasks", type=positive(int), default=2)
-    parser.add_argument("--configs", type=positive(int), default=9)
-    parser.add_argument("--eta", type=number(int, 2), default=3)
+    parser.add_argument(
+        "--tasks", type=positive(int), default=2, help="concurrent HPO tasks (default: 2)"
+    )
+    parser.add_argument(
+        "--configs",
+        type=positive(int),
+        default=9,
+        help="configurations each task starts with (default: 9)",
+    )
+    parser.add_argument(
+        "--eta",
+        type=number(int, 2),
+        default=3,
+        help="successive halving's reduction factor (default: 3)",
+    )
     parser.add_argument(
         "--search",
         choices=SEARCHES,
@@ -846,7 +864,9 @@ def build_parser(
         default=3,
         help="iterations of the first stage (default: 3, then 9 and 27 with eta 3)",
     )
-    parser.add_argument("--workers", type=positive(int), default=3)
+    parser.add_argument(
+        "--workers", type=positive(int), default=3, help="GPUs (hosts) per job (default: 3)"
+    )
     parser.add_argument(
         "--patterns",
         nargs="+",

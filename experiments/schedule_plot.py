@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         default="schedule.png",
         help="the figure (default: schedule.png)",
     )
-    parser.add_argument("--title", default="")
+    parser.add_argument("--title", default="", help="the figure's title")
     args = parser.parse_args(argv)
     try:
         timelines = [Timeline.read(path) for path in args.timelines]

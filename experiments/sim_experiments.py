@@ -289,9 +289,27 @@ def plot_trace(rows: list[dict], out: Path) -> Path:
 def main(argv=None) -> int:
     """Run the sweep, print and write its tables and figures; the exit status."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hosts", type=number(int, 2), nargs="+", default=[13, 64, 150])
-    parser.add_argument("--loads", type=positive(float), nargs="+", default=[0.5, 1.0])
-    parser.add_argument("--seeds", type=non_negative(int), nargs="+", default=[1])
+    parser.add_argument(
+        "--hosts",
+        type=number(int, 2),
+        nargs="+",
+        default=[13, 64, 150],
+        help="cluster sizes of the HPO sweep (default: 13 64 150)",
+    )
+    parser.add_argument(
+        "--loads",
+        type=positive(float),
+        nargs="+",
+        default=[0.5, 1.0],
+        help="offered loads of the trace sweep (default: 0.5 1.0)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=non_negative(int),
+        nargs="+",
+        default=[1],
+        help="workload seeds (default: 1)",
+    )
     parser.add_argument(
         "--baseline",
         choices=sorted(POLICIES),
@@ -305,7 +323,13 @@ def main(argv=None) -> int:
         help="the HPO tasks' search: halving (synchronous successive halving, default), asha "
         "(the same rungs without a stage barrier) or full",
     )
-    parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
+    parser.add_argument(
+        "--policy",
+        nargs="+",
+        default=sorted(POLICIES),
+        choices=sorted(POLICIES),
+        help="network policies (default: all)",
+    )
     parser.add_argument(
         "--link-gbps",
         type=positive(float),

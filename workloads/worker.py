@@ -535,7 +535,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--hosts", required=True, help="comma-separated IPv4 addresses of the ranks, in rank order"
     )
-    parser.add_argument("--pattern", choices=["ps", "ring"], required=True)
+    parser.add_argument(
+        "--pattern",
+        choices=["ps", "ring"],
+        required=True,
+        help="synchronisation pattern of the job",
+    )
     parser.add_argument(
         "--base-port", type=tcp_port, required=True, help="rank r listens on base-port + r"
     )

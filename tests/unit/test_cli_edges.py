@@ -79,3 +79,38 @@ def test_an_unusable_out_is_refused_before_any_work(tmp_path):
     from cli.argtypes import output_folder
 
     assert output_folder(str(made)) == made and made.is_dir() and not list(made.iterdir())
+
+
+COMMANDS = ("simulator.__main__", "experiments.sim_experiments", "experiments.gpu_experiments",
+            "experiments.reproduce", "experiments.run_testbed", "experiments.calibrate",
+            "experiments.optuna_hpo", "experiments.schedule_plot", "controller.__main__",
+            "workloads.worker")  # fmt: skip
+
+
+def test_every_flag_of_every_command_has_help(monkeypatch):
+    import argparse
+    import importlib
+
+    class Parsed(Exception):
+        pass
+
+    seen: dict[str, list[str]] = {}
+
+    def record(parser, args=None, namespace=None):
+        parsers = [parser] + [p for a in parser._actions
+                              if isinstance(a, argparse._SubParsersAction)
+                              for p in a.choices.values()]  # fmt: skip
+        for p in parsers:
+            for action in p._actions:
+                if action.option_strings and action.help is None:
+                    seen.setdefault(p.prog, []).append(action.option_strings[-1])
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", record)
+    for name in COMMANDS:
+        module = importlib.import_module(name)
+        try:
+            module.main([])
+        except Parsed:
+            pass
+    assert seen == {}
