@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -204,8 +205,21 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
         raise SweepError(f"--ray-address {address}: cannot connect ({exc})") from None
 
 
+def importable(run: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """``run`` as Ray's workers can import it: a function of a module run with ``python -m``
+    lives in ``__main__``, which a worker cannot import, so take the same function from the
+    module under its own name."""
+    if getattr(run, "__module__", None) != "__main__":
+        return run
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if spec is None:  # (a script run by path: Ray ships the function by value)
+        return run
+    return getattr(importlib.import_module(spec.name), run.__qualname__)
+
+
 def _on_ray(run, points, todo, finished, args) -> None:
     """Submit the points as Ray tasks and report each as it finishes."""
+    run = importable(run)
     try:
         import ray
     except ImportError:

@@ -157,3 +157,19 @@ def test_sim_experiments_reads_its_trace_before_the_sweep(tmp_path):
         "sim_experiments.py: error: --trace: /nonexistent: No such file or directory"
     )
     assert time.monotonic() - started < 30 and not (tmp_path / "hpo.csv").exists()
+
+
+def test_every_documented_way_to_start_a_sweep_runs_on_ray(tmp_path):
+    """``python -m`` (whose point functions live in ``__main__``), the launcher script and the
+    console script's module all run their points as Ray tasks."""
+    tiny = ["--hosts", "13", "--loads", "0.5", "--seeds", "1", "--policy", "fair",
+            "--parallel", "1"]  # fmt: skip
+    for way, command in (
+        ("module", [sys.executable, "-m", "experiments.sim_experiments"]),
+        ("launcher", [sys.executable, "scripts/sim_experiments.py"]),
+    ):
+        out = tmp_path / way
+        run = subprocess.run([*command, *tiny, "--out", str(out)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert run.returncode == 0, (way, run.stderr[-2000:])
+        assert len(list((out / "points").glob("*.json"))) == 2, way

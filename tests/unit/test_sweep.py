@@ -164,3 +164,21 @@ def test_ctrl_c_ends_a_sweep_with_the_resume_hint_and_no_traceback(tmp_path):
     assert child.returncode == 130, err
     assert "interrupted: 2 of 4 points saved in" in err and "rerun with --resume" in err
     assert "Traceback" not in err + out
+
+
+def test_a_point_function_of_a_module_run_with_m_is_taken_from_its_module(monkeypatch):
+    import types
+
+    from cli.sweep import importable
+
+    assert importable(square) is square  # (a module's own function: as it is)
+    fake_main = types.ModuleType("__main__")
+    fake_main.__spec__ = types.SimpleNamespace(name="tests.unit.test_sweep")
+    monkeypatch.setitem(__import__("sys").modules, "__main__", fake_main)
+
+    def as_main(point: dict) -> dict:  # what `python -m tests.unit.test_sweep` would define
+        return square(point)
+
+    as_main.__module__, as_main.__qualname__ = "__main__", "square"
+    found = importable(as_main)
+    assert found.__module__ == "tests.unit.test_sweep" and found.__qualname__ == "square"
