@@ -133,7 +133,9 @@ def is_cached(kernel) -> bool | None:
 _warmed: set[str] = set()
 
 
-def warm_once(what: str, kernel, load: Callable[[], object], stream=None, note: str = "") -> float:
+def warm_once(
+    what: str, kernel, load: Callable[[], object], stream=None, note: str = "", kernels: str = ""
+) -> float:
     """Call ``load`` (tiny runs that load ``what``'s kernels) once per process. Where ``kernel``
     is not in the disk cache, say on ``stream`` (default stderr) that they compile (``note``:
     how long that takes), and in how long it did. Returns the seconds it took (0 once warm)."""
@@ -143,11 +145,13 @@ def warm_once(what: str, kernel, load: Callable[[], object], stream=None, note: 
     started = time.perf_counter()
     compiling = is_cached(kernel) is False
     if compiling:
-        print(f"compiling {what} kernels, once ({note}cached on disk afterwards)", file=stream,
-              flush=True)  # fmt: skip
+        where = _chosen or "numba's cache"
+        print(f"compiling the {what}'s numba kernels{f' ({kernels})' if kernels else ''}, once "
+              f"per machine and source version: {note}cached in {where} afterwards",
+              file=stream, flush=True)  # fmt: skip
     load()
     _warmed.add(what)
     took = time.perf_counter() - started
     if compiling:
-        print(f"compiled in {took:.0f} s", file=stream, flush=True)
+        print(f"compiled the {what}'s kernels in {took:.0f} s", file=stream, flush=True)
     return took

@@ -50,7 +50,8 @@ def warm_up(stream=None) -> float:
     ``stream``, default stderr). Returns the seconds it took (0 once warm)."""
     from controller.stage_loads import job_stage_order
 
-    return warm_once("controller", job_stage_order, _reorders, stream)
+    return warm_once("controller", job_stage_order, _reorders, stream,
+                     kernels="stage loads, BSSI and the policies' orders")  # fmt: skip
 
 
 def _reorders() -> None:

@@ -1120,4 +1120,6 @@ def warm_up(stream=None) -> float:
             _ = sim.bytes_delivered
         controller_warm_up(stream)
 
-    return warm_once("simulator", run_steps, runs, stream, note="about a minute; ")
+    return warm_once("simulator", run_steps, runs, stream,
+                     note="1-2 minutes on an idle 2-core machine, longer on a busy one; ",
+                     kernels="the fluid model's event steps")  # fmt: skip

@@ -114,3 +114,21 @@ def test_every_flag_of_every_command_has_help(monkeypatch):
         except Parsed:
             pass
     assert seen == {}
+
+
+def test_the_first_compile_says_which_kernels_and_where_they_are_kept(monkeypatch):
+    import io
+
+    from controller import kernel_cache
+
+    monkeypatch.setattr(kernel_cache, "is_cached", lambda kernel: False)
+    monkeypatch.setattr(kernel_cache, "_warmed", set())
+    stream = io.StringIO()
+    kernel_cache.warm_once("simulator", None, lambda: None, stream, note="a while; ",
+                           kernels="the fluid model's event steps")  # fmt: skip
+    first, second = stream.getvalue().splitlines()
+    assert first.startswith(
+        "compiling the simulator's numba kernels (the fluid model's event "
+        "steps), once per machine and source version: a while; cached in "
+    )
+    assert second.startswith("compiled the simulator's kernels in ")
