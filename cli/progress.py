@@ -51,6 +51,7 @@ class Progress:
         self._skipped = done
         self.stream = stream if stream is not None else sys.stdout
         self.started = time.monotonic()
+        self._rate_from = self.started  # where the ETA's rate counts from (see begin_work)
         self._bar = None
         use_bar = sys.stderr.isatty() if bar is None else bar
         if use_bar:
@@ -66,7 +67,12 @@ class Progress:
         if self.done - self._skipped <= 0 or self.work_done <= 0:
             return None
         left = max(self.work_total - self.work_done, 0.0)
-        return (time.monotonic() - self.started) / self.work_done * left
+        return (time.monotonic() - self._rate_from) / self.work_done * left
+
+    def begin_work(self) -> None:
+        """The work starts now: what came before (e.g. Ray starting) counts in the elapsed
+        time, not in the rate the ETA extrapolates."""
+        self._rate_from = time.monotonic()
 
     def line(self, message: str) -> str:
         """The line a step prints: count, elapsed, ETA, then ``message``."""

@@ -174,7 +174,7 @@ def run_points(
                 started = time.monotonic()
                 finished(i, guarded(run, points[i]), time.monotonic() - started)
         else:
-            _on_ray(run, points, todo, finished, args)
+            _on_ray(run, points, todo, finished, args, ready=progress.begin_work)
     except KeyboardInterrupt:
         progress.close()
         saved = sum(r is not None for r in results)
@@ -217,8 +217,9 @@ def importable(run: Callable[[dict], dict]) -> Callable[[dict], dict]:
     return getattr(importlib.import_module(spec.name), run.__qualname__)
 
 
-def _on_ray(run, points, todo, finished, args) -> None:
-    """Submit the points as Ray tasks and report each as it finishes."""
+def _on_ray(run, points, todo, finished, args, ready: Callable[[], None] = lambda: None) -> None:
+    """Submit the points as Ray tasks and report each as it finishes (``ready``: called once
+    Ray has started)."""
     run = importable(run)
     try:
         import ray
@@ -239,6 +240,7 @@ def _on_ray(run, points, todo, finished, args) -> None:
             logging_level="ERROR",
             object_store_memory=256 * 1024 * 1024,  # results are small
         )
+    ready()
     try:
         task = ray.remote(_timed).options(num_cpus=1, max_retries=0)
         pending = {task.remote(run, points[i]): i for i in todo}

@@ -71,6 +71,18 @@ def test_progress_estimates_the_time_left(capsys, monkeypatch):
     assert clock(3725) == "1:02:05" and clock(59.6) == "1:00"
 
 
+def test_start_up_counts_as_elapsed_but_not_in_the_rate(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("cli.progress.time.monotonic", lambda: now[0])
+    progress = Progress(4, "runs", bar=False, lines=False)
+    now[0] += 30.0  # Ray starting
+    progress.begin_work()
+    now[0] += 5.0
+    progress.step()
+    assert progress.eta_s() == pytest.approx(15.0)  # 5 s a point, not 35
+    assert "0:35 elapsed" in progress.line("")
+
+
 def test_a_weighted_eta_is_not_fooled_by_the_longest_points_going_first(monkeypatch):
     now = [0.0]
     monkeypatch.setattr("cli.progress.time.monotonic", lambda: now[0])
