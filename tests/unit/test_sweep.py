@@ -88,11 +88,10 @@ def test_a_weighted_eta_is_not_fooled_by_the_longest_points_going_first(monkeypa
     monkeypatch.setattr("cli.progress.time.monotonic", lambda: now[0])
     # one point of cost 8, then four of cost 1: 12 units of work
     progress = Progress(5, "runs", bar=False, lines=False, work=12.0)
+    unweighted = Progress(5, "runs", bar=False, lines=False)
     now[0] = 8.0  # the big one took 8 s
     progress.step(work=8.0)
     assert progress.eta_s() == pytest.approx(4.0)  # 4 units left at 1 unit/s, not 4 x 8 s
-    unweighted = Progress(5, "runs", bar=False, lines=False)
-    unweighted.started = 0.0
     unweighted.step()
     assert unweighted.eta_s() == pytest.approx(32.0)  # what counting steps alone would say
 
