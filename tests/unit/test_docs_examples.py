@@ -361,7 +361,7 @@ def curl_calls(doc: str) -> list[tuple[str, str, bytes]]:
     return calls
 
 
-@pytest.mark.parametrize("doc", ["docs/controller.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/controller.md"])
 def test_the_documented_curl_calls_are_accepted(doc):
     calls = curl_calls(doc)
     assert len(calls) >= 4, f"{doc}: no curl calls found"
