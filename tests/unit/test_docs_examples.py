@@ -202,6 +202,7 @@ def test_a_gpu_policy_shares_the_gpus(capsys):
 
 
 def test_a_topology_gives_the_controller_its_hosts_and_the_simulator_its_fabric(capsys):
+    pytest.importorskip("mininet")
     # example: topology
     from mininet.topo import Topo
 
