@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/pace.py [--samples 20] [--watch SECONDS] [--cpu N]
 
 A benchmark on a shared virtual machine measures the machine as much as the code. On the VM
-the README's numbers come from, the same compiled kernel takes 1.8x as long in one second as
-in the next (``--watch``), so a p99 over a minute of reorders samples the machine's slow
-seconds, and two runs an hour apart differ by more than most changes to the code. The
-benchmarks print this pace before and after they run (``controller_latency.py``,
+the numbers of docs/performance.md come from, the same compiled kernel takes 1.8x as long in
+one second as in the next (``--watch``), so a p99 over a minute of reorders samples the
+machine's slow seconds, and two runs an hour apart differ by more than most changes to the
+code. The benchmarks print this pace before and after they run (``controller_latency.py``,
 ``reorder_parts.py``, ``ordering_speed.py``): the readings tell a slow hour from a quick one,
 though not one run's own time (the pace swings within a run), so a speed-up is claimed only
 from runs alternating with the commit before. ``hpo_scale.py`` reads the compiled reference
@@ -186,8 +186,9 @@ class RunPace:
     it; the mean of these does, within an hour: eight runs in a row of one HPO point (260 x 40,
     Varys, levels) took 16.9-22.8 s, their wall times correlated 0.98 with this mean and their
     wall time over it stayed within 31.7-33.8 s per ms; six of 520 x 80 (fair sharing, levels),
-    28.0-34.5 s, 0.96, 49.2-54.8 s per ms (README, "Machine facts"). Whether it carries from
-    one day to another is not known: the README's older tables were taken without it.
+    28.0-34.5 s, 0.96, 49.2-54.8 s per ms (docs/performance.md). Whether it carries from
+    one day to another is not known: the tables there that give no run pace were taken
+    without it.
     Each reading is the quickest of ``calls`` calls of the compiled reference, 1-2 % of the run
     at the default interval, counted in :attr:`spent_s` so that the run's own time can be told
     without it; a run shorter than ``interval_s`` gets one reading at its end. The handler runs

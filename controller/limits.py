@@ -16,7 +16,7 @@ coflow of it with F flows and P ports asks for up to ``4 * F * P`` marking rules
 :data:`MAX_FLOWS`, :data:`MAX_TCP_PORTS` and :data:`MAX_JOB_RULES` keep what one request
 parses and the rules it makes, and so the time it holds the controller's only event loop,
 within 50 ms: ``benchmarks/loop_hold.py`` registers, reports and deletes the largest jobs and
-coflows these allow under every policy and reports the holds (docs/controller-internals.md).
+coflows these allow under every policy and reports the holds (docs/controller.md).
 The testbed's largest job (a parameter server and 12 workers on 13 hosts: 24 flows, 13 ports,
 1,248 rules) fits.
 """

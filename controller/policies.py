@@ -10,7 +10,7 @@ Every policy maps a :class:`~controller.model.ClusterState` to a
 - ``beamer``: BSSI over HPO stages (reconstructed from He et al., IEEE TNSM 19(2), 2022).
 - ``varys``: smallest-effective-bottleneck-first with MADD rates (Chowdhury et al., SIGCOMM 2014).
 
-JPAS and Beamer are reconstructed from their published abstracts (see ../README.md). Ties are
+JPAS and Beamer are reconstructed from their published abstracts (docs/architecture.md). Ties are
 always broken by arrival time, then id, so every order is deterministic.
 """
 

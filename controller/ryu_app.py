@@ -399,7 +399,7 @@ def build_message(datapath, op: Op):
                 match=packed_match(op.rule.match),
             )
         case OpKind.METER_ADD | OpKind.METER_MODIFY:
-            # No burst size: a small burst (5000) halved TCP goodput on this datapath (DESIGN §3).
+            # No burst size: a small burst (5000) halved TCP goodput on this datapath.
             return parser.OFPMeterMod(
                 datapath=datapath,
                 command=ofp.OFPMC_ADD if op.kind == OpKind.METER_ADD else ofp.OFPMC_MODIFY,

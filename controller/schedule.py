@@ -42,7 +42,7 @@ def one_coflow_ranks(order: Sequence[CoflowId]) -> tuple[tuple[CoflowId], ...]:
     Each rank is made once per coflow id and kept, so a reorder makes one tuple, not one per
     coflow: 10,000 new tuples a reorder started ten collections of the interpreter's youngest
     generation and one of the middle one, from a seventh (Sincronia) to half (FIFO-LM) of the
-    time to order 10,000 coflows (``docs/controller-internals.md``). The kept ranks are
+    time to order 10,000 coflows (``docs/performance.md``). The kept ranks are
     forgotten once they are more than twice a call's coflows plus 4,096. Ids are ints
     (:data:`~controller.model.CoflowId`); an order whose first id is of another type gets
     new ranks.

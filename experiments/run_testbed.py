@@ -8,8 +8,8 @@
         [--calibrate | --calibration JSON] [--out results/testbed]
 
 The defaults are the main experiment: a network-bound cluster (1 Gbit/s links, ring
-all-reduce, the busiest ports mostly busy while stages run). The compute-bound point of the
-README is ``--link-gbps 10 --patterns ps ring --min-iterations 10``.
+all-reduce, the busiest ports mostly busy while stages run). The compute-bound point of
+docs/testbed.md is ``--link-gbps 10 --patterns ps ring --min-iterations 10``.
 
 For every policy: start OVS if needed, the controller (``python -m controller``, fresh
 registry), the one-switch testbed (userspace OVS, TCLink at ``--bw`` Mbit/s, 8 HTB classes per
@@ -27,7 +27,7 @@ measured job start-up and goodput (:mod:`simulator.calibration`, the same for ev
 The levels are served on the hosts' egress too (:mod:`topologies.host_qos`), as the simulator
 serves them on every port; ``--no-host-priorities`` leaves the hosts FIFO (switch only).
 TCP's retransmission timeout is capped at 1 s (``--tcp-rto-max-ms``), so that a flow a higher
-level starved resumes when promoted: the README's "TCP under priorities".
+level starved resumes when promoted: docs/testbed.md, "TCP under priorities".
 Writes ``<label>/seed-<N>/`` (result.json with the hosts' TCP retransmissions and timeouts,
 stages / jobs / configs / tasks CSV, iterations.csv: every rank's every synchronisation, worker
 logs, timeline.json and timeline-simulated.json with schedule.png: the levels and port
@@ -161,8 +161,8 @@ def layout(args) -> Layout:
     )
 
 
-# What one ovs-vswitchd thread of this machine forwards with 12 TCP senders (DESIGN.md section
-# 3), and the switches a packet between two leaves crosses (each crossing is one more pass).
+# What one ovs-vswitchd thread of this machine forwards with 12 TCP senders (docs/testbed.md),
+# and the switches a packet between two leaves crosses (each crossing is one more pass).
 SWITCH_FORWARDING_MBPS = 1300
 FABRIC_CROSSINGS = 3
 
@@ -178,7 +178,7 @@ def forwarding_load_warning(args) -> str | None:
         f"{args.hosts} hosts x {args.bw:g} Mbit/s crossing up to {FABRIC_CROSSINGS} switches "
         f"need up to {need:g} Mbit/s of forwarding, and this machine's userspace switch "
         f"forwards about {SWITCH_FORWARDING_MBPS}: the switch, not the links, may then limit "
-        "the run (lower --bw or the hosts; README, 'A fabric of switches')"
+        "the run (lower --bw or the hosts; docs/testbed.md, 'A fabric of switches')"
     )
 
 
@@ -873,7 +873,7 @@ def build_parser(
         default=["ring"],
         choices=PATTERNS,
         help="synchronisation patterns to draw from (default: ring; a parameter server keeps "
-        "its ports at most about half busy, see README)",
+        "its ports at most about half busy, see docs/testbed.md)",
     )
     parser.add_argument(
         "--models",
@@ -904,7 +904,7 @@ def build_parser(
         help="serve the controller's levels on every host's egress too, as the simulator does "
         "on every port and as Sincronia and Varys enforce them at end hosts (default: on; "
         "--no-host-priorities leaves the hosts' sending links FIFO and only the switch enforces "
-        "the levels, see README)",
+        "the levels, see docs/testbed.md)",
     )
     parser.add_argument(
         "--tcp-rto-max-ms",
@@ -1021,7 +1021,7 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
         if args.tcp_rto_max_ms is None:
             print(
                 "note: this kernel cannot cap TCP's retransmission timeout (Linux 6.15+); "
-                "starved flows back off up to 120 s (README, 'TCP under priorities')"
+                "starved flows back off up to 120 s (docs/testbed.md, 'TCP under priorities')"
             )
     elif args.tcp_rto_max_ms is not None and not network.rto_cap_supported():
         parser.error(

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a Debian 12 machine, run as root:
 #   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv),
-#   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 as DESIGN.md section 3 says),
+#   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 needs old build tools: docs/install.md),
 #   3. the simulator's and the controller's numba kernels compiled into their on-disk cache (once:
 #      about a minute), so that the first run or reorder after set-up does not compile them,
 #   4. Open vSwitch started on the userspace datapath (scripts/ovs.sh start).

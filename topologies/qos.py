@@ -1,6 +1,6 @@
 """Priority levels on a switch port: an HTB qdisc with one class per level, chosen by DSCP.
 
-The userspace datapath ignores ``set_queue`` (DESIGN.md section 3), so a priority level is a DSCP
+The userspace datapath ignores ``set_queue`` (docs/architecture.md), so a priority level is a DSCP
 value that the controller's rules set plus an HTB class on every switch egress port, selected by
 a ``u32`` filter on the IP TOS byte. Classes share the port rate; a lower level number has a
 lower HTB ``prio``, so it borrows spare bandwidth first (strict-as-possible priority), and every

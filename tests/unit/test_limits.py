@@ -150,4 +150,4 @@ def test_the_testbeds_largest_jobs_fit_the_limits(pattern):
     assert n_flows <= limits.MAX_FLOWS and len(hosts) <= limits.MAX_TCP_PORTS
     assert limits.job_rules(n_flows, len(hosts)) <= limits.MAX_JOB_RULES
     if pattern == "ps":
-        assert limits.job_rules(n_flows, len(hosts)) == 1248  # (as docs/controller-internals.md)
+        assert limits.job_rules(n_flows, len(hosts)) == 1248  # (as docs/controller.md)

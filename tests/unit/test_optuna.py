@@ -79,11 +79,11 @@ def test_the_script_prints_the_best_trial_and_writes_the_result_files(tmp_path):
     assert bad.returncode == 2 and "--trials" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_the_readme_example_runs():
-    text = (ROOT / "README.md").read_text()
+def test_the_docs_example_runs():
+    text = (ROOT / "docs" / "simulator.md").read_text()
     block = text.split("<!-- optuna-example")[1].split("```python\n")[1].split("```")[0]
     namespace: dict = {}
-    exec(compile(block, "README.md (optuna example)", "exec"), namespace)
+    exec(compile(block, "docs/simulator.md (optuna example)", "exec"), namespace)
     study, driver = namespace["study"], namespace["driver"]
     assert study.best_trial is not None and driver.core.finished
     assert len(study.trials) == 27
