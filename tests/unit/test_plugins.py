@@ -188,13 +188,14 @@ def test_the_gpu_sweep_points_run_the_examples():
     assert row["network"] == SMALLEST and row["avg_sct_s"] > 0
 
 
-def test_the_optuna_driver_and_the_testbed_take_the_examples():
+def test_the_optuna_driver_and_the_testbed_take_the_examples(tmp_path):
     from experiments import optuna_hpo, run_testbed
     from simulator.__main__ import run_label
 
     args = optuna_hpo.build_parser().parse_args(["--policy", SMALLEST, "--gpu-policy", SHORTEST])
     assert (args.policy, args.gpu_policy) == ([SMALLEST], [SHORTEST])
-    args = run_testbed.build_parser().parse_args(["--policy", SMALLEST, "fair"])
+    argv = ["--policy", SMALLEST, "fair", "--out", str(tmp_path)]  # (--out is made at once)
+    args = run_testbed.build_parser().parse_args(argv)
     assert args.policy == [SMALLEST, "fair"]
     assert run_label(SMALLEST, SHORTEST) == "smallest-first+shortest-remaining"
     assert run_label("beamer", "hermes") == "beamer+hermes" and run_label("fair") == "fair"
