@@ -107,6 +107,32 @@ def test_the_example_gpu_policy_runs_the_job_with_fewest_iterations_left_first()
     assert [j.finish_s for j in fifo] == pytest.approx([30.0, 40.0, 60.0])
 
 
+@pytest.mark.parametrize("name", sorted(gpu.GPU_POLICIES))
+def test_the_built_in_gpu_policies_ignore_the_iterations_the_drivers_now_give(name, monkeypatch):
+    """The HPO drivers give each GpuJob its stage's iterations (the example ranks by those
+    left); a built-in's runs are what they were with none given."""
+    from simulator.__main__ import hpo_summary
+    from simulator.engine import Fabric, Simulator
+    from simulator.hpo import HpoDriver
+    from workloads import hpo_core
+    from workloads.hpo import generate
+
+    def summary() -> dict:
+        sim = Simulator(Fabric(6, 1e9), make_policy("beamer"))
+        manager = gpu.GpuManager(make_gpu_policy(name), 6, 1, 2.0, 0.1)
+        tasks = generate(6, 2, seed=5, configs_per_task=6, min_iterations=4, workers=2)
+        driver = HpoDriver(sim, tasks, gpus=manager)
+        sim.run()
+        return {**hpo_summary(driver), "stages": driver.stage_rows()}
+
+    now = summary()
+    monkeypatch.setattr(
+        hpo_core, "GpuJob", lambda job_id, gpus, arrival_s, iterations, **kw: GpuJob(
+            job_id, gpus, arrival_s, **kw)
+    )  # fmt: skip
+    assert now == summary()
+
+
 # ---- the command lines -------------------------------------------------------------------------
 
 
