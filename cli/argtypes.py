@@ -98,3 +98,39 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
     output_folder(str(path.parent))
     return path
+
+
+def policy_name(text: str) -> str:
+    """An argparse type: a network policy: a built-in's name, an installed entry point's name
+    or ``package.module:Class`` (:mod:`controller.plugins`), loaded now so that a bad one is
+    one line before any work; the text itself (what a sweep point or a child process is
+    given, to load it again)."""
+    from controller.policies import policy_class  # (only the commands that take a policy)
+
+    try:
+        policy_class(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def gpu_policy_name(text: str) -> str:
+    """An argparse type: ``none`` (no GPU time-sharing) or a GPU policy named as
+    :func:`policy_name` takes a network policy; the text itself."""
+    if text == "none":
+        return text
+    from workloads.gpu import gpu_policy_class
+
+    try:
+        gpu_policy_class(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def policy_help(builtins) -> str:
+    """How a ``--policy`` flag's help names the choices: the built-ins, and the other ways."""
+    return (
+        f"{', '.join(sorted(builtins))}, an installed entry point's name, or a class of your "
+        "own as package.module:Class"
+    )

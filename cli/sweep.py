@@ -6,6 +6,9 @@ is one task, and its result one file.
   workers as the job's working directory).
 - ``--sequential`` runs the points one after another in this process, without Ray: the
   reference the parallel runs must match.
+- A point may name a policy of one's own (``package.module:Class``): local workers get the
+  folder its module was found in on their ``PYTHONPATH``; on a Ray cluster it must be
+  installed on the nodes, or live in the repository (shipped as the working directory).
 - Every finished point is written to ``<folder>/<point>.json`` at once, so a crash loses the
   points that were running, not the sweep; ``--resume`` keeps the points already written
   (when their parameters match) and runs only the others.
@@ -35,6 +38,7 @@ from pathlib import Path
 
 from cli.argtypes import positive
 from cli.progress import Progress
+from controller.plugins import child_pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a Ray cluster does not need from the repository (``--ray-address``).
@@ -234,6 +238,11 @@ def _on_ray(run, points, todo, finished, args, ready: Callable[[], None] = lambd
         path = os.environ.get("PYTHONPATH")
         if str(ROOT) not in (path or "").split(os.pathsep):
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), path]))
+        # and the modules of the policies of one's own the command line loaded (a point names
+        # one as package.module:Class and the worker loads it again), wherever they were found
+        path = child_pythonpath(os.environ.get("PYTHONPATH"))
+        if path is not None:
+            os.environ["PYTHONPATH"] = path
         ray.init(
             num_cpus=args.parallel,
             include_dashboard=False,

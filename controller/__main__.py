@@ -1,5 +1,9 @@
 """Start the controller: ``python -m controller --policy beamer``.
 
+``--policy`` also takes a policy of one's own, ``package.module:Class`` or an installed entry
+point's name (:mod:`controller.plugins`); it is loaded at start, as are those of
+``--load-policy``, and ``PUT /api/policy`` switches only among them and the built-ins.
+
 OpenFlow listens on 127.0.0.1:6653 and the REST API on 127.0.0.1:8080 unless told otherwise.
 ``--hosts`` takes a JSON file describing the hosts (a list of objects with ``name``, ``ip`` and
 optionally ``mac``, ``switch`` (the datapath id of its edge switch; omitted on a one-switch
@@ -17,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli.argtypes import positive, program, tcp_port
+from cli.argtypes import policy_help, policy_name, positive, program, tcp_port
 from controller.api import is_loopback
 from controller.model import HostPort
 from controller.policies import POLICIES, parse_option_text
@@ -74,8 +78,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--policy",
         default="beamer",
-        choices=sorted(POLICIES),
-        help="ordering policy (default: beamer; a policy saved in --db wins)",
+        type=policy_name,
+        help=f"ordering policy: {policy_help(POLICIES)} (default: beamer; a policy saved in "
+        "--db wins if it is a built-in or loaded at start)",
+    )
+    parser.add_argument(
+        "--load-policy",
+        action="append",
+        default=[],
+        type=policy_name,
+        metavar="POLICY",
+        help="also load this policy of your own (package.module:Class or an entry point's "
+        "name) at start, so that PUT /api/policy may switch to it: requests import no code "
+        "(repeatable)",
     )
     parser.add_argument(
         "--policy-option",
@@ -190,6 +205,7 @@ def main(argv=None) -> int:
     settings = ryu_app.Settings(
         policy=args.policy,
         policy_options=options,
+        offered_policies=args.load_policy,
         db_path=args.db,
         tick_s=args.tick,
         port_bps=args.port_bps,

@@ -12,6 +12,7 @@ The API is described by ``controller/openapi.yaml``.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hmac
 import ipaddress
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.engine import Engine, NoPlan
-from controller.policies import POLICIES
+from controller.policies import POLICIES, Policy
 from controller.registry import (
     KINDS,
     DuplicateRecord,
@@ -78,6 +79,22 @@ def openapi_document() -> dict:
     import yaml  # only this view needs it
 
     return yaml.safe_load(SPEC_PATH.read_text())
+
+
+def with_policies(document: dict, extra: Mapping[str, type[Policy]]) -> dict:
+    """``document`` (the OpenAPI one) with the policies ``extra`` (loaded at start) among the
+    names ``PUT /api/policy`` takes and their options among its options, so that a client
+    checking requests against the served document may name them. The document itself is
+    left as it is; an option already described (a built-in's keyword) keeps its description."""
+    document = copy.deepcopy(document)
+    schemas = document["components"]["schemas"]
+    schemas["PolicyChoice"]["properties"]["name"]["enum"] += list(extra)
+    described = schemas["PolicyOptions"]["properties"]
+    for name, policy in extra.items():
+        for key, spec in policy.OPTIONS.items():
+            if key not in described:
+                described[key] = {**spec.schema(), "description": f"{name}: {spec.doc}"}
+    return document
 
 
 class ApiError(Exception):
@@ -238,18 +255,23 @@ class RestApi:
     # ---- policy and views ----------------------------------------------------------------------
 
     def get_spec(self, body) -> tuple[int, object]:
-        """``GET /api/openapi.json``: the OpenAPI document this API follows."""
-        return 200, openapi_document()
+        """``GET /api/openapi.json``: the OpenAPI document this API follows (with the policies
+        loaded at start besides the built-ins, if any)."""
+        offered = self.engine.policies
+        extra = {name: offered[name] for name in sorted(offered) if name not in POLICIES}
+        return 200, openapi_document() if not extra else with_policies(openapi_document(), extra)
 
     def get_policy(self, body) -> tuple[int, object]:
-        """``GET /api/policy``: the policy in force, its options and every policy's option specs."""
+        """``GET /api/policy``: the policy in force, its options and the option specs of every
+        policy it may be switched to (the built-ins and those loaded at start)."""
+        offered = self.engine.policies
         return 200, {
             "name": self.engine.policy_name,
             "options": self.engine.policy_options,
-            "available": sorted(POLICIES),
+            "available": sorted(offered),
             "option_specs": {
-                name: {key: spec.schema() for key, spec in POLICIES[name].OPTIONS.items()}
-                for name in sorted(POLICIES)
+                name: {key: spec.schema() for key, spec in offered[name].OPTIONS.items()}
+                for name in sorted(offered)
             },
         }
 

@@ -16,12 +16,19 @@ import gc
 import logging
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from controller.metrics import percentile
 from controller.model import ClusterState
-from controller.policies import POLICIES, Policy, make_policy
+from controller.policies import (
+    POLICIES,
+    Policy,
+    check_options,
+    is_plugin_reference,
+    make_policy,
+    policy_class,
+)
 from controller.registry import IMPLICIT_COFLOW_BASE, InvalidInput, Registry
 from controller.rules import (
     MarkingTable,
@@ -199,6 +206,10 @@ class Engine:
             ingress edge: marks travel with the packets, and a meter limits a flow once); rules
             of a host whose switch is not known go to every switch. ``None``: every switch
             gets every rule.
+        offered_policies: policies of outside code (``package.module:Class`` or an entry
+            point's name, :mod:`controller.plugins`) to load now besides ``policy``, so that
+            :meth:`set_policy` may switch to them: it switches only among the built-ins and the
+            policies loaded here (the REST API never imports code).
     """
 
     def __init__(
@@ -213,6 +224,7 @@ class Engine:
         preemptions: Callable[[], int] = involuntary_switches,
         gc_pauses: GcPauses | None = None,
         edge_switch: Callable[[str], int | None] | None = None,
+        offered_policies: Iterable[str] = (),
     ) -> None:
         self.registry = registry
         self.edge_switch = edge_switch
@@ -222,12 +234,17 @@ class Engine:
         self.monotonic = monotonic
         self.cpu_clock = cpu_clock
         self.preemptions = preemptions
+        # what set_policy may switch to: the built-ins and the policies named at start (the
+        # command line's), loaded now; loading imports code, which no request may make happen
+        self.policies: dict[str, type[Policy]] = dict(POLICIES)
+        for name in (policy, *offered_policies):
+            self.policies[name] = policy_class(name)
         self.policy: Policy = make_policy(policy, **(policy_options or {}))
         self.policy_name, self.policy_options = policy, dict(policy_options or {})
         saved = registry.settings.get("policy")
         if saved:
             try:  # (checked when the registry opened its file; one made in code is not)
-                self.policy = make_policy(saved["name"], **saved.get("options", {}))
+                self.policy = self._offered(saved["name"], saved.get("options", {}))
                 self.policy_name, self.policy_options = saved["name"], saved.get("options", {})
             except (ValueError, TypeError, KeyError) as exc:
                 LOG.error("ignoring the policy saved in the database (%s): %s", saved, exc)
@@ -262,13 +279,27 @@ class Engine:
         if options is not None and not isinstance(options, dict):
             raise InvalidInput("options: must be a JSON object", "options")
         try:
-            policy = make_policy(name, **(options or {}))
+            policy = self._offered(name, options or {})
         except ValueError as exc:
-            field_name = "name" if name not in POLICIES else "options"
+            field_name = "name" if name not in self.policies else "options"
             raise InvalidInput(f"{field_name}: {exc}", field_name) from None
         self.registry.set_setting("policy", {"name": name, "options": options or {}})
         self.policy, self.policy_name, self.policy_options = policy, name, dict(options or {})
         self.note_event()
+
+    def _offered(self, name: str, options: dict) -> Policy:
+        """A new instance of the offered policy ``name`` (:attr:`policies`) with ``options``,
+        importing nothing; ``ValueError`` naming what is wrong."""
+        if name not in self.policies:
+            choices = ", ".join(sorted(self.policies))
+            if is_plugin_reference(name):
+                raise ValueError(
+                    f"policy {name!r} was not loaded at start, and requests import no code: "
+                    f"start the controller with --policy {name} (or --load-policy {name}) to "
+                    f"offer it; choose from {choices}"
+                )
+            raise ValueError(f"unknown policy {name!r}; choose from {choices}")
+        return self.policies[name](**check_options(name, options, load=False))
 
     # ---- reordering --------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from controller import plugins
 from controller.bssi import DemandMatrix, bssi_order, bssi_positions
 from controller.limits import MAX_FLOW_BYTES, MAX_FLOWS, brief
 from controller.madd import TIE_DIGITS, sebf_order, sparse_madd_s
@@ -176,6 +177,9 @@ class OptionSpec:
 class Policy:
     """Base class: subclasses set ``name``, declare their constructor's keyword arguments in
     ``OPTIONS`` and implement :meth:`schedule`.
+
+    A policy of your own (``--policy package.module:Class``, see :mod:`controller.plugins`)
+    subclasses this the same way; its ``name`` labels its runs and may not be a built-in's.
 
     Attributes:
         name: the registry key.
@@ -1241,21 +1245,69 @@ POLICIES: dict[str, type[Policy]] = {
     Varys.name: Varys,
 }
 
+# the entry-point group in which an installed distribution offers network policies
+# (controller.plugins)
+NETWORK_POLICY_GROUP = "hpo_scheduling.network_policies"
 
-def policy_class(name: str) -> type[Policy]:
-    """The policy registered as ``name``; ``ValueError`` naming the choices otherwise."""
+# the policies of outside code loaded in this process, by the reference they were loaded by
+# (package.module:Class or an entry point's name): loaded once, then looked up like a built-in
+_LOADED: dict[str, type[Policy]] = {}
+
+
+def policy_class(name: str, load: bool = True) -> type[Policy]:
+    """The policy ``name`` names: a built-in's name, or (see :mod:`controller.plugins`)
+    ``package.module:Class`` or an entry point of :data:`NETWORK_POLICY_GROUP`, imported the
+    first time. ``load=False`` imports nothing: only the built-ins and the policies this
+    process loaded already are found (the controller's REST API and its saved setting).
+
+    Raises:
+        ValueError: one line: an unknown name (naming the choices), or why the class named
+            could not be loaded.
+    """
     try:
         return POLICIES[name]
     except KeyError:
+        pass
+    if name in _LOADED:
+        return _LOADED[name]
+    unknown = f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}"
+    if not load or not isinstance(name, str):
+        raise ValueError(unknown)
+    found = plugins.load(
+        name, base=Policy, group=NETWORK_POLICY_GROUP, kind="policy", builtins=POLICIES
+    )
+    if found is None:
+        raise ValueError(unknown + plugins.unknown_hint(name, NETWORK_POLICY_GROUP))
+    _check_declared_options(name, found)
+    _LOADED[name] = found
+    return found
+
+
+def is_plugin_reference(name: str) -> bool:
+    """Whether ``name`` could name a policy of outside code (``module:Class``, or an installed
+    entry point's name), telling it from a misspelt built-in without importing anything."""
+    return ":" in name or name in plugins.entry_points(NETWORK_POLICY_GROUP)
+
+
+def _check_declared_options(name: str, policy: type[Policy]) -> None:
+    """A loaded policy's ``OPTIONS`` are what the command line and the REST API check
+    options against: a dict of :class:`OptionSpec` by keyword, or a one-line refusal."""
+    declared = policy.OPTIONS
+    if not isinstance(declared, dict) or not all(
+        isinstance(key, str) and isinstance(spec, OptionSpec) for key, spec in declared.items()
+    ):
         raise ValueError(
-            f"unknown policy {name!r}; choose from {', '.join(sorted(POLICIES))}"
-        ) from None
+            f"policy {name!r}: {policy.__qualname__}.OPTIONS must map each option's keyword "
+            "to an OptionSpec"
+        )
 
 
-def _option_value(name: str, key: str, convert: Callable[[OptionSpec], Any]) -> Any:
+def _option_value(
+    name: str, key: str, convert: Callable[[OptionSpec], Any], load: bool = True
+) -> Any:
     """``convert(spec)`` for option ``key`` of policy ``name``, every ``ValueError`` naming
     the policy and the option."""
-    declared = policy_class(name).OPTIONS
+    declared = policy_class(name, load).OPTIONS
     if key not in declared:
         allowed = ", ".join(sorted(declared)) or "none"
         raise ValueError(f"policy {name!r} has no option {key!r} (options: {allowed})")
@@ -1265,14 +1317,15 @@ def _option_value(name: str, key: str, convert: Callable[[OptionSpec], Any]) -> 
         raise ValueError(f"{name} option {key} {exc}") from None
 
 
-def check_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` of policy ``name`` checked against its declaration (JSON-typed values).
+def check_options(name: str, options: Mapping[str, Any], load: bool = True) -> dict[str, Any]:
+    """``options`` of policy ``name`` checked against its declaration (JSON-typed values);
+    ``load``: as :func:`policy_class` takes it.
 
     Raises:
         ValueError: unknown policy or option, or a value of the wrong type or range, naming it.
     """
     return {
-        key: _option_value(name, key, lambda spec, v=value: spec.check(v))
+        key: _option_value(name, key, lambda spec, v=value: spec.check(v), load)
         for key, value in options.items()
     }
 
@@ -1283,15 +1336,25 @@ def parse_option_text(name: str, key: str, text: str) -> Any:
 
 
 def make_policy(name: str, **options) -> Policy:
-    """A new policy instance by registry name, e.g. ``make_policy("beamer", use_rates=True)``.
+    """A new policy instance by name, e.g. ``make_policy("beamer", use_rates=True)`` or
+    ``make_policy("examples.smallest_first:SmallestFirst")`` (see :func:`policy_class`).
 
     Raises:
-        ValueError: unknown name or option, or a bad value, naming it.
+        ValueError: unknown name or option, a bad value, or a class that could not be loaded,
+            naming it.
     """
     return policy_class(name)(**check_options(name, options))
 
 
+def policy_label(name: str) -> str:
+    """What runs of policy ``name`` are labelled and their files named by: its class's
+    ``name`` (a built-in's is its name; ``package.module:Class`` has a colon, a file name
+    should not)."""
+    return policy_class(name).name
+
+
 __all__ = [
+    "NETWORK_POLICY_GROUP",
     "POLICIES",
     "PROGRESS_READINGS",
     "STAGE_ORDER_READINGS",
@@ -1306,8 +1369,10 @@ __all__ = [
     "Varys",
     "job_remaining_bytes",
     "check_options",
+    "is_plugin_reference",
     "madd",
     "make_policy",
     "parse_option_text",
     "policy_class",
+    "policy_label",
 ]

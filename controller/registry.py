@@ -56,7 +56,7 @@ from controller.model import (
     accuracy_report,
     port_bytes,
 )
-from controller.policies import check_options, policy_class
+from controller.policies import check_options, is_plugin_reference, policy_class
 
 # Implicit coflows of jobs live above every registrable coflow id.
 IMPLICIT_COFLOW_BASE = 2**32
@@ -523,7 +523,12 @@ def check_references(kind: str, record: Any, records: Mapping[str, Mapping[int, 
 def _policy_setting(value: Any) -> dict:
     """The saved policy, ``{"name": ..., "options": {...}}``, checked as the engine will use
     it: a known policy, and options its declaration accepts
-    (:func:`~controller.policies.check_options`, which the policy's construction applies)."""
+    (:func:`~controller.policies.check_options`, which the policy's construction applies).
+
+    Nothing is imported: a policy of outside code (``module:Class``, an entry point's name)
+    that this process has not loaded is kept with its options unchecked; the engine uses it
+    only if it was loaded at start, else says it ignores it (a database never makes the
+    controller import code, nor refuses to open for a policy not loaded this time)."""
     if not isinstance(value, dict):
         raise bad("value", f"must be a JSON object, got {brief(value)}")
     _check_fields(value, {"name", "options"}, {"name"})
@@ -531,13 +536,18 @@ def _policy_setting(value: Any) -> dict:
     if not isinstance(name, str):
         raise bad("name", f"must be a string, got {brief(name)}")
     try:
-        policy_class(name)
+        policy_class(name, load=False)
     except ValueError as exc:
-        raise bad("name", str(exc)) from None
+        if not is_plugin_reference(name):
+            raise bad("name", str(exc)) from None
+        known = False
+    else:
+        known = True
     if not isinstance(options, dict):
         raise bad("options", f"must be a JSON object, got {brief(options)}")
     try:
-        check_options(name, options)
+        if known:
+            check_options(name, options, load=False)
     except ValueError as exc:
         raise bad("options", str(exc)) from None
     return value

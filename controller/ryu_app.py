@@ -84,6 +84,7 @@ class Settings:
 
     policy: str = "beamer"
     policy_options: dict = field(default_factory=dict)
+    offered_policies: list[str] = field(default_factory=list)  # --load-policy
     db_path: str = "controller.sqlite"
     tick_s: float = 1.0
     port_bps: float = 20e6
@@ -131,6 +132,7 @@ class HpoScheduler(app_manager.RyuApp):
             settings.port_bps,
             {h.ip: h.bps for h in settings.hosts if h.bps},
             gc_pauses=GcPauses().install(),
+            offered_policies=settings.offered_policies,
         )
         self.wake = hub.Event()
         self.api = RestApi(

@@ -22,6 +22,10 @@ targets), printing a table as it goes:
    and (beamer, hermes), with successive halving and the default models, at 13 and ``--hosts``
    hosts.
 
+``--gpu-policy`` (parts 1 and 2) and ``--pairs`` (part 3) choose other policies, among them
+policies of one's own (``package.module:Class`` or an entry point's name,
+:mod:`controller.plugins`).
+
 Metrics: time until the HPO's final configuration is identified (it leads the observed
 accuracies from then on), time to 90 % of its converged accuracy, HPO completion time, average
 stage completion time, GPU utilisation and preemptions. Writes ``gpu.csv``, ``summary.json`` and
@@ -46,7 +50,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import fraction, non_negative, output_folder, positive, program  # noqa: E402
+from cli.argtypes import (  # noqa: E402
+    fraction,
+    gpu_policy_name,
+    non_negative,
+    output_folder,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+)
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
@@ -61,6 +74,7 @@ from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
 GPU_ORDER = ["fifo", "rr", "slaq", "hermes"]
 PAIRS = [("fair", "fifo"), ("fair", "hermes"), ("beamer", "fifo"), ("beamer", "hermes")]
+BASELINE_PAIR = ("fair", "fifo")  # part 3's pairs are compared with it (always run, first)
 FIELDS = [
     "part",
     "search",
@@ -162,17 +176,29 @@ def experiments(args) -> list[dict]:
         return {"part": part, "search": search, "hosts": hosts, "seed": seed,
                 "network": network, "gpu": gpu, "settings": settings}  # fmt: skip
 
-    points = [point("compute", "full", 0, s, "-", g) for s in args.compute_seeds for g in GPU_ORDER]
+    gpus = args.gpu_policy
+    points = [point("compute", "full", 0, s, "-", g) for s in args.compute_seeds for g in gpus]
     searches = ("full", "halving") + (("yahpo-full",) if args.yahpo else ())
     points += [
         point("cluster", search, args.hosts, seed, "fair", gpu)
-        for search in searches for seed in args.seeds for gpu in GPU_ORDER
+        for search in searches for seed in args.seeds for gpu in gpus
     ]  # fmt: skip
     points += [
         point("pairs", "halving", hosts, seed, network, gpu)
-        for hosts in sorted({13, args.hosts}) for seed in args.seeds for network, gpu in PAIRS
+        for hosts in sorted({13, args.hosts}) for seed in args.seeds for network, gpu in args.pairs
     ]  # fmt: skip
     return points
+
+
+def pair(text: str) -> tuple[str, str]:
+    """An argparse type: ``NETWORK+GPU``, a network and a GPU policy (each a built-in's name,
+    an entry point's or ``package.module:Class``), loaded now."""
+    network, plus, gpu = text.rpartition("+")
+    if not plus or not network or not gpu:
+        raise argparse.ArgumentTypeError(f"expected NETWORK+GPU (e.g. beamer+hermes), got {text!r}")
+    if gpu == "none":
+        raise argparse.ArgumentTypeError(f"{text}: part 3 runs a GPU policy, not none")
+    return policy_name(network), gpu_policy_name(gpu)
 
 
 @functools.cache
@@ -408,6 +434,25 @@ def main(argv=None) -> int:
         help="also run part 2's full search with YAHPO Gym LCBench curves (DIR holds lcbench/)",
     )
     parser.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        type=gpu_policy_name,
+        default=GPU_ORDER,
+        metavar="GPU_POLICY",
+        help=f"GPU policies of parts 1 and 2: {policy_help(GPU_POLICIES)} (default: "
+        f"{' '.join(GPU_ORDER)})",
+    )
+    parser.add_argument(
+        "--pairs",
+        nargs="+",
+        type=pair,
+        default=PAIRS,
+        metavar="NETWORK+GPU",
+        help="(network, GPU) policy pairs of part 3, each policy named as --policy and "
+        "--gpu-policy take them; fair+fifo, the baseline, always runs (default: "
+        f"{' '.join('+'.join(p) for p in PAIRS)})",
+    )
+    parser.add_argument(
         "--out",
         type=output_folder,
         default="results/gpu",
@@ -419,6 +464,11 @@ def main(argv=None) -> int:
         parser.error("need 0 <= --resume-cost < --quantum")
     if args.hosts < 3:
         parser.error("--hosts must be at least 3 (jobs have 3 workers)")
+    if "none" in args.gpu_policy:
+        parser.error("--gpu-policy: every run of parts 1 and 2 time-shares under a policy; "
+                     "none is not one")  # fmt: skip
+    # (the baseline first: part 3's figure and ratios compare every pair with it)
+    args.pairs = [BASELINE_PAIR, *dict.fromkeys(p for p in args.pairs if p != BASELINE_PAIR)]
     assert sorted(GPU_ORDER) == sorted(GPU_POLICIES)
     if args.yahpo is not None:
         try:

@@ -15,7 +15,9 @@ trains the same trials as traffic-replay workers on the Mininet testbed
 registered with the controller over REST, with the simulator's prediction beside each run.
 The same studies run under each network policy (``--policy``) and GPU policy
 (``--gpu-policy``), each from fresh studies with the same seeds, so the runs differ only by the
-scheduling. It prints, per run, the stage and HPO metrics as ``python -m simulator hpo`` does
+scheduling (both flags also take policies of one's own, ``package.module:Class`` or an entry
+point's name, :mod:`controller.plugins`; a run is labelled by its policies' names). It prints,
+per run, the stage and HPO metrics as ``python -m simulator hpo`` does
 and a line with the best trial of each study; ``--out`` gets the same result files (stages,
 jobs, configs, tasks, coflows CSVs per run, ``summary.json``) plus ``trials-<run>.csv``. The
 same seed gives the same trials, prunings and best trial.
@@ -36,9 +38,18 @@ from pathlib import Path
 
 import optuna
 
-from cli.argtypes import number, output_folder, positive, program
+from cli.argtypes import (
+    gpu_policy_name,
+    number,
+    output_folder,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+)
 from controller.metrics import mean_ci, paired_ratio_ci
 from controller.policies import POLICIES, make_policy
+from simulator.__main__ import run_label
 from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, provenance, write_csv, write_json
@@ -91,15 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         nargs="+",
         default=["beamer", "fair"],
-        choices=sorted(POLICIES),
-        help="network policies, a study each (default: beamer fair)",
+        type=policy_name,
+        metavar="POLICY",
+        help=f"network policies, a study each: {policy_help(POLICIES)}; a run is labelled by "
+        "its policy's name (default: beamer fair)",
     )
     parser.add_argument(
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        choices=["none", *sorted(GPU_POLICIES)],
-        help="GPU time-sharing policies, each with every --policy (default: none)",
+        type=gpu_policy_name,
+        metavar="GPU_POLICY",
+        help=f"GPU time-sharing policies, each with every --policy: none, "
+        f"{policy_help(GPU_POLICIES)} (default: none)",
     )
     parser.add_argument(
         "--seed", type=number(int, 0), nargs="+", default=[1], help="one run per seed"
@@ -176,11 +191,7 @@ def main(argv=None) -> int:
             PROFILES[args.model].with_bytes_divided_by(link_scale), args.pattern, space,
         )  # fmt: skip
 
-    labels = [
-        name if gpu == "none" else f"{name}+{gpu}"
-        for name in args.policy
-        for gpu in args.gpu_policy
-    ]
+    labels = [run_label(name, gpu) for name in args.policy for gpu in args.gpu_policy]
     if args.baseline is not None and args.baseline not in labels:
         parser.error(f"--baseline {args.baseline} is not one of the runs ({', '.join(labels)})")
     if args.backend == "testbed":
@@ -198,7 +209,7 @@ def main(argv=None) -> int:
     for seed in args.seed:
         for name in args.policy:
             for gpu_policy in args.gpu_policy:
-                label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
+                label = run_label(name, gpu_policy)
                 sim = Simulator(fabric, make_policy(name))
                 gpus = None
                 if gpu_policy != "none":
@@ -342,7 +353,7 @@ def on_testbed(args, argv, studies) -> int:
             for seed, name, gpu_policy in itertools.product(
                 args.seed, args.policy, args.gpu_policy
             ):
-                label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
+                label = run_label(name, gpu_policy)
                 run_dir = out / label / f"seed-{seed}"
                 testbed.seed = seed
                 made = StudiesMade(studies, seed, testbed.link_scale)

@@ -19,7 +19,10 @@ everything down (by handle and by name, also on Ctrl-C or an error). Bytes are d
 ``--link-gbps / --bw`` (the modelled real link rate over the emulated one) so that
 every link keeps the real compute/communication ratio. With ``--gpu-policy`` every network
 policy also runs under each GPU time-sharing policy (the job manager of ``workloads/gpu.py``
-pauses and resumes the workers; ``none``: every job computes at once). Every (policy, seed) runs
+pauses and resumes the workers; ``none``: every job computes at once). Both flags take policies
+of one's own too (``package.module:Class`` or an entry point's name, :mod:`controller.plugins`):
+the controller is started with the same ``--policy``, and finds the module where this process
+did (``<label>`` is then the policy's ``name``). Every (policy, seed) runs
 on the testbed and, beside it, in the simulator on the same workload, seed, link rate and bytes:
 the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
 ``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
@@ -57,7 +60,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, number, output_folder, positive, program  # noqa: E402
+from cli.argtypes import (  # noqa: E402
+    gpu_policy_name,
+    non_negative,
+    number,
+    output_folder,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+)
 from cli.progress import Progress  # noqa: E402
 from controller.metrics import (  # noqa: E402
     Interval,
@@ -69,6 +81,7 @@ from controller.metrics import (  # noqa: E402
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.timeline import CoflowLevel, Timeline, port_names  # noqa: E402
 from experiments.schedule_plot import draw as draw_schedule  # noqa: E402
+from simulator.__main__ import run_label  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
@@ -535,7 +548,7 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
         ("iterations", driver.iteration_rows),
     ):
         write_csv(out / f"{name}.csv", rows)
-    label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+    label = run_label(policy, gpu_policy)
     predicted = Timeline(
         port_names(args.hosts),
         args.bw * 1e6,
@@ -783,15 +796,20 @@ def build_parser(
         "--policy",
         nargs="+",
         default=DEFAULT_POLICIES,
-        choices=sorted(POLICIES),
-        help=f"network policies, each a run (default: {' '.join(DEFAULT_POLICIES)})",
+        type=policy_name,
+        metavar="POLICY",
+        help=f"network policies, each a run: {policy_help(POLICIES)} (the controller loads "
+        "it too); a run is labelled by its policy's name (default: "
+        f"{' '.join(DEFAULT_POLICIES)})",
     )
     parser.add_argument(
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        choices=["none", *sorted(GPU_POLICIES)],
-        help="GPU time-sharing policies, each run with every --policy (default: none)",
+        type=gpu_policy_name,
+        metavar="GPU_POLICY",
+        help=f"GPU time-sharing policies, each run with every --policy: none, "
+        f"{policy_help(GPU_POLICIES)} (default: none)",
     )
     parser.add_argument(
         "--gpus-per-host", type=positive(int), default=1, help="emulated GPUs per host (default 1)"
@@ -1081,7 +1099,7 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
         args.seed = seed  # the workload's
         for policy in args.policy:
             for gpu_policy in args.gpu_policy:
-                label = policy if gpu_policy == "none" else f"{policy}+{gpu_policy}"
+                label = run_label(policy, gpu_policy)
                 print(f"== {label}, seed {seed}", flush=True)
                 try:
                     result, failed = run_with_retries(

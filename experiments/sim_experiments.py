@@ -34,7 +34,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, number, output_folder, positive, program  # noqa: E402
+from cli.argtypes import (  # noqa: E402
+    non_negative,
+    number,
+    output_folder,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+)
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import (  # noqa: E402
@@ -312,9 +320,10 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--baseline",
-        choices=sorted(POLICIES),
+        type=policy_name,
         default=BASELINE,
-        help="the policy every other is compared with, paired per seed (default: fair)",
+        help="the policy every other is compared with, paired per seed, one of --policy "
+        "(default: fair)",
     )
     parser.add_argument(
         "--search",
@@ -327,8 +336,10 @@ def main(argv=None) -> int:
         "--policy",
         nargs="+",
         default=sorted(POLICIES),
-        choices=sorted(POLICIES),
-        help="network policies (default: all)",
+        type=policy_name,
+        metavar="POLICY",
+        help=f"network policies: {policy_help(POLICIES)}; the tables name each as given "
+        "(default: every built-in)",
     )
     parser.add_argument(
         "--link-gbps",

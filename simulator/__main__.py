@@ -10,6 +10,10 @@ under each policy and prints average / p95 CCT and the ratio of the total CCT to
 ``--out`` also writes per-coflow CSV files and a JSON summary; with ``--schedule`` every run also
 draws its schedule (``schedule-<policy>.png``: levels over time and port utilisation, from
 ``timeline-<policy>.json``; see :mod:`experiments.schedule_plot`).
+
+``--policy`` and ``--gpu-policy`` take the built-ins' names and policies of one's own,
+``package.module:Class`` or an installed entry point's name (:mod:`controller.plugins`); a run
+is labelled by its policy's ``name``.
 """
 
 from __future__ import annotations
@@ -19,16 +23,26 @@ import sys
 import time
 from pathlib import Path
 
-from cli.argtypes import fraction, non_negative, number, output_folder, positive, program
+from cli.argtypes import (
+    fraction,
+    gpu_policy_name,
+    non_negative,
+    number,
+    output_folder,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+)
 from cli.progress import Progress
 from controller.metrics import summarise
-from controller.policies import POLICIES, make_policy
+from controller.policies import POLICIES, make_policy, policy_label
 from controller.timeline import Timeline, port_names
 from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
 from simulator.traces import TraceError, load_trace
-from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy
+from workloads.gpu import GPU_POLICIES, GpuManager, gpu_policy_label, make_gpu_policy
 from workloads.hpo import PATTERNS, SEARCHES, generate
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
@@ -134,9 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        choices=["none", *sorted(GPU_POLICIES)],
-        help="GPU time-sharing policies of the job manager; every network policy runs with "
-        "each (default: none, every job computes as soon as it can)",
+        type=gpu_policy_name,
+        metavar="GPU_POLICY",
+        help=f"GPU time-sharing policies of the job manager: none, {policy_help(GPU_POLICIES)}; "
+        "every network policy runs with each (default: none, every job computes as soon as "
+        "it can)",
     )
     hpo.add_argument(
         "--gpus-per-host",
@@ -165,8 +181,10 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         "--policy",
         nargs="+",
         default=sorted(POLICIES),
-        choices=sorted(POLICIES),
-        help="policies to run (default: all)",
+        type=policy_name,
+        metavar="POLICY",
+        help=f"policies to run: {policy_help(POLICIES)}; a run is labelled (and its files "
+        "named) by its policy's name (default: every built-in)",
     )
     parser.add_argument(
         "--mode",
@@ -232,10 +250,11 @@ def run_trace(args) -> int:
     print(f"{'policy':<10} {'avg CCT s':>11} {'p95 CCT s':>11} {'total/bound':>12} {'wall s':>8}")
     warm_up()  # (compiles the kernels the first time; not part of any run's wall time)
     for name in args.policy:
-        timeline = _timeline(args, fabric, name)
+        label = policy_label(name)  # (a built-in's name; a loaded class's name)
+        timeline = _timeline(args, fabric, label)
         sim = Simulator(fabric, make_policy(name), mode=args.mode, timeline=timeline)
         trace.install(sim, offline=args.offline)
-        progress = Progress(len(trace.coflows), f"{name} coflows", lines=False)
+        progress = Progress(len(trace.coflows), f"{label} coflows", lines=False)
         sim.on_coflow_done(lambda _record, progress=progress: progress.step())
         started = time.perf_counter()
         sim.run()
@@ -245,7 +264,7 @@ def run_trace(args) -> int:
         cct = summarise([r["cct_s"] for r in rows])
         total = sum(r["cct_s"] for r in rows)
         ratio = total / bound if bound > 0 else float("nan")
-        summary["policies"][name] = {
+        summary["policies"][label] = {
             "cct_s": cct,
             "total_cct_s": total,
             "ratio_to_bound": ratio,
@@ -253,13 +272,15 @@ def run_trace(args) -> int:
             "steps": sim.steps,
             "reorders": sim.reorders,
         }
+        if label != name:  # (what to name it by to run it again)
+            summary["policies"][label]["policy"] = name
         print(
-            f"{name:<10} {cct['mean']:>11.3f} {cct['p95']:>11.3f} {ratio:>12.3f} {wall:>8.1f}",
+            f"{label:<10} {cct['mean']:>11.3f} {cct['p95']:>11.3f} {ratio:>12.3f} {wall:>8.1f}",
             flush=True,
         )
         if args.out:
-            write_csv(args.out / f"coflows-{name}.csv", rows)
-            _draw(timeline, sim, args.out, name)
+            write_csv(args.out / f"coflows-{label}.csv", rows)
+            _draw(timeline, sim, args.out, label)
     if args.out:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
@@ -310,7 +331,7 @@ def run_hpo(args) -> int:
     )
     for name in args.policy:
         for gpu_policy in args.gpu_policy:
-            label = name if gpu_policy == "none" else f"{name}+{gpu_policy}"
+            label = run_label(name, gpu_policy)
             timeline = _timeline(args, fabric, label)
             sim = Simulator(fabric, make_policy(name), mode=args.mode, timeline=timeline)
             gpus = None
@@ -357,6 +378,14 @@ def run_hpo(args) -> int:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
     return 0
+
+
+def run_label(network: str, gpu: str = "none") -> str:
+    """A run's label (and its files' name part): the network policy's name, with ``+`` and the
+    GPU policy's name if there is one (for the built-ins, the names given; for a class of
+    one's own, its ``name``, not the ``module:Class`` that loaded it)."""
+    label = policy_label(network)
+    return label if gpu == "none" else f"{label}+{gpu_policy_label(gpu)}"
 
 
 def _timeline(args, fabric: Fabric, label: str) -> Timeline | None:

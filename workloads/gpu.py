@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from controller import plugins
 from workloads.curves import LearningCurve
 from workloads.hpo import best_identified_s
 
@@ -48,7 +49,8 @@ class GpuJob:
         job_id: identifier.
         gpus: GPUs it needs at once (one per worker).
         arrival_s: submission time.
-        iterations: iterations to do (used when :func:`run_time_sharing` simulates the compute).
+        iterations: iterations to do (in a stage, for the HPO drivers; a policy may rank by
+            what is left, ``iterations - done``; :func:`run_time_sharing` simulates them).
         iteration_s: time of one iteration while it holds its GPUs (idem).
         curve: its learning curve (idem; drivers :meth:`GpuManager.report` accuracy instead).
         servers: the server of each worker when the workload fixes it (then it gets GPUs of
@@ -117,7 +119,14 @@ def normalised_loss_reduction(job: GpuJob, quantum_s: float) -> float | None:
 
 
 class GpuPolicy:
-    """Ranks unfinished jobs, most deserving first."""
+    """Ranks unfinished jobs, most deserving first.
+
+    A policy of your own (``--gpu-policy package.module:Class``, see :mod:`controller.plugins`)
+    subclasses this, sets ``name`` (its runs' label) and implements :meth:`rank`; the manager
+    makes one instance per run, without arguments. At every quantum boundary the manager runs,
+    in the ranked order, each job whose GPUs are all still free (a job left out of the ranking
+    waits); ``preemptive = False`` keeps the running jobs running until they finish.
+    """
 
     name = ""
     preemptive = True
@@ -194,15 +203,43 @@ GPU_POLICIES: dict[str, Callable[[], GpuPolicy]] = {
     p.name: p for p in (Fifo, RoundRobin, Slaq, Hermes)
 }
 
+# the entry-point group in which an installed distribution offers GPU policies
+# (controller.plugins)
+GPU_POLICY_GROUP = "hpo_scheduling.gpu_policies"
+
+# the GPU policies of outside code loaded in this process, by the reference they were loaded by
+_LOADED: dict[str, type[GpuPolicy]] = {}
+
+
+def gpu_policy_class(name: str) -> Callable[[], GpuPolicy]:
+    """The GPU policy ``name`` names: a built-in's name, or (see :mod:`controller.plugins`)
+    ``package.module:Class`` or an entry point of :data:`GPU_POLICY_GROUP`, imported the first
+    time; ``ValueError`` (one line) naming the choices, or why the class could not be loaded."""
+    if name in GPU_POLICIES:
+        return GPU_POLICIES[name]
+    if name in _LOADED:
+        return _LOADED[name]
+    unknown = f"unknown GPU policy {name!r}; known: {', '.join(sorted(GPU_POLICIES))}"
+    if not isinstance(name, str):
+        raise ValueError(unknown)
+    found = plugins.load(
+        name, base=GpuPolicy, group=GPU_POLICY_GROUP, kind="GPU policy", builtins=GPU_POLICIES
+    )
+    if found is None:
+        raise ValueError(unknown + plugins.unknown_hint(name, GPU_POLICY_GROUP))
+    _LOADED[name] = found
+    return found
+
 
 def make_gpu_policy(name: str) -> GpuPolicy:
-    """The GPU policy called ``name``; ``ValueError`` naming the choices otherwise."""
-    try:
-        return GPU_POLICIES[name]()
-    except KeyError:
-        raise ValueError(
-            f"unknown GPU policy {name!r}; known: {', '.join(sorted(GPU_POLICIES))}"
-        ) from None
+    """A new GPU policy by name (see :func:`gpu_policy_class`); ``ValueError`` naming the
+    choices otherwise."""
+    return gpu_policy_class(name)()
+
+
+def gpu_policy_label(name: str) -> str:
+    """What runs under GPU policy ``name`` are labelled by: its class's ``name``."""
+    return gpu_policy_class(name).name
 
 
 # ---- placement ---------------------------------------------------------------------------------

@@ -441,7 +441,9 @@ class HpoCore:
             if self.gpus is not None:
                 job.holding = False  # until the manager gives it its GPUs
                 self.gpus.submit(
-                    GpuJob(job.job_id, len(hosts), now_s, servers=hosts),
+                    # (its iterations are read by no built-in GPU policy; one of a user's may
+                    # rank by those left: GpuJob.done is what the reports say)
+                    GpuJob(job.job_id, len(hosts), now_s, stage.iterations, servers=hosts),
                     now_s,
                     accuracy=task.curves[config].accuracy(trained),
                 )

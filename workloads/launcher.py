@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from controller.plugins import child_pythonpath
 from workloads.client import ControllerClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,13 +89,19 @@ class ControllerProcess:
         ]
         if self.hosts_file:
             argv += ["--hosts", str(self.hosts_file)]
+        env = {**os.environ}
+        # a --policy package.module:Class this process loaded: the controller (started in the
+        # checkout, not where this process was started) finds the module where this one did
+        pythonpath = child_pythonpath(env.get("PYTHONPATH"))
+        if pythonpath is not None:
+            env["PYTHONPATH"] = pythonpath
         with open(self.log, "a") as log:
             self.proc = subprocess.Popen(
                 argv,
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ},
+                env=env,
                 # (set before it starts: every thread it makes inherits the set)
                 preexec_fn=None if self.cpus is None else self._keep_to_cpus,
             )

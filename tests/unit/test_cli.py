@@ -21,7 +21,9 @@ def controller_cli(*args: str) -> subprocess.CompletedProcess:
         (["--ofp-port", "70000"], "not a TCP port"),
         (["--rest-port", "x"], "not an integer"),
         (["--tick", "0"], "must be > 0"),
-        (["--policy", "sjf"], "invalid choice: 'sjf'"),
+        (["--policy", "sjf"], "argument --policy: unknown policy 'sjf'; choose from beamer"),
+        (["--policy", "no_such_module:P"], "policy 'no_such_module:P': no module named"),
+        (["--load-policy", "examples.smallest_first"], "write examples.smallest_first:ClassName"),
         (["--policy-option", "novalue"], "expected KEY=VALUE"),
         (["--policy", "jpas", "--policy-option", "colour=1"], "has no option 'colour'"),
         (

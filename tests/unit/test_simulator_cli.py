@@ -41,7 +41,7 @@ def test_bad_input_is_a_one_line_error(tmp_path):
     result = sim_cli("trace", str(bad), "--host-bps", "-1")
     assert result.returncode == 2 and "must be > 0" in result.stderr
     result = sim_cli("trace", str(bad), "--policy", "sjf")
-    assert result.returncode == 2 and "invalid choice: 'sjf'" in result.stderr
+    assert result.returncode == 2 and "unknown policy 'sjf'; choose from beamer" in result.stderr
 
 
 def test_help_explains_the_options():
