@@ -1,7 +1,7 @@
 """Start a topology in Mininet the way this machine needs it (root only).
 
 - switches: Open vSwitch on the userspace datapath, OpenFlow 1.3, secure fail mode (no kernel
-  module here, see ../shared/DESIGN.md section 3);
+  module here, see DESIGN.md section 3);
 - links: ``TCLink`` with the topology's ``bw``; on every switch port the root qdisc is then
   replaced by the 8 priority classes of :mod:`topologies.qos` at the link's rate (a fabric's
   uplinks included), and with

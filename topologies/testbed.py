@@ -19,7 +19,7 @@ gives both the Mininet topology and the controller's ``--hosts`` file
 (:func:`host_table`). Links are shaped with a token bucket (``use_tbf``: Mininet's HTB
 shaping warns at these rates); on switch ports :mod:`topologies.network` replaces it with the
 priority classes. Link rates default to 20 Mbit/s, the rate this 2-core machine's userspace
-datapath sustains for 12 simultaneous TCP senders (../shared/DESIGN.md section 3).
+datapath sustains for 12 simultaneous TCP senders (DESIGN.md section 3).
 """
 
 from __future__ import annotations

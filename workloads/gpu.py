@@ -8,7 +8,7 @@ policy ranks the unfinished jobs and, in that order, a job runs if all its GPUs 
 (gang scheduling, work-conserving); between boundaries, GPUs freed by a finished job go to
 waiting jobs without preempting anyone. A job that loses its GPUs is suspended, keeping its
 progress; resuming it continues where it stopped and costs ``resume_cost_s`` (restoring its
-state). Policies (../shared/DESIGN.md section 6):
+state). Policies (DESIGN.md section 6):
 
 - ``fifo``: run to completion in submission order (no preemption);
 - ``rr``: equal slices in rotation (least recently run first);

@@ -2,7 +2,7 @@
 
 Bytes per synchronisation are the model's parameters x 4 B (fp32); compute is the time of one
 training iteration on one GPU (batch 64, synthetic data), from public benchmarks (see
-../shared/DESIGN.md section 5). Scaling bytes and compute time by the *same* factor keeps the
+DESIGN.md section 5). Scaling bytes and compute time by the *same* factor keeps the
 real compute/communication ratio when the link rate is scaled down by it.
 """
 
