@@ -1,12 +1,13 @@
 """Wall time and peak memory of the simulator on a coflow trace, one process per policy.
 
-    .venv/bin/python benchmarks/simulator_speed.py [--trace ../shared/traces/FB2010-1Hr-150-0.txt]
+    .venv/bin/python benchmarks/simulator_speed.py [--trace FB2010-1Hr-150-0.txt|FILE]
                                                    [--policy fair sincronia ...]
                                                    [--mode levels ideal] [--arrivals online offline]
                                                    [--timeout 600]
 
 Each run (policy x mode x arrivals) is its own process (so its peak RSS is its own) on a 1 Gbit/s
-big switch, coflows released at their arrival times (``online``, default) or all at 0
+big switch (the trace: a file, or a bundled trace's name, by default the Facebook coflow
+benchmark trace), coflows released at their arrival times (``online``, default) or all at 0
 (``offline``), in ``levels`` mode (default) or ``ideal``; the time excludes loading the trace
 and compiling the kernels (a warm-up run on a tiny trace compiles them first).
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "FB2010-1Hr-150-0.txt"
+DEFAULT_TRACE = "FB2010-1Hr-150-0.txt"  # bundled with the package (netsched_data)
 
 
 def run_one(trace_path: str, policy: str, mode: str = "levels", offline: bool = False) -> dict:
@@ -58,9 +59,14 @@ def run_one(trace_path: str, policy: str, mode: str = "levels", offline: bool = 
 
 def main(argv=None) -> int:
     from controller.policies import POLICIES
+    from netsched_data import DataError, find_trace
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trace", default=str(DEFAULT_TRACE))
+    parser.add_argument(
+        "--trace",
+        default=DEFAULT_TRACE,
+        help=f"a trace file or a bundled trace's name (default: {DEFAULT_TRACE})",
+    )
     parser.add_argument("--policy", nargs="+", default=sorted(POLICIES), choices=sorted(POLICIES))
     parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
     parser.add_argument("--arrivals", nargs="+", default=["online"], choices=["online", "offline"])
@@ -76,6 +82,11 @@ def main(argv=None) -> int:
         policy, mode, arrivals = args.one.split(",")
         print(json.dumps(run_one(args.trace, policy, mode, arrivals == "offline")))
         return 0
+    try:
+        args.trace = str(find_trace(args.trace))
+    except DataError as exc:
+        print(exc)
+        return 1
     if not Path(args.trace).exists():
         print(f"trace {args.trace} not found; pass --trace FILE")
         return 1

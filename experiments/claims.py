@@ -9,18 +9,15 @@ reported beside it, whichever wins).
 
 from __future__ import annotations
 
-from pathlib import Path
-
+import netsched_data
 from experiments.atlas import ClaimMap, Dimension, Level, Metric, Reading
-
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
-FULL_TRACE, SMALL_TRACE = "FB2010-1Hr-150-0.txt", "fb-526coflows-16ports-load0.9.txt"
+from netsched_data import FULL_TRACE
 
 
 def trace_path(name: str) -> str:
-    """The path of a coflow trace of the Facebook trace folder."""
-    return str(TRACES / name)
+    """The path of a bundled coflow trace (:data:`netsched_data.TRACES`) by its name (the
+    name, not the path, is in a claim's settings: the same points wherever it is installed)."""
+    return str(netsched_data.trace(name))
 
 
 # the report's Beamer setting: 64 hosts on a 1 Gbit/s big switch, 10 concurrent tasks of

@@ -16,8 +16,8 @@ targets), printing a table as it goes:
 2. ``cluster``: the flow-level simulator, ``--hosts`` hosts with ``--gpus-per-host`` GPUs
    each and 1 Gbit/s ports, fair network sharing, HPO tasks of ResNet-50 jobs (3 workers
    each) under the four GPU policies, once as a full search and once with successive halving.
-   With ``--yahpo DIR`` the full search runs once more with YAHPO Gym LCBench learning curves
-   (``yahpo-full``).
+   With ``--yahpo [DIR]`` the full search runs once more with YAHPO Gym LCBench learning
+   curves (``yahpo-full``; without DIR the surrogate bundled with the package).
 3. ``pairs``: network and GPU policies together, (fair, fifo), (fair, hermes), (beamer, fifo)
    and (beamer, hermes), with successive halving and the default models, at 13 and ``--hosts``
    hosts.
@@ -64,6 +64,7 @@ from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
+from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
@@ -164,7 +165,8 @@ def settings_of(args) -> dict:
         "quantum": args.quantum,
         "resume_cost": args.resume_cost,
         "tasks": args.tasks,
-        "yahpo": None if args.yahpo is None else str(args.yahpo.resolve()),
+        # the bundled surrogate as such: the same points wherever the package is installed
+        "yahpo": args.yahpo if args.yahpo in (None, BUNDLED) else str(Path(args.yahpo).resolve()),
     }
 
 
@@ -204,7 +206,7 @@ def pair(text: str) -> tuple[str, str]:
 @functools.cache
 def _surrogate(directory: str | None) -> LcBench | None:
     """The YAHPO LCBench surrogate, loaded once per process."""
-    return None if directory is None else LcBench(Path(directory))
+    return None if directory is None else LcBench(directory)
 
 
 def run_point(point: dict) -> dict:
@@ -429,9 +431,11 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--yahpo",
-        type=Path,
+        nargs="?",
+        const=BUNDLED,
         metavar="DIR",
-        help="also run part 2's full search with YAHPO Gym LCBench curves (DIR holds lcbench/)",
+        help="also run part 2's full search with YAHPO Gym LCBench curves (DIR holds lcbench/; "
+        "without DIR, or 'bundled': the surrogate bundled with the package)",
     )
     parser.add_argument(
         "--gpu-policy",
@@ -472,7 +476,7 @@ def main(argv=None) -> int:
     assert sorted(GPU_ORDER) == sorted(GPU_POLICIES)
     if args.yahpo is not None:
         try:
-            _surrogate(str(args.yahpo.resolve()))  # a bad folder is named before the sweep
+            _surrogate(settings_of(args)["yahpo"])  # a bad folder is named before the sweep
         except YahpoError as exc:
             parser.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ and a line with the best trial of each study; ``--out`` gets the same result fil
 jobs, configs, tasks, coflows CSVs per run, ``summary.json``) plus ``trials-<run>.csv``. The
 same seed gives the same trials, prunings and best trial.
 
-Curves: the YAHPO Gym LCBench surrogate with ``--yahpo DIR`` (the sampled hyper-parameters are
-an MLP's), else the synthetic response surface of
+Curves: the YAHPO Gym LCBench surrogate with ``--yahpo [DIR]`` (without DIR the one bundled with
+the package; the sampled hyper-parameters are an MLP's), else the synthetic response surface of
 :class:`workloads.optuna_search.SyntheticSpace`.
 """
 
@@ -49,6 +49,7 @@ from cli.argtypes import (
 )
 from controller.metrics import mean_ci, paired_ratio_ci
 from controller.policies import POLICIES, make_policy
+from netsched_data import BUNDLED
 from simulator.__main__ import run_label
 from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
@@ -162,7 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="GPU time-sharing quantum in s (default: 5)",
     )
-    parser.add_argument("--yahpo", type=Path, metavar="DIR", help="LCBench curves from DIR")
+    parser.add_argument(
+        "--yahpo",
+        nargs="?",
+        const=BUNDLED,
+        metavar="DIR",
+        help="LCBench curves from the YAHPO Gym surrogate in DIR (holding lcbench/; without DIR, "
+        "or 'bundled': the one bundled with the package)",
+    )
     parser.add_argument(
         "--yahpo-task", default="3945", help="LCBench task of the surrogate (default: 3945)"
     )

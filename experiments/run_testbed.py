@@ -81,6 +81,7 @@ from controller.metrics import (  # noqa: E402
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.timeline import CoflowLevel, Timeline, port_names  # noqa: E402
 from experiments.schedule_plot import draw as draw_schedule  # noqa: E402
+from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import run_label  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
@@ -109,7 +110,7 @@ from workloads.profiles import PROFILES  # noqa: E402
 from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
-# the checkout this runs from (OVS start-up script, ../shared traces)
+# the checkout this runs from (the OVS start-up script)
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
@@ -950,9 +951,11 @@ def build_parser(
     )
     parser.add_argument(
         "--yahpo",
-        type=Path,
+        nargs="?",
+        const=BUNDLED,
         metavar="DIR",
-        help="learning curves from the YAHPO Gym LCBench surrogate in DIR (holding lcbench/)",
+        help="learning curves from the YAHPO Gym LCBench surrogate in DIR (holding lcbench/; "
+        "without DIR, or 'bundled': the one bundled with the package)",
     )
     parser.add_argument("--yahpo-task", default="3945", help="its OpenML task (default 3945)")
     parser.add_argument(

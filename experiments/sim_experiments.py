@@ -2,14 +2,17 @@
 
     .venv/bin/python scripts/sim_experiments.py [--hosts 13 64 150] [--loads 0.5 1]
                                                 [--seeds 1] [--search halving|asha|full]
-                                                [--trace FILE] [--out results/sim]
+                                                [--trace FILE|NAME|synthetic]
+                                                [--out results/sim]
 
 For every cluster size and load, one seeded HPO workload (successive halving by default, or
 ASHA with ``--search asha``; PS and ring all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3)
 runs under every policy on a big switch of 1 Gbit/s ports. Load 1 is two concurrent HPO tasks
 per 13 hosts (the testbed's workload); ``tasks = max(1, round(load * 2 * hosts / 13))``.
-Then a coflow trace runs under every policy (the shared resampled Facebook trace when present,
-else a generated one). Writes ``hpo.csv``
+Then a coflow trace runs under every policy: by default the bundled 16-port trace resampled
+from the Facebook one (``fb-526coflows-16ports-load0.9.txt``, :mod:`netsched_data`); ``--trace``
+takes a file, a bundled trace's name, or ``synthetic`` (200 coflows generated on 16 ports,
+seed 1, called synthetic in the output and in ``trace.csv``). Writes ``hpo.csv``
 (one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
 and the ratio to the ``--baseline`` policy's (fair sharing by default) paired per seed:
 geometric mean with its CI), ``trace.csv`` and PNG figures (average and p95 stage completion
@@ -26,6 +29,7 @@ import csv
 import functools
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,6 +57,8 @@ from controller.metrics import (  # noqa: E402
     summarise,
 )
 from controller.policies import POLICIES, make_policy  # noqa: E402
+from netsched_data import SMALL_TRACE, TRACES, DataError, find_trace  # noqa: E402
+from netsched_data import trace as bundled_trace  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
@@ -60,10 +66,10 @@ from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
 from simulator.traces import MB, Trace, TraceError, load_trace, write_fb_trace  # noqa: E402
 from workloads.hpo import SEARCHES, generate  # noqa: E402
 
-# the checkout this runs from (OVS start-up script, ../shared traces)
-ROOT = Path(__file__).resolve().parents[1]
-
-SHARED_TRACE = ROOT.parent / "shared" / "traces" / "fb-526coflows-16ports-load0.9.txt"
+# the trace of the trace runs unless --trace says otherwise (bundled: always there)
+DEFAULT_TRACE = SMALL_TRACE
+# --trace synthetic: a generated trace (:func:`synthetic_trace`) of this seed
+SYNTHETIC, SYNTHETIC_SEED = "synthetic", 1
 CONFIGS, WORKERS = 9, 3
 BASELINE = "fair"
 METRICS = (
@@ -116,8 +122,8 @@ def hpo_points(args) -> list[dict]:
     ]  # fmt: skip
 
 
-def synthetic_trace(path: Path, seed: int = 1) -> Path:
-    """A 16-port, 200-coflow trace in the Facebook format (when the shared one is absent)."""
+def synthetic_trace(path: Path, seed: int = SYNTHETIC_SEED) -> Path:
+    """A generated 16-port, 200-coflow trace in the Facebook format (``--trace synthetic``)."""
     rng = random.Random(seed)
     coflows, clock = [], 0
     for cid in range(200):
@@ -129,11 +135,42 @@ def synthetic_trace(path: Path, seed: int = 1) -> Path:
     return path
 
 
+def trace_key(value: str | None) -> str:
+    """What a ``--trace`` value stands for in the sweep's points: a bundled trace's name or
+    ``synthetic`` as such (the same points wherever the package is installed), a file as its
+    absolute path.
+
+    Raises:
+        DataError: a bare name that is neither a file nor a bundled trace.
+    """
+    if value is None:
+        return DEFAULT_TRACE
+    if value == SYNTHETIC and not Path(value).exists():
+        return SYNTHETIC
+    path = find_trace(value).resolve()
+    return path.name if path.name in TRACES and path == bundled_trace(path.name) else str(path)
+
+
+def trace_label(key: str) -> str:
+    """How the output names the trace of ``key`` (:func:`trace_key`)."""
+    if key == SYNTHETIC:
+        return f"synthetic (200 coflows, generated, seed {SYNTHETIC_SEED})"
+    return f"{key} (bundled)" if key in TRACES else key
+
+
+def load_sweep_trace(key: str) -> Trace:
+    """The trace of ``key`` (:func:`trace_key`): a synthetic one is generated afresh."""
+    if key == SYNTHETIC:
+        with tempfile.TemporaryDirectory() as folder:
+            return load_trace(synthetic_trace(Path(folder) / "synthetic-trace.txt"))
+    return load_trace(bundled_trace(key) if key in TRACES else Path(key))
+
+
 @functools.cache
-def trace_and_bound(path: str, host_bps: float) -> tuple[Trace, float]:
-    """The trace and its lower bound on the total CCT, read once per process (every policy's
-    point uses them; ``install`` only reads the trace)."""
-    trace = load_trace(Path(path))
+def trace_and_bound(key: str, host_bps: float) -> tuple[Trace, float]:
+    """The trace of ``key`` (:func:`trace_key`) and its lower bound on the total CCT, read once
+    per process (every policy's point uses them; ``install`` only reads the trace)."""
+    trace = load_sweep_trace(key)
     return trace, trace_lower_bound(trace, host_bps, offline=False)
 
 
@@ -156,11 +193,10 @@ def trace_point(point: dict) -> dict:
     }
 
 
-def trace_points(args, trace_path: Path) -> list[dict]:
-    """Every policy on the coflow trace."""
+def trace_points(args, key: str) -> list[dict]:
+    """Every policy on the coflow trace of ``key`` (:func:`trace_key`)."""
     return [
-        {"kind": "trace", "trace": str(trace_path.resolve()), "link_gbps": args.link_gbps,
-         "policy": name}
+        {"kind": "trace", "trace": key, "link_gbps": args.link_gbps, "policy": name}
         for name in args.policy
     ]  # fmt: skip
 
@@ -347,7 +383,12 @@ def main(argv=None) -> int:
         default=1.0,
         help="the modelled cluster's host link rate in Gbit/s (default: 1)",
     )
-    parser.add_argument("--trace", type=Path, help="coflow trace (default: the shared one)")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE|NAME|synthetic",
+        help=f"coflow trace: a file, a bundled trace ({', '.join(TRACES)}) or synthetic (200 "
+        f"coflows generated on 16 ports, seed {SYNTHETIC_SEED}) (default: {DEFAULT_TRACE})",
+    )
     parser.add_argument(
         "--out",
         type=output_folder,
@@ -362,20 +403,20 @@ def main(argv=None) -> int:
         parser.error(f"--baseline {args.baseline} is not among --policy")
     args.host_bps = args.link_gbps * 1e9
     args.out.mkdir(parents=True, exist_ok=True)
-    trace_path = args.trace or (
-        SHARED_TRACE if SHARED_TRACE.exists() else synthetic_trace(args.out / "trace.txt")
-    )
     try:  # read before the sweep: a bad trace must not cost the sweep's minutes first
-        trace, _ = trace_and_bound(str(trace_path.resolve()), args.host_bps)
-    except TraceError as exc:
+        key = trace_key(args.trace)
+        trace, _ = trace_and_bound(key, args.host_bps)
+    except (DataError, TraceError) as exc:
         parser.error(f"--trace: {exc}")
+    if key == SYNTHETIC:  # what was generated, beside the results
+        synthetic_trace(args.out / "synthetic-trace.txt")
     started = time.perf_counter()
     print(
-        f"trace {trace_path.name}: {len(trace.coflows)} coflows, {trace.n_flows} flows, "
+        f"trace {trace_label(key)}: {len(trace.coflows)} coflows, {trace.n_flows} flows, "
         f"{trace.total_bytes / MB:,.0f} MB",
         flush=True,
     )
-    points = hpo_points(args) + trace_points(args, trace_path)
+    points = hpo_points(args) + trace_points(args, key)
     try:
         results = run_points(points, run_point, args.out / "points", args, label="runs",
                              describe=describe, cost=cost)  # fmt: skip
@@ -383,7 +424,12 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     rows = [r for p, r in zip(points, results, strict=True) if p["kind"] == "hpo"]
-    trace_rows = [r for p, r in zip(points, results, strict=True) if p["kind"] == "trace"]
+    # (each row names its trace: which one ran, synthetic or not, is in the file)
+    trace_rows = [
+        {"trace": trace_label(key), **r}
+        for p, r in zip(points, results, strict=True)
+        if p["kind"] == "trace"
+    ]
     with open(args.out / "hpo.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

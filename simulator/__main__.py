@@ -5,8 +5,10 @@
                                     --oversubscription X] [--out DIR [--schedule]]
     python -m simulator hpo [--hosts 13 --tasks 4 ...] [same options]
 
-Runs a coflow trace (Facebook benchmark format or per-flow format, told apart automatically)
-under each policy and prints average / p95 CCT and the ratio of the total CCT to a lower bound;
+Runs a coflow trace (Facebook benchmark format or per-flow format, told apart automatically;
+a file, or the name of a trace bundled with the package, :mod:`netsched_data`, e.g.
+``FB2010-1Hr-150-0.txt``) under each policy and prints average / p95 CCT and the ratio of the
+total CCT to a lower bound;
 ``--out`` also writes per-coflow CSV files and a JSON summary; with ``--schedule`` every run also
 draws its schedule (``schedule-<policy>.png``: levels over time and port utilisation, from
 ``timeline-<policy>.json``; see :mod:`experiments.schedule_plot`).
@@ -38,6 +40,7 @@ from cli.progress import Progress
 from controller.metrics import summarise
 from controller.policies import POLICIES, make_policy, policy_label
 from controller.timeline import Timeline, port_names
+from netsched_data import BUNDLED, TRACES, DataError, find_trace
 from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
@@ -60,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a coflow trace",
         description="Run a coflow trace under each policy and report CCTs.",
     )
-    trace.add_argument("trace", help="trace file (Facebook benchmark or per-flow format)")
+    trace.add_argument(
+        "trace",
+        help="trace file (Facebook benchmark or per-flow format) or the name of a bundled one "
+        f"({', '.join(TRACES)})",
+    )
     trace.add_argument(
         "--offline",
         action="store_true",
@@ -128,10 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     hpo.add_argument(
         "--yahpo",
-        type=Path,
+        nargs="?",
+        const=BUNDLED,
         metavar="DIR",
         help="take learning curves from the YAHPO Gym LCBench surrogate in DIR (the folder "
-        "holding lcbench/, e.g. ../shared/yahpo) instead of the parametric ones",
+        "holding lcbench/; without DIR, or 'bundled': the one bundled with the package) instead "
+        "of the parametric ones",
     )
     hpo.add_argument(
         "--yahpo-task",
@@ -227,8 +236,8 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 def run_trace(args) -> int:
     """Replay a coflow trace under each policy and print (and write) the results."""
     try:
-        trace = load_trace(args.trace)
-    except TraceError as exc:
+        trace = load_trace(find_trace(args.trace))
+    except (DataError, TraceError) as exc:
         print(f"{program(__name__)}: error: {exc}", file=sys.stderr)
         return 2
     print(

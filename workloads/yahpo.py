@@ -5,9 +5,10 @@ curves (Zimmer et al., 2021): for an OpenML task, an epoch (1..52) and a configu
 (batch size, learning rate, momentum, weight decay, layers, units, dropout) it predicts the
 validation accuracy. We run that model with ``onnxruntime`` directly, with the input encoding of
 ``yahpo_gym`` (integer-coded task, then the continuous parameters in a fixed order), so the
-project does not need ``yahpo_gym`` and its ``numpy < 2`` dependencies. The surrogate files are
-not part of this repository: point ``--yahpo`` (or :class:`LcBench`) at a folder holding
-``lcbench/`` (``model.onnx``, ``encoding.json``, ``config_space.json``), e.g. ``../shared/yahpo``.
+project does not need ``yahpo_gym`` and its ``numpy < 2`` dependencies. The surrogate files
+ship with the package (:func:`netsched_data.yahpo`, Apache-2.0): :class:`LcBench` uses them by
+default, and ``--yahpo`` without a folder (or ``--yahpo bundled``); another copy is a folder
+holding ``lcbench/`` (``model.onnx``, ``encoding.json``, ``config_space.json``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from netsched_data import find_yahpo
 from workloads.curves import TabulatedCurve
 
 # yahpo_gym's order of the continuous inputs of the LCBench surrogate
@@ -51,12 +53,13 @@ class LcBench:
     """The LCBench surrogate of a YAHPO Gym data folder.
 
     Args:
-        folder: the folder holding ``lcbench/``.
+        folder: the folder holding ``lcbench/``; ``None`` or ``"bundled"``
+            (:data:`netsched_data.BUNDLED`): the one bundled with the package.
         task: OpenML task id (a string, one of :attr:`tasks`).
     """
 
-    def __init__(self, folder: Path | str, task: str = "3945") -> None:
-        root = Path(folder) / "lcbench"
+    def __init__(self, folder: Path | str | None = None, task: str = "3945") -> None:
+        root = find_yahpo(folder) / "lcbench"
         missing = [
             name
             for name in ("model.onnx", "encoding.json", "config_space.json")

@@ -21,10 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from netsched_data import FULL_TRACE, trace
 
 ROOT = Path(__file__).resolve().parents[2]
-FB_TRACE = ROOT.parent / "shared" / "traces" / "FB2010-1Hr-150-0.txt"
+FB_TRACE = trace(FULL_TRACE)  # bundled with the package
 
 RUNS = """
 import sys
@@ -52,10 +52,10 @@ class BoundsCheckedRuns:
         self.work: Path | None = None
 
     def start(self, work: Path, niceness: int = 19) -> None:
-        """Start the runs in ``work`` (their trace, cache and output; no-op once started, or
-        without the trace), ``niceness`` added to their CPU priority. They are killed if
-        this process dies first."""
-        if self.proc is not None or not FB_TRACE.is_file():
+        """Start the runs in ``work`` (their trace, cache and output; no-op once started),
+        ``niceness`` added to their CPU priority. They are killed if this process dies
+        first."""
+        if self.proc is not None:
             return
         self.work = work
         lines = FB_TRACE.read_text().splitlines()
@@ -95,7 +95,6 @@ PR_SET_PDEATHSIG = 1  # (linux/prctl.h)
 BOUNDS_CHECKED_RUNS = BoundsCheckedRuns()
 
 
-@pytest.mark.skipif(not FB_TRACE.is_file(), reason=f"{FB_TRACE} not found")
 def test_every_policy_and_mode_runs_with_bounds_checked_kernels(tmp_path):
     try:
         code, out, err = BOUNDS_CHECKED_RUNS.wait(tmp_path, timeout_s=900)

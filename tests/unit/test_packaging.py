@@ -1,5 +1,6 @@
-"""`pip install .`: the packages, their data and the console scripts, without root; and
-requirements.txt pins every dependency pyproject.toml declares."""
+"""`pip install .`: the packages, their data (the controller's OpenAPI document, the bundled
+traces and LCBench surrogate) and the console scripts, without root, working from any folder;
+and requirements.txt pins every dependency pyproject.toml declares."""
 
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ def test_pip_install_gives_the_simulator_and_its_commands(tmp_path):
     )  # fmt: skip
     assert install.returncode == 0, install.stderr[-3000:]
     assert (target / "controller" / "openapi.yaml").is_file()
+    data = ["traces/FB2010-1Hr-150-0.txt", "traces/fb-526coflows-16ports-load0.9.txt",
+            "traces/README.md", "yahpo/README.md", "yahpo/LICENSE", "yahpo/lcbench/model.onnx",
+            "yahpo/lcbench/encoding.json", "yahpo/lcbench/config_space.json",
+            "yahpo/lcbench/LICENSE-2.0.txt"]  # fmt: skip
+    for name in data:  # byte for byte the checkout's
+        installed = (target / "netsched_data" / name).read_bytes()
+        assert installed == (ROOT / "netsched_data" / name).read_bytes(), name
     assert (target / "experiments" / "sim_experiments.py").is_file()
     assert not (target / "tests").exists() and not (target / "scripts").exists()
     elsewhere = tmp_path / "elsewhere"  # not the checkout: only the installed packages
@@ -65,6 +73,20 @@ def test_pip_install_gives_the_simulator_and_its_commands(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "beamer" in run.stdout and "avg SCT" in run.stdout
     assert "compiling" not in run.stderr, run.stderr[-3000:]
+    # the installed package finds its own data: a trace by name, the sweep's default trace
+    run = subprocess.run(
+        [str(target / "bin" / "hpo-sim"), "trace", "fb-526coflows-16ports-load0.9.txt",
+         "--policy", "fair"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0 and "526 coflows, 5249 flows" in run.stdout, run.stderr[-3000:]
+    run = subprocess.run(
+        [str(target / "bin" / "hpo-sim-sweep"), "--hosts", "3", "--loads", "0.5", "--policy",
+         "fair", "--sequential", "--out", "sweep"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "trace fb-526coflows-16ports-load0.9.txt (bundled): 526 coflows" in run.stdout
     for command in ("hpo-sim-sweep", "hpo-reproduce", "hpo-controller", "hpo-testbed"):
         helped = subprocess.run([str(target / "bin" / command), "--help"], cwd=elsewhere,
                                 env=env, capture_output=True, text=True, timeout=120)  # fmt: skip

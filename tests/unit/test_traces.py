@@ -1,12 +1,16 @@
-"""Trace loaders: both formats, errors naming the line, and the public traces when present."""
+"""Trace loaders: both formats, errors naming the line, and the public traces bundled with the
+package (:mod:`netsched_data`): byte for byte as obtained, found by name or path."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import netsched_data
+from netsched_data import FULL_TRACE, SMALL_TRACE, DataError, find_trace
 from simulator.traces import (
     MB,
     TraceError,
@@ -17,7 +21,11 @@ from simulator.traces import (
     write_flow_trace,
 )
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces"
+# the bundled traces' SHA-256: the files stay byte for byte the published ones
+SHA256 = {
+    FULL_TRACE: "cdd0d94d26c6ab10ce3634cf6a0f836859578e914de6b6faa980a245237dbc6e",
+    SMALL_TRACE: "6e63cfb4cc472a4ee2c87dd41095749954cce478ffeea9f898f8dcdf0d7adba4",
+}
 
 
 def test_fb_format_splits_each_reducer_over_the_mappers(tmp_path):
@@ -75,10 +83,39 @@ def test_missing_file():
         load_trace("/nonexistent/trace.txt")
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not beside the checkout")
-def test_the_public_traces_load():
-    fb = load_trace(SHARED / "FB2010-1Hr-150-0.txt")
+def test_the_bundled_traces_load():
+    assert netsched_data.TRACES == (FULL_TRACE, SMALL_TRACE)
+    for name, digest in SHA256.items():
+        assert hashlib.sha256(netsched_data.trace(name).read_bytes()).hexdigest() == digest
+    fb = load_trace(netsched_data.trace(FULL_TRACE))
     assert (fb.n_ports, len(fb.coflows), fb.n_flows) == (150, 526, 706397)
-    resampled = load_trace(SHARED / "fb-526coflows-16ports-load0.9.txt")
+    resampled = load_trace(netsched_data.trace(SMALL_TRACE))
     assert (resampled.n_ports, len(resampled.coflows), resampled.n_flows) == (16, 526, 5249)
     assert resampled.total_bytes / MB == pytest.approx(58807, rel=1e-3)
+    readme = (netsched_data.trace(FULL_TRACE).parent / "README.md").read_text()
+    assert "Varys" in readme and "Aalo" in readme and "SIGCOMM" in readme
+
+
+def test_a_trace_is_a_path_or_a_bundled_name(tmp_path, monkeypatch):
+    assert find_trace(SMALL_TRACE) == netsched_data.trace(SMALL_TRACE)
+    mine = tmp_path / "mine.txt"
+    write_fb_trace(mine, 2, [(1, 0, [0], {1: 1.0})])
+    assert find_trace(str(mine)) == mine
+    monkeypatch.chdir(tmp_path)
+    assert find_trace("mine.txt").resolve() == mine  # a file in the working folder
+    (tmp_path / SMALL_TRACE).write_text("2 0\n")
+    assert find_trace(SMALL_TRACE).resolve() == tmp_path / SMALL_TRACE  # a file comes first
+    # a missing file with a folder part stays a path, for the loader to report
+    assert find_trace("sub/none.txt") == Path("sub/none.txt")
+
+
+def test_an_unknown_trace_name_is_one_line_naming_the_bundled_ones():
+    expected = f"unknown trace 'fb.txt'; bundled: {FULL_TRACE}, {SMALL_TRACE}"
+    with pytest.raises(DataError) as err:
+        netsched_data.trace("fb.txt")
+    assert str(err.value) == expected
+    with pytest.raises(DataError) as err:
+        find_trace("fb.txt")
+    assert (
+        str(err.value) == f"fb.txt: no such file, nor a bundled trace ({FULL_TRACE}, {SMALL_TRACE})"
+    )

@@ -1,21 +1,24 @@
-"""Learning curves from the YAHPO Gym LCBench surrogate (optional data in ../shared/yahpo)."""
+"""Learning curves from the YAHPO Gym LCBench surrogate (bundled with the package,
+:mod:`netsched_data`; run with onnxruntime, the optional ``yahpo`` extra)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
-from pathlib import Path
+import shutil
 
 import pytest
 
+import netsched_data
 from workloads.curves import TabulatedCurve
 from workloads.hpo import generate
 from workloads.yahpo import LcBench, YahpoError
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "yahpo"
+BUNDLED = netsched_data.yahpo()
 needs_data = pytest.mark.skipif(
-    not (SHARED / "lcbench" / "model.onnx").is_file(),
-    reason=f"YAHPO Gym LCBench data not found in {SHARED}",
+    importlib.util.find_spec("onnxruntime") is None,
+    reason="the LCBench surrogate needs onnxruntime (pip install .[yahpo])",
 )
 
 # yahpo_gym 1.0.2's BenchmarkSet("lcbench"), instance 3945, objective_function(...) at epochs
@@ -65,9 +68,21 @@ def test_tabulated_curve_interpolates_between_epochs():
         curve.iterations_to(1.0)
 
 
+def test_the_surrogate_files_are_bundled_with_their_licence():
+    lcbench = netsched_data.lcbench()
+    assert lcbench == BUNDLED / "lcbench" and BUNDLED.is_dir()
+    for name in ("model.onnx", "encoding.json", "config_space.json", "LICENSE-2.0.txt"):
+        assert (lcbench / name).is_file(), name
+    assert "Apache License" in (BUNDLED / "LICENSE").read_text()
+    readme = (BUNDLED / "README.md").read_text()
+    assert "Pfisterer" in readme and "Apache" in readme
+    assert json.loads((lcbench / "encoding.json").read_text())["OpenML_task_id"]["3945"] == 34
+    assert netsched_data.find_yahpo(None) == netsched_data.find_yahpo("bundled") == BUNDLED
+
+
 @needs_data
 def test_surrogate_matches_the_official_package():
-    bench = LcBench(SHARED, "3945")
+    bench = LcBench(BUNDLED, "3945")
     for config, accuracy, time_s in REFERENCE:
         out = bench.predict([config], [1, 10, 52])
         assert out[:, 1] == pytest.approx(accuracy, abs=1e-3)
@@ -76,7 +91,7 @@ def test_surrogate_matches_the_official_package():
 
 @needs_data
 def test_generated_workloads_take_their_curves_from_the_surrogate():
-    bench = LcBench(SHARED)
+    bench = LcBench()  # the bundled one
     tasks = generate(13, 2, seed=4, configs_per_task=9, surrogate=bench)
     again = generate(13, 2, seed=4, configs_per_task=9, surrogate=bench)
     for task, twin in zip(tasks, again, strict=True):
@@ -93,15 +108,20 @@ def test_generated_workloads_take_their_curves_from_the_surrogate():
 
 
 @needs_data
-def test_simulated_hpo_runs_on_surrogate_curves(tmp_path):
+@pytest.mark.parametrize("given", ["folder", "bundled", "nothing"])
+def test_simulated_hpo_runs_on_surrogate_curves(tmp_path, given):
+    """``--yahpo DIR``, ``--yahpo bundled`` and ``--yahpo`` alone (the bundled surrogate)."""
     from simulator.__main__ import main
 
+    folder = tmp_path / "copy"
+    shutil.copytree(BUNDLED, folder)
+    yahpo = {"folder": [str(folder)], "bundled": ["bundled"], "nothing": []}[given]
     out = tmp_path / "y"
     code = main(
         [
             "hpo",
             "--yahpo",
-            str(SHARED),
+            *yahpo,
             "--tasks",
             "1",
             "--configs",
@@ -117,11 +137,13 @@ def test_simulated_hpo_runs_on_surrogate_curves(tmp_path):
         ]
     )
     assert code == 0 and (out / "tasks-fair+hermes.csv").stat().st_size > 0
+    curves = json.loads((out / "summary.json").read_text())["workload"]["curves"]
+    assert curves == f"YAHPO LCBench task 3945 ({yahpo[0] if yahpo else 'bundled'})"
 
 
 def test_missing_data_and_unknown_tasks_are_clear_errors(tmp_path):
     with pytest.raises(YahpoError, match="has no model.onnx, encoding.json, config_space.json"):
         LcBench(tmp_path)
-    if (SHARED / "lcbench" / "model.onnx").is_file():
+    if importlib.util.find_spec("onnxruntime") is not None:
         with pytest.raises(YahpoError, match="unknown OpenML task '42'; known: 126025"):
-            LcBench(SHARED, "42")
+            LcBench(BUNDLED, "42")
