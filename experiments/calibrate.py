@@ -162,6 +162,10 @@ def main(argv=None) -> int:
     except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # (each run's network and controller stop in its own finally)
+        print(f"\n{parser.prog}: interrupted: the network and the controller were stopped",
+              file=sys.stderr)  # fmt: skip
+        return 130
     path = args.out / "calibration.json"
     print(f"wrote {path}; use: scripts/run_testbed.py --calibration {path}")
     return 0

@@ -1078,6 +1078,10 @@ def main(argv=None) -> int:
     except (network.TestbedBusy, network.NamesTaken) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # (each run's network and controller stop in its own finally)
+        print(f"\n{parser.prog}: interrupted: the network and the controller were stopped; the "
+              f"runs that finished are in {args.out}", file=sys.stderr)  # fmt: skip
+        return 130
 
 
 def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list) -> int:

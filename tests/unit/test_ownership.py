@@ -417,3 +417,26 @@ def test_calibrate_turns_taken_names_into_one_line_and_status_1(
     err = capsys.readouterr().err
     assert err.startswith("calibrate.py: error: names this run needs are taken: OVS bridge s1")
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def interrupted(*_args, **_kwargs):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_the_testbed_is_one_line_and_status_130(monkeypatch, capsys, no_machine_lock,
+                                                          tmp_path):  # fmt: skip
+    from experiments import calibrate, run_testbed
+
+    monkeypatch.setattr("sys.argv", ["hpo-testbed"])
+    monkeypatch.setattr(run_testbed, "parse",
+                        lambda parser, argv: argparse.Namespace(out=tmp_path))  # fmt: skip
+    monkeypatch.setattr(run_testbed, "experiment", interrupted)
+    assert run_testbed.main([]) == 130
+    err = capsys.readouterr().err
+    assert err == (f"\nhpo-testbed: interrupted: the network and the controller were stopped; "
+                   f"the runs that finished are in {tmp_path}\n")  # fmt: skip
+    args = argparse.Namespace(out=tmp_path, calibration_iterations=1, calibration_repeats=1)
+    monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: args)
+    monkeypatch.setattr(calibrate, "calibrate", interrupted)
+    assert calibrate.main([]) == 130
+    assert "interrupted: the network and the controller were stopped" in capsys.readouterr().err
