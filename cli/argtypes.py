@@ -114,18 +114,21 @@ def policy_name(text: str) -> str:
     return text
 
 
-def gpu_policy_name(text: str) -> str:
-    """An argparse type: ``none`` (no GPU time-sharing) or a GPU policy named as
-    :func:`policy_name` takes a network policy; the text itself."""
-    if text == "none":
-        return text
-    from workloads.gpu import gpu_policy_class
+def named(load: Callable[[str], object], also: tuple[str, ...] = ()) -> Callable[[str], str]:
+    """An argparse type: a name ``load`` accepts (e.g. :func:`workloads.gpu.gpu_policy_class`),
+    or one of ``also`` as it is (e.g. ``none``); loaded now, so that a bad one is one line (its
+    ``ValueError``) before any work; the text itself."""
 
-    try:
-        gpu_policy_class(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    def parse(text: str) -> str:
+        if text in also:
+            return text
+        try:
+            load(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
 
 
 def policy_help(builtins) -> str:

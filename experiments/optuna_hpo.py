@@ -39,7 +39,7 @@ from pathlib import Path
 import optuna
 
 from cli.argtypes import (
-    gpu_policy_name,
+    named,
     number,
     output_folder,
     policy_help,
@@ -54,7 +54,12 @@ from simulator.__main__ import run_label
 from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, provenance, write_csv, write_json
-from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy
+from workloads.gpu import (
+    GPU_POLICIES,
+    GpuManager,
+    gpu_policy_class,
+    make_gpu_policy,
+)
 from workloads.hpo import PATTERNS
 from workloads.optuna_search import (
     PRUNERS,
@@ -66,6 +71,8 @@ from workloads.optuna_search import (
 )
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
+
+GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 BACKENDS = ("simulator", "testbed")
 
@@ -112,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        type=gpu_policy_name,
+        type=GPU_POLICY,
         metavar="GPU_POLICY",
         help=f"GPU time-sharing policies, each with every --policy: none, "
         f"{policy_help(GPU_POLICIES)} (default: none)",

@@ -61,7 +61,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
-    gpu_policy_name,
+    named,
     non_negative,
     number,
     output_folder,
@@ -80,13 +80,13 @@ from controller.metrics import (  # noqa: E402
 )
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.timeline import CoflowLevel, Timeline, port_names  # noqa: E402
-from experiments.schedule_plot import draw as draw_schedule  # noqa: E402
 from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import run_label  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
 from simulator.engine import Fabric, Simulator  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
+from simulator.schedule_plot import draw as draw_schedule  # noqa: E402
 
 try:  # the testbed's own layer needs Mininet (the simulator-only install has none)
     from topologies import network
@@ -101,14 +101,21 @@ except ModuleNotFoundError as missing:
     ) from None
 from topologies.host_qos import HostPriorities  # noqa: E402
 from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
+from topologies.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
-from workloads.gpu import GPU_POLICIES, GpuManager, make_gpu_policy  # noqa: E402
+from workloads.gpu import (  # noqa: E402
+    GPU_POLICIES,
+    GpuManager,
+    gpu_policy_class,
+    make_gpu_policy,
+)
 from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, generate  # noqa: E402
 from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.profiles import PROFILES  # noqa: E402
-from workloads.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
+
+GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 # the checkout this runs from (the OVS start-up script)
 ROOT = Path(__file__).resolve().parents[1]
@@ -807,7 +814,7 @@ def build_parser(
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        type=gpu_policy_name,
+        type=GPU_POLICY,
         metavar="GPU_POLICY",
         help=f"GPU time-sharing policies, each run with every --policy: none, "
         f"{policy_help(GPU_POLICIES)} (default: none)",

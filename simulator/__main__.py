@@ -11,7 +11,7 @@ a file, or the name of a trace bundled with the package, :mod:`netsched_data`, e
 total CCT to a lower bound;
 ``--out`` also writes per-coflow CSV files and a JSON summary; with ``--schedule`` every run also
 draws its schedule (``schedule-<policy>.png``: levels over time and port utilisation, from
-``timeline-<policy>.json``; see :mod:`experiments.schedule_plot`).
+``timeline-<policy>.json``; see :mod:`simulator.schedule_plot`).
 
 ``--policy`` and ``--gpu-policy`` take the built-ins' names and policies of one's own,
 ``package.module:Class`` or an installed entry point's name (:mod:`controller.plugins`); a run
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from cli.argtypes import (
     fraction,
-    gpu_policy_name,
+    named,
     non_negative,
     number,
     output_folder,
@@ -45,10 +45,18 @@ from simulator.engine import Fabric, Simulator, warm_up
 from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
 from simulator.traces import TraceError, load_trace
-from workloads.gpu import GPU_POLICIES, GpuManager, gpu_policy_label, make_gpu_policy
+from workloads.gpu import (
+    GPU_POLICIES,
+    GpuManager,
+    gpu_policy_class,
+    gpu_policy_label,
+    make_gpu_policy,
+)
 from workloads.hpo import PATTERNS, SEARCHES, generate
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
+
+GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        type=gpu_policy_name,
+        type=GPU_POLICY,
         metavar="GPU_POLICY",
         help=f"GPU time-sharing policies of the job manager: none, {policy_help(GPU_POLICIES)}; "
         "every network policy runs with each (default: none, every job computes as soon as "
@@ -408,7 +416,7 @@ def _draw(timeline: Timeline | None, sim: Simulator, out: Path, label: str) -> N
     """Write the run's timeline and its picture into ``out`` (nothing without a timeline)."""
     if timeline is None:
         return
-    from experiments.schedule_plot import draw  # matplotlib only where a picture is asked for
+    from simulator.schedule_plot import draw  # matplotlib only where a picture is asked for
 
     timeline.close(sim.now_s)
     timeline.write(out / f"timeline-{label}.json")

@@ -23,7 +23,7 @@ state). Policies (docs/architecture.md):
 
 :class:`GpuManager` holds the decisions and knows no clock: :func:`run_time_sharing` drives it in
 simulated time with jobs that only compute, ``simulator.hpo.HpoDriver`` drives it with the
-network simulated, and ``workloads.testbed_driver.TestbedDriver`` with real worker processes
+network simulated, and ``topologies.testbed_driver.TestbedDriver`` with real worker processes
 (suspended with SIGUSR1 and resumed with SIGUSR2 at an iteration boundary).
 """
 

@@ -7,7 +7,7 @@ It owns no clock and moves no bytes. A driver feeds it events with the time they
 give or take these GPUs. The core alone decides which configurations survive a stage, when a
 stage ends, what accuracy a configuration has, and writes the rows of every result file, so
 the simulator (:mod:`simulator.hpo`, bytes through a simulated fabric) and the testbed
-(:mod:`workloads.testbed_driver`, worker processes on Mininet hosts) report the same metrics
+(:mod:`topologies.testbed_driver`, worker processes on Mininet hosts) report the same metrics
 with the same definitions:
 
 - every time of a task counts from its **arrival**, the workload's ``arrival_s`` on the

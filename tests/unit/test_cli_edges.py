@@ -83,7 +83,7 @@ def test_an_unusable_out_is_refused_before_any_work(tmp_path):
 
 COMMANDS = ("simulator.__main__", "experiments.sim_experiments", "experiments.gpu_experiments",
             "experiments.reproduce", "experiments.run_testbed", "experiments.calibrate",
-            "experiments.optuna_hpo", "experiments.schedule_plot", "controller.__main__",
+            "experiments.optuna_hpo", "simulator.schedule_plot", "controller.__main__",
             "workloads.worker")  # fmt: skip
 
 

@@ -61,3 +61,45 @@ def test_the_controller_imports_nothing_from_the_experiments():
                 names = [node.module]
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in outside]
     assert found == []
+
+
+# the packages from the bottom up: each may import its own and the ones before it (a rank
+# holds packages that may import each other: the command-line helpers and the controller's own
+# command line use each other, the simulator and the testbed stand side by side)
+LAYERS = (
+    {"netsched_data"},
+    {"cli", "controller"},
+    {"workloads"},
+    {"simulator", "topologies"},
+    {"experiments", "benchmarks", "examples"},
+)
+
+
+def imports_of(path) -> list[str]:
+    """Every absolute import in ``path``, at any depth (an import inside a function counts)."""
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def test_the_packages_import_only_downwards():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    rank = {package: i for i, layer in enumerate(LAYERS) for package in layer}
+    found = []
+    for package in rank:
+        for path in sorted((root / package).rglob("*.py")):
+            for name in imports_of(path):
+                target = name.split(".")[0]
+                if target in rank and rank[target] > rank[package]:
+                    found.append(f"{path.relative_to(root)}: {name}")
+    assert found == []
+    # and the check can fail: the layering it guards was broken here once
+    assert rank["experiments"] > rank["simulator"] and rank["topologies"] > rank["workloads"]

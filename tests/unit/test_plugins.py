@@ -577,7 +577,10 @@ def test_the_controller_command_line_loads_the_policy_and_types_its_options(user
 
 
 def test_the_argument_types_return_what_was_typed():
-    from cli.argtypes import gpu_policy_name, policy_name
+    from cli.argtypes import named, policy_name
+    from workloads.gpu import gpu_policy_class
+
+    gpu_policy_name = named(gpu_policy_class, also=("none",))
 
     assert policy_name(SMALLEST) == SMALLEST and policy_name("beamer") == "beamer"
     assert gpu_policy_name("none") == "none" and gpu_policy_name(SHORTEST) == SHORTEST

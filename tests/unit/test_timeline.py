@@ -1,6 +1,6 @@
 """The schedule's timeline (controller.timeline): spans, port utilisation, the simulator's
 recording (it changes nothing, conserves bytes and never exceeds a port's rate) and the
-pictures (experiments.schedule_plot, ``python -m simulator --schedule``)."""
+pictures (simulator.schedule_plot, ``python -m simulator --schedule``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 from controller.policies import POLICIES, make_policy
 from controller.timeline import CoflowLevel, Timeline, port_names
-from experiments.schedule_plot import draw, gantt_rows
 from simulator.engine import CoflowSpec, Fabric, Simulator
 from simulator.hpo import HpoDriver
+from simulator.schedule_plot import draw, gantt_rows
 from workloads.hpo import generate
 
 BPS = 8.0  # one byte per second
