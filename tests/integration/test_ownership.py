@@ -129,7 +129,8 @@ def test_the_command_line_refuses_a_foreign_s1_in_one_line(tmp_path):
         assert len(errors) == 1 and run.stderr.strip().endswith(errors[0]), run.stderr
         line = errors[0]
         assert line.startswith(
-            "run_testbed.py: error: names this run needs are taken: OVS bridge s1 exists"
+            "python -m experiments.run_testbed: error: names this run needs are taken: OVS "
+            "bridge s1 exists"
         ), line
         assert "ovs-vsctl del-br s1" in line
         assert bridge_token("s1") == token()

@@ -151,7 +151,10 @@ def test_ctrl_c_ends_a_sweep_with_the_resume_hint_and_no_traceback(tmp_path):
     script = tmp_path / "slow_sweep.py"
     script.write_text(
         textwrap.dedent(f"""
-        import argparse, sys, time
+        import argparse, signal, sys, time
+        # (a shell starts a background job with SIGINT ignored, and Python then keeps it so:
+        # a user's terminal delivers it, so the test makes it deliverable whatever ran pytest)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.path.insert(0, {str(ROOT)!r})
         from cli.sweep import add_arguments, run_points
         def slow(point):
