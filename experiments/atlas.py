@@ -538,7 +538,9 @@ def heat_maps(claim: ClaimMap, cells: Sequence[Cell], path: Path, readings: bool
     n_rows, n_cols = len(rows), len(claim.baselines)
     fig, axes = plt.subplots(n_rows, n_cols, squeeze=False,
                              figsize=(1.1 + 1.25 * max(2, len(x_levels)) * n_cols,
-                                      0.6 + (0.55 * len(y_levels) + 0.9) * n_rows))  # fmt: skip
+                                      0.6 + (0.55 * len(y_levels) + 1.3) * n_rows))  # fmt: skip
+    # (room between rows for each map's title under the x labels of the one above)
+    fig.subplots_adjust(hspace=0.9 if n_rows > 1 else 0.2, top=1.0 - 0.7 / fig.get_figheight())
     norm = Normalize(vmin=-math.log(1.5), vmax=math.log(1.5))  # symmetric: 1 is white
     image = None
     for i, (title, reading, chosen) in enumerate(rows):
@@ -573,7 +575,7 @@ def heat_maps(claim: ClaimMap, cells: Sequence[Cell], path: Path, readings: bool
     x_name = " / ".join(d.name for d in x_dims) or "-"
     fig.suptitle(f"{claim.name}: R reproduced, O opposite, = equivalent (within {MARGIN:.0%}), "
                  f"? inconclusive\nrows of each map: {y_dim.name}; columns: {x_name}",
-                 fontsize=8, y=1.0 + 0.45 / fig.get_figheight())  # fmt: skip
+                 fontsize=8, y=1.0 - 0.15 / fig.get_figheight())  # fmt: skip
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
