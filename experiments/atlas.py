@@ -540,7 +540,7 @@ def heat_maps(claim: ClaimMap, cells: Sequence[Cell], path: Path, readings: bool
                              figsize=(1.1 + 1.25 * max(2, len(x_levels)) * n_cols,
                                       0.6 + (0.55 * len(y_levels) + 1.3) * n_rows))  # fmt: skip
     # (room between rows for each map's title under the x labels of the one above)
-    fig.subplots_adjust(hspace=0.9 if n_rows > 1 else 0.2, top=1.0 - 0.7 / fig.get_figheight())
+    fig.subplots_adjust(hspace=0.9 if n_rows > 1 else 0.2, top=1.0 - 1.0 / fig.get_figheight())
     norm = Normalize(vmin=-math.log(1.5), vmax=math.log(1.5))  # symmetric: 1 is white
     image = None
     for i, (title, reading, chosen) in enumerate(rows):
@@ -556,8 +556,9 @@ def heat_maps(claim: ClaimMap, cells: Sequence[Cell], path: Path, readings: bool
                 y = y_levels.index(cell.cell[y_dim.name])
                 x = x_levels.index(tuple(cell.cell[dim.name] for dim in x_dims))
                 values[y][x] = math.log(d.ratio.mean)
+                dark = abs(values[y][x]) > 0.6 * math.log(1.5)  # (white text on dark squares)
                 ax.text(x, y, f"{d.ratio.mean:.2f}\n{MARKS[d.verdict]}", ha="center",
-                        va="center", fontsize=7)  # fmt: skip
+                        va="center", fontsize=7, color="white" if dark else "black")  # fmt: skip
             image = ax.imshow(values, cmap="RdBu_r", norm=norm, aspect="auto")
             ax.set_xticks(range(len(x_levels)), ["\n".join(x) for x in x_levels], fontsize=6)
             ax.set_yticks(range(len(y_levels)), y_levels, fontsize=7)
@@ -575,7 +576,7 @@ def heat_maps(claim: ClaimMap, cells: Sequence[Cell], path: Path, readings: bool
     x_name = " / ".join(d.name for d in x_dims) or "-"
     fig.suptitle(f"{claim.name}: R reproduced, O opposite, = equivalent (within {MARGIN:.0%}), "
                  f"? inconclusive\nrows of each map: {y_dim.name}; columns: {x_name}",
-                 fontsize=8, y=1.0 - 0.15 / fig.get_figheight())  # fmt: skip
+                 fontsize=8, y=1.0 - 0.1 / fig.get_figheight())  # fmt: skip
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
