@@ -52,7 +52,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
     fraction,
-    named,
     non_negative,
     output_folder,
     policy_help,
@@ -73,14 +72,12 @@ from workloads.gpu import (  # noqa: E402
     GPU_POLICIES,
     GpuJob,
     GpuManager,
-    gpu_policy_class,
+    gpu_policy_name,
     make_gpu_policy,
     run_time_sharing,
 )
 from workloads.hpo import generate  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
-
-GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 GPU_ORDER = ["fifo", "rr", "slaq", "hermes"]
 PAIRS = [("fair", "fifo"), ("fair", "hermes"), ("beamer", "fifo"), ("beamer", "hermes")]
@@ -209,7 +206,7 @@ def pair(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected NETWORK+GPU (e.g. beamer+hermes), got {text!r}")
     if gpu == "none":
         raise argparse.ArgumentTypeError(f"{text}: part 3 runs a GPU policy, not none")
-    return policy_name(network), GPU_POLICY(gpu)
+    return policy_name(network), gpu_policy_name(gpu)
 
 
 @functools.cache
@@ -449,7 +446,7 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--gpu-policy",
         nargs="+",
-        type=GPU_POLICY,
+        type=gpu_policy_name,
         default=GPU_ORDER,
         metavar="GPU_POLICY",
         help=f"GPU policies of parts 1 and 2: {policy_help(GPU_POLICIES)} (default: "

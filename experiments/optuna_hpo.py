@@ -39,7 +39,6 @@ from pathlib import Path
 import optuna
 
 from cli.argtypes import (
-    named,
     number,
     output_folder,
     policy_help,
@@ -57,7 +56,7 @@ from simulator.metrics import coflow_rows, provenance, write_csv, write_json
 from workloads.gpu import (
     GPU_POLICIES,
     GpuManager,
-    gpu_policy_class,
+    gpu_policy_name,
     make_gpu_policy,
 )
 from workloads.hpo import PATTERNS
@@ -71,8 +70,6 @@ from workloads.optuna_search import (
 )
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
-
-GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 BACKENDS = ("simulator", "testbed")
 
@@ -119,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        type=GPU_POLICY,
+        type=gpu_policy_name,
         metavar="GPU_POLICY",
         help=f"GPU time-sharing policies, each with every --policy: none, "
         f"{policy_help(GPU_POLICIES)} (default: none)",

@@ -61,7 +61,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
-    named,
     non_negative,
     number,
     output_folder,
@@ -106,7 +105,7 @@ from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import (  # noqa: E402
     GPU_POLICIES,
     GpuManager,
-    gpu_policy_class,
+    gpu_policy_name,
     make_gpu_policy,
 )
 from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, generate  # noqa: E402
@@ -114,8 +113,6 @@ from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.profiles import PROFILES  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
-
-GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 # the checkout this runs from (the OVS start-up script)
 ROOT = Path(__file__).resolve().parents[1]
@@ -814,7 +811,7 @@ def build_parser(
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        type=GPU_POLICY,
+        type=gpu_policy_name,
         metavar="GPU_POLICY",
         help=f"GPU time-sharing policies, each run with every --policy: none, "
         f"{policy_help(GPU_POLICIES)} (default: none)",

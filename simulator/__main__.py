@@ -27,7 +27,6 @@ from pathlib import Path
 
 from cli.argtypes import (
     fraction,
-    named,
     non_negative,
     number,
     output_folder,
@@ -48,15 +47,13 @@ from simulator.traces import TraceError, load_trace
 from workloads.gpu import (
     GPU_POLICIES,
     GpuManager,
-    gpu_policy_class,
     gpu_policy_label,
+    gpu_policy_name,
     make_gpu_policy,
 )
 from workloads.hpo import PATTERNS, SEARCHES, generate
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
-
-GPU_POLICY = named(gpu_policy_class, also=("none",))  # --gpu-policy's type
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpu-policy",
         nargs="+",
         default=["none"],
-        type=GPU_POLICY,
+        type=gpu_policy_name,
         metavar="GPU_POLICY",
         help=f"GPU time-sharing policies of the job manager: none, {policy_help(GPU_POLICIES)}; "
         "every network policy runs with each (default: none, every job computes as soon as "

@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cli.argtypes import named
 from controller import plugins
 from workloads.curves import LearningCurve
 from workloads.hpo import best_identified_s
@@ -229,6 +230,10 @@ def gpu_policy_class(name: str) -> Callable[[], GpuPolicy]:
         raise ValueError(unknown + plugins.unknown_hint(name, GPU_POLICY_GROUP))
     _LOADED[name] = found
     return found
+
+
+# the --gpu-policy flag's argparse type, one for every command: ``none`` or a GPU policy
+gpu_policy_name = named(gpu_policy_class, also=("none",))
 
 
 def make_gpu_policy(name: str) -> GpuPolicy:
