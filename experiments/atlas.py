@@ -287,9 +287,9 @@ RUNNERS: dict[str, Callable[[Reading, int, Mapping[str, Any]], dict]] = {
 
 def run_point(point: dict) -> dict:
     """One point of the atlas (a sweep point, see :mod:`cli.sweep`): its metrics."""
-    from experiments.claims import CLAIMS
+    from experiments.claims import MAPS
 
-    claim = CLAIMS[point["claim"]]
+    claim = MAPS[point["claim"]]
     settings = claim.settings(point["cell"])
     return RUNNERS[claim.kind](claim.reading(point["policy"]), point["seed"], settings)
 
@@ -632,9 +632,9 @@ class ClaimOutcome:
 
 def point_cost(point: dict) -> float:
     """A rough relative run time of a point (the sweep starts the longest first)."""
-    from experiments.claims import CLAIMS
+    from experiments.claims import MAPS
 
-    claim = CLAIMS[point["claim"]]
+    claim = MAPS[point["claim"]]
     settings = claim.settings(point["cell"])
     if claim.kind == "network-hpo":
         return (

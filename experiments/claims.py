@@ -184,4 +184,81 @@ VARYS = ClaimMap(
     note="a seed is one of 12 windows of consecutive arrivals of the Facebook trace",
 )  # fmt: skip
 
+# The testbed confirms a claim at its own size: the main testbed experiment's workload
+# (``scripts/run_testbed.py``'s defaults: 13 hosts, 2 tasks of 9 configurations, halving at
+# 3 / 9 / 27 iterations, 3 GPUs per job, ring all-reduce, 1 Gbit/s modelled) crossed with the
+# dimensions of the claim's map that decided it in the simulator. A testbed run lasts as long as
+# the modelled cluster would (85-260 s here), so load is held at 2 tasks: doubling it doubles
+# every run. The simulator maps this small grid first; the confirmation runs the cell where it
+# predicts the largest effect and one where it predicts none (experiments/confirm.py).
+TESTBED_BASE = dict(
+    n_hosts=13,
+    n_tasks=2,
+    configs_per_task=9,
+    eta=3,
+    min_iterations=3,
+    workers=3,
+    models=["resnet50", "vgg16", "inception3"],
+    patterns=["ring"],
+    mean_interarrival_s=0.0,
+    search="halving",
+    link_bps=1e9,
+    mode="levels",
+)
+
+BEAMER_TESTBED = ClaimMap(
+    key="beamer-testbed",
+    name="Beamer at the testbed's size",
+    paper=BEAMER.paper,
+    statement=BEAMER.statement,
+    kind="network-hpo",
+    base=TESTBED_BASE,
+    grid=(
+        Dimension("models", BEAMER.dimension("models").why,
+                  (Level("zoo"), Level("one", {"models": ["resnet50"]}))),
+        Dimension("arrivals", "tasks starting together make many equal first stages compete; "
+                  "60 s apart (a third to two thirds of a task here), stages of different tasks "
+                  "are at different points",
+                  (Level("together"), Level("spread", {"mean_interarrival_s": 60.0}))),
+        Dimension("pattern", BEAMER.dimension("pattern").why,
+                  (Level("ring"), Level("mixed", {"patterns": ["ps", "ring"]}))),
+    ),
+    variations=(),
+    readings=BEAMER.readings[:1],
+    baselines=BEAMER.baselines,
+    metrics=BEAMER.metrics,
+    context=BEAMER.context,
+)  # fmt: skip
+
+# JPAS at the testbed's size: its map's workload (4 tasks of 4 configurations on 13 hosts,
+# each trained to the end, PS and ring) with 1 iteration first instead of 10, so every
+# configuration trains 9 iterations instead of 90 and a job lasts about a tenth as long (a
+# testbed run 3-7 minutes instead of 30-55); the arrival gaps shrink with the jobs (60 s -> 6 s,
+# 400 s -> 40 s: the same share of a job).
+JPAS_TESTBED = ClaimMap(
+    key="jpas-testbed",
+    name="JPAS at the testbed's size",
+    paper=JPAS.paper,
+    statement=JPAS.statement,
+    kind="network-hpo",
+    base={**JPAS_BASE, "min_iterations": 1, "mean_interarrival_s": 6.0},
+    grid=(
+        Dimension("arrivals", JPAS.dimension("arrivals").why.replace("60 s", "6 s").replace(
+                      "400 s", "40 s"),
+                  (Level("6s"), Level("together", {"mean_interarrival_s": 0.0}),
+                   Level("40s", {"mean_interarrival_s": 40.0}))),
+        Dimension("models", JPAS.dimension("models").why,
+                  (Level("zoo"), Level("one", {"models": ["resnet50"]}))),
+    ),
+    variations=(),
+    readings=JPAS.readings[:1],
+    baselines=JPAS.baselines,
+    metrics=JPAS.metrics,
+    context=JPAS.context,
+)  # fmt: skip
+
 CLAIMS: dict[str, ClaimMap] = {c.key: c for c in (BEAMER, JPAS, HERMES, VARYS)}
+# the testbed-size maps, by the claim they confirm
+TESTBED_MAPS: dict[str, ClaimMap] = {"beamer": BEAMER_TESTBED, "jpas": JPAS_TESTBED}
+# every map by its key (a sweep point names its map)
+MAPS: dict[str, ClaimMap] = {**CLAIMS, **{m.key: m for m in TESTBED_MAPS.values()}}

@@ -12,7 +12,10 @@ the seeds it would need). The Beamer, JPAS and Hermes algorithms here are recons
 their abstracts; each reading an abstract allows runs beside the default one. Beside the maps:
 BSSI's and Beamer's orders against brute force (a proven bound, on instances where the order
 matters), and with the testbed, Beamer's claim on the testbed's main experiment
-(``scripts/run_testbed.py --calibrate``) with the simulator's prediction per policy.
+(``scripts/run_testbed.py --calibrate``) with the simulator's prediction per policy, and (not
+with ``--quick``) the testbed's confirmation of the Beamer and JPAS maps
+(:mod:`experiments.confirm`: the cells of largest and least predicted effect at the testbed's
+size, 5 seeds each, predicted against measured verdicts; about 5 hours).
 
 Writes ``REPORT.md``, ``summary.json`` (with provenance), ``atlas.png`` (verdict counts) and per
 claim ``atlas-<claim>.png`` / ``.csv`` / ``.json`` to ``--out``; every run is a file under
@@ -29,6 +32,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,10 +44,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from cli.argtypes import non_negative, output_folder, positive, program  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
-from controller.metrics import Interval, paired_ratio_ci  # noqa: E402
+from controller.metrics import Interval, mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
-from experiments import atlas  # noqa: E402
-from experiments.claims import CLAIMS  # noqa: E402
+from experiments import atlas, confirm  # noqa: E402
+from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
 from simulator import reference  # noqa: E402
 from simulator.metrics import provenance, write_json  # noqa: E402
@@ -347,17 +351,18 @@ def run_optimum_point(point: dict) -> dict:
 
 
 def predicted_against_measured(
-    testbed: dict, claimed: str, baselines, metric: str = "sct_s"
+    testbed: dict, claimed: str, baselines, metric: str = "sct_s", statistic: str = "mean"
 ) -> list[dict]:
     """Per baseline: the verdict the calibrated simulator predicts (its runs beside the
     testbed's, on the same workload and seeds) and the testbed's own, each by the verdict rule
-    over the seeds (``metric``'s mean per run), and whether the two agree."""
+    over the seeds (``metric``'s ``statistic`` per run), and whether the two agree."""
     bed: dict[str, dict] = {}
     sim: dict[str, dict] = {}
     for run in testbed.get("runs", []):
-        bed.setdefault(run["policy"], {})[run["seed"]] = (run.get(metric) or {}).get("mean")
+        measured = (run.get(metric) or {}).get(statistic)
+        bed.setdefault(run["policy"], {})[run["seed"]] = measured
         calibrated = (run.get("simulated_calibrated") or {}).get(metric) or {}
-        sim.setdefault(run["policy"], {})[run["seed"]] = calibrated.get("mean")
+        sim.setdefault(run["policy"], {})[run["seed"]] = calibrated.get(statistic)
     baselines = [b for b in baselines if b in bed]
     if claimed not in bed or not baselines:
         return []
@@ -404,6 +409,160 @@ def verdict_lines(testbed: dict) -> list[str]:
                      f"{text(r['measured'], r['measured_ratio'])} | "
                      f"{'yes' if r['agree'] else 'no'} |")  # fmt: skip
     return lines
+
+
+def confirmation_rows(c: confirm.Confirmation) -> list[dict]:
+    """Per chosen cell, baseline and metric of the claim: the verdict of the simulator's map
+    (its seeds), the calibrated simulator's beside the testbed (the testbed's seeds) and the
+    testbed's, and whether the last two agree."""
+    small, default = c.small.claim, c.small.claim.readings[0].label
+    rows = []
+    for role, cell in c.chosen.items():
+        testbed = c.testbeds.get(role)
+        for metric in small.metrics:
+            key, statistic = confirm.RUN_METRICS[metric.key]
+            measured = {} if testbed is None else {
+                r["baseline"]: r for r in predicted_against_measured(
+                    testbed, small.readings[0].policy, [b.policy for b in small.baselines],
+                    key, statistic)}  # fmt: skip
+            for b in small.baselines:
+                mapped = cell.decisions.get((default, b.label, metric.key))
+                row = measured.get(b.policy, {})
+                rows.append({
+                    "claim": c.claim.key, "cell": cell.cell, "role": role,
+                    "baseline": b.label, "metric": metric.key,
+                    "map": None if mapped is None else mapped.verdict.value,
+                    "map_ratio": None if mapped is None else asdict(mapped.ratio),
+                    "predicted": row.get("predicted"),
+                    "predicted_ratio": row.get("predicted_ratio"),
+                    "measured": row.get("measured"),
+                    "measured_ratio": row.get("measured_ratio"),
+                    "agree": row.get("agree"),
+                })  # fmt: skip
+    return rows
+
+
+def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
+    """A claim's testbed confirmation in ``REPORT.md``: the simulator's map at the testbed's
+    size, the two cells the testbed ran, and per cell and baseline the verdicts predicted and
+    measured; then each policy's value on the testbed against the calibrated simulator."""
+    small, claim = c.small.claim, c.claim
+    default, primary = small.readings[0].label, small.metrics[0]
+    seeds = sorted({s for t in c.testbeds.values() for s in t["workload"]["seeds"]})
+    lines = [
+        "", f"## {claim.name} on the testbed", "",
+        f"The simulator's map at the testbed's size ({_settings(small.base)}), "
+        f"{primary.label}, `{default}` / baseline:", "",
+        *atlas.table(small, c.small.cells, default, primary.key), "",
+        f"The testbed ran the cell where this map predicts the largest effect and the one "
+        f"where it predicts the least (`experiments/confirm.py`), seeds {seeds}, every policy "
+        "on the same seeds, priorities served as in the main experiment; beside every run the "
+        "simulator on the same workload and seed, calibrated with the testbed's measured "
+        "overheads. *Predicted*: the calibrated simulator's verdict over those runs; "
+        "*measured*: the testbed's, by the same rule.", "",
+    ]  # fmt: skip
+    rows = confirmation_rows(c)
+    if not c.testbeds:
+        return lines + ["Not run: the testbed needs root (`sudo .venv/bin/python "
+                        "scripts/reproduce.py`).", ""]  # fmt: skip
+    if (figure := confirmation_plot(c, rows, out)) is not None:
+        lines += [f"![{claim.name} on the testbed]({figure.name})", ""]
+    lines += ["| cell | chosen as | metric | baseline | simulator's map | predicted | measured "
+              "| agree |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    labels = {m.key: m.label for m in small.metrics}
+
+    def text(verdict: str | None, ratio: dict | None) -> str:
+        if verdict is None or ratio is None:
+            return verdict or "-"
+        return f"{Interval(**ratio).format(3)} {verdict}"
+
+    for r in rows:
+        agree = "-" if r["agree"] is None else "yes" if r["agree"] else "no"
+        lines.append(f"| {', '.join(r['cell'].values())} | {confirm.ROLES[r['role']]} | "
+                     f"{labels[r['metric']]} | {r['baseline']} | "
+                     f"{text(r['map'], r['map_ratio'])} | "
+                     f"{text(r['predicted'], r['predicted_ratio'])} | "
+                     f"{text(r['measured'], r['measured_ratio'])} | {agree} |")  # fmt: skip
+    judged = [r for r in rows if r["agree"] is not None]
+    lines += ["", f"Verdicts agree in {sum(r['agree'] for r in judged)} of {len(judged)} "
+              "comparisons.", "", f"{primary.label} per policy, mean +/- 95 % CI over the seeds "
+              "(s):", "", "| cell | policy | testbed | simulator | calibrated | calibrated / "
+              "testbed |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    key, statistic = confirm.RUN_METRICS[primary.key]
+    for role, testbed in c.testbeds.items():
+        cell = ", ".join(c.chosen[role].cell.values())
+        for policy, values in per_policy(testbed, key, statistic).items():
+            shown = [values[k] for k in ("testbed", "simulator", "calibrated")]
+            texts = ["-" if v is None else v.format(1) for v in shown]
+            ratio = values["calibrated_over_testbed"]
+            texts.append("-" if ratio is None else ratio.format(2))
+            lines.append(f"| {cell} | {policy} | " + " | ".join(texts) + " |")
+    return lines
+
+
+def per_policy(testbed: dict, metric: str, statistic: str) -> dict[str, dict[str, Interval | None]]:
+    """Per policy: ``metric``'s ``statistic`` on the testbed, the simulator's (raw and
+    calibrated) beside it, and calibrated over testbed paired per seed, each mean and CI over
+    the seeds."""
+    out = {}
+    for run in testbed.get("runs", []):
+        values = out.setdefault(run["policy"], {"testbed": [], "simulator": [], "calibrated": [],
+                                                "calibrated_over_testbed": []})  # fmt: skip
+        bed = (run.get(metric) or {}).get(statistic)
+        raw = ((run.get("simulated") or {}).get(metric) or {}).get(statistic)
+        calibrated = ((run.get("simulated_calibrated") or {}).get(metric) or {}).get(statistic)
+        values["testbed"].append(bed)
+        values["simulator"].append(raw)
+        values["calibrated"].append(calibrated)
+        if bed and calibrated:
+            values["calibrated_over_testbed"].append(calibrated / bed)
+    return {policy: {k: mean_ci(v) for k, v in values.items()} for policy, values in out.items()}
+
+
+def _settings(settings: dict) -> str:
+    """A testbed-size map's base settings in words."""
+    return (f"{settings['n_hosts']} hosts, {settings['n_tasks']} tasks of "
+            f"{settings['configs_per_task']} configurations, {settings['search']}, "
+            f"{settings['min_iterations']} iterations first, {'/'.join(settings['patterns'])}, "
+            f"{settings['link_bps'] / 1e9:g} Gbit/s")  # fmt: skip
+
+
+def confirmation_plot(c: confirm.Confirmation, rows: list[dict], out: Path) -> Path | None:
+    """Per chosen cell, the primary metric's ratio to each baseline: the simulator's map, the
+    calibrated simulator beside the testbed and the testbed, each with its 95 % interval."""
+    primary = c.small.claim.metrics[0].key
+    rows = [r for r in rows if r["metric"] == primary]
+    roles = list(c.chosen)
+    sources = (("map_ratio", "simulator's map", "tab:grey", "s"),
+               ("predicted_ratio", "calibrated simulator", "tab:blue", "o"),
+               ("measured_ratio", "testbed", "tab:red", "D"))  # fmt: skip
+    fig, axes = plt.subplots(1, len(roles), figsize=(4.2 * len(roles), 2.8), sharex=True,
+                             squeeze=False)  # fmt: skip
+    for ax, role in zip(axes[0], roles, strict=True):
+        mine = [r for r in rows if r["role"] == role]
+        for i, r in enumerate(mine):
+            for j, (key, label, colour, marker) in enumerate(sources):
+                ratio = r[key]
+                if ratio is None:
+                    continue
+                y = i + (j - 1) * 0.22
+                ax.errorbar(ratio["mean"], y, xerr=[[ratio["mean"] - ratio["low"]],
+                            [ratio["high"] - ratio["mean"]]], fmt=marker, color=colour,
+                            capsize=2, label=label if i == 0 else None)  # fmt: skip
+        ax.axvspan(1 - MARGIN, 1 + MARGIN, color="0.9", zorder=0)
+        ax.axvline(1, color="black", linewidth=0.6)
+        ax.set_yticks(range(len(mine)), [f"vs {r['baseline']}" for r in mine], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(f"{', '.join(c.chosen[role].cell.values())}\n({confirm.ROLES[role]})",
+                     fontsize=8)  # fmt: skip
+        ax.set_xlabel(f"{c.small.claim.readings[0].label} / baseline", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="upper center", ncols=3)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    path = out / f"confirm-{c.claim.key}.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
@@ -528,9 +687,10 @@ def report(
     meta: dict,
     out: Path,
     testbed: dict | None = None,
+    confirmations: Sequence[confirm.Confirmation] = (),
 ) -> Path:
     """``REPORT.md``: the verdict counts, each claim's map, the bound checks, the simulator
-    against the testbed, provenance."""
+    against the testbed, the testbed's confirmation of the maps, provenance."""
     lines = [
         "# Reproduction report",
         "",
@@ -558,6 +718,8 @@ def report(
     if testbed is not None:
         lines += agreement_lines(agreement(testbed), testbed)
         lines += verdict_lines(testbed)
+    for c in confirmations:
+        lines += confirmation_lines(c, out)
     p = meta["provenance"]
     lines += [
         "",
@@ -614,7 +776,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a coarse atlas (fewer dimensions varied, fewer seeds) and one testbed seed",
+        help="a coarse atlas (fewer dimensions varied, fewer seeds) and one testbed seed, "
+        "without the testbed's confirmation of the maps",
     )
     parser.add_argument(
         "--testbed-results",
@@ -695,6 +858,12 @@ def main(argv=None) -> int:
         testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)
     if testbed is not None:
         claims.append(beamer_testbed(testbed))
+    confirmations = []
+    if mode != "simulator-only" and not args.quick:
+        for key in (k for k in args.claims if k in TESTBED_MAPS):
+            confirmations.append(confirm.confirm(
+                CLAIMS[key], args.out / "confirm", args, progress=progress,
+                run=mode == "with the testbed"))  # fmt: skip
     meta = {
         "mode": mode,
         "quick": args.quick,
@@ -704,7 +873,7 @@ def main(argv=None) -> int:
         "wall_s": time.perf_counter() - started,
         "provenance": provenance(sys.argv[1:] if argv is None else argv),
     }
-    path = report(outcomes, claims, meta, args.out, testbed)
+    path = report(outcomes, claims, meta, args.out, testbed, confirmations)
     plot(outcomes, args.out)
     write_json(
         args.out / "summary.json",
@@ -746,6 +915,7 @@ def main(argv=None) -> int:
                 for c in claims
             ],
             "simulator_vs_testbed": None if testbed is None else agreement(testbed),
+            "testbed_confirmation": [row for c in confirmations for row in confirmation_rows(c)],
             "testbed_verdicts": None
             if testbed is None
             else [

@@ -153,7 +153,7 @@ def test_a_tiny_atlas_end_to_end(tmp_path, monkeypatch):
         metrics=(Metric("avg_sct_s", "average SCT"), Metric("p95_sct_s", "p95 SCT")),
         context=("busiest_quarter_busy",),
     )  # fmt: skip
-    monkeypatch.setitem(claims.CLAIMS, "tiny", tiny)
+    monkeypatch.setitem(claims.MAPS, "tiny", tiny)
     args = argparse.Namespace(sequential=True, ray_address=None, parallel=None, resume=False)
     (outcome,) = atlas.run_atlas([tiny], tmp_path, args, seeds=2, max_seeds=3,
                                  progress=lambda _: None)  # fmt: skip
