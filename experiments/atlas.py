@@ -31,7 +31,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -291,7 +291,23 @@ def run_point(point: dict) -> dict:
 
     claim = MAPS[point["claim"]]
     settings = claim.settings(point["cell"])
-    return RUNNERS[claim.kind](claim.reading(point["policy"]), point["seed"], settings)
+    known = {r.label for r in claim.readings + claim.baselines}
+    label = point["policy"]  # (a policy of the user's is its own reading, see with_policies)
+    reading = claim.reading(label) if label in known else Reading(label, label)
+    return RUNNERS[claim.kind](reading, point["seed"], settings)
+
+
+def with_policies(
+    claim: ClaimMap, network: Sequence[str] = (), gpu: Sequence[str] = ()
+) -> ClaimMap:
+    """``claim`` with policies of the user's (names or ``package.module:Class``) as further
+    readings: on the grid cells, against the same baselines, reported beside the paper's;
+    network policies join the network claims, GPU policies the GPU claim."""
+    refs = gpu if claim.kind == "gpu-hpo" else network
+    known = {r.label for r in claim.readings + claim.baselines}
+    extra = tuple(Reading(ref, ref, {}, "a policy given with --policy / --gpu-policy")
+                  for ref in dict.fromkeys(refs) if ref not in known)  # fmt: skip
+    return replace(claim, readings=claim.readings + extra) if extra else claim
 
 
 # ---- verdicts -------------------------------------------------------------------------------

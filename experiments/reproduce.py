@@ -41,16 +41,25 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cli.argtypes import non_negative, output_folder, positive, program  # noqa: E402
+from cli.argtypes import (  # noqa: E402
+    named,
+    non_negative,
+    output_folder,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+)
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import Interval, mean_ci, paired_ratio_ci  # noqa: E402
-from controller.policies import make_policy  # noqa: E402
+from controller.policies import POLICIES, make_policy  # noqa: E402
 from experiments import atlas, confirm  # noqa: E402
 from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
 from simulator import reference  # noqa: E402
 from simulator.metrics import provenance, write_json  # noqa: E402
+from workloads.gpu import GPU_POLICIES, gpu_policy_class  # noqa: E402
 
 # the checkout this runs from (the testbed experiment runs from it)
 ROOT = Path(__file__).resolve().parents[1]
@@ -806,6 +815,25 @@ def main(argv=None) -> int:
         choices=[*MAP_CLAIMS, "optimum"],
         help="claims to run (default: all; optimum: BSSI and Beamer against brute force)",
     )
+    parser.add_argument(
+        "--policy",
+        nargs="+",
+        default=[],
+        type=policy_name,
+        metavar="POLICY",
+        help=f"network policies of your own, each mapped beside the paper's readings on the "
+        f"Beamer, JPAS and Varys maps' grid cells against the same baselines: "
+        f"{policy_help(POLICIES)}",
+    )
+    parser.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        default=[],
+        type=named(gpu_policy_class),  # (not "none": the Hermes map is time-sharing)
+        metavar="GPU_POLICY",
+        help=f"GPU policies of your own, mapped likewise on the Hermes map: "
+        f"{policy_help(GPU_POLICIES)}",
+    )
     parser.add_argument("--out", type=output_folder, default="results/report",
                         help="output folder (default: results/report)")  # fmt: skip
     add_sweep_arguments(parser)
@@ -834,7 +862,8 @@ def main(argv=None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    maps = [CLAIMS[name] for name in args.claims if name in MAP_CLAIMS]
+    maps = [atlas.with_policies(CLAIMS[name], args.policy, args.gpu_policy)
+            for name in args.claims if name in MAP_CLAIMS]  # fmt: skip
     claims: list[Claim] = []
     try:
         outcomes = atlas.run_atlas(maps, args.out, args, args.quick, args.seeds, args.max_seeds,

@@ -222,3 +222,34 @@ def test_the_breakdown_per_level_says_where_the_verdicts_fall():
         "| size | small | 1 | 2 | 0 | 0 | 0 |",
         "| size | big | 1 | 0 | 1 | 1 | 0 |",
     ]
+
+
+def test_a_users_policies_join_the_maps_as_readings():
+    network, gpu = (
+        "examples.smallest_first:SmallestFirst",
+        "examples.shortest_remaining:ShortestRemaining",
+    )
+    beamer = atlas.with_policies(claims.BEAMER, [network, "beamer", network], [gpu])
+    assert [r.label for r in beamer.readings] == [
+        *(r.label for r in claims.BEAMER.readings), network,  # once; beamer is there already
+    ]  # fmt: skip
+    assert beamer.baselines == claims.BEAMER.baselines
+    hermes = atlas.with_policies(claims.HERMES, [network], [gpu])
+    assert [r.label for r in hermes.readings] == ["hermes", gpu]
+    assert atlas.with_policies(claims.VARYS) is claims.VARYS
+    # on the grid cells only, like the other readings
+    cells = hermes.cells()
+    assert {p["policy"] for p in atlas.points(hermes, cells[:1], [1])} == {
+        "hermes",
+        gpu,
+        "fifo",
+        "rr",
+        "slaq",
+    }
+    # a worker knows only the paper's map: the point names the policy, and it is loaded there
+    small = next(c for c in cells if c["per-gpu"] == "2" and c["search"] == "halving")
+    point = {"claim": "hermes", "cell": small, "policy": gpu, "seed": 1}
+    mine = atlas.run_point(point)
+    fifo = atlas.run_point({**point, "policy": "fifo"})
+    assert set(mine) == set(fifo) and mine["best_identified_s"] > 0
+    assert mine != fifo  # (it ran a policy of its own)

@@ -53,6 +53,13 @@ def test_hpo_scale_prints_each_point_with_the_pace_read_during_it(capsys):
     assert float(fields[5]) >= 0 and float(fields[-1]) > 0
 
 
+def test_a_benchmark_times_a_policy_of_ones_own(capsys):
+    mine = "examples.smallest_first:SmallestFirst"
+    assert hpo_scale.main(["--sizes", "8x1", "--policy", mine, "--mode", "ideal"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert mine in row and "failed" not in row and float(row.split()[-1]) > 0
+
+
 def test_hpo_scale_times_a_point_with_the_pace_read_during_it():
     point = hpo_scale.run_one(8, 1, "fair", "levels")
     assert point["coflows"] > 0 and point["reorders"] > 0 and point["steps"] > 0

@@ -54,10 +54,14 @@ def run_reproduce(*args: str) -> subprocess.CompletedProcess:
 
 def test_simulator_only_quick_report(tmp_path):
     out = tmp_path / "report"
+    mine = "examples.smallest_first:SmallestFirst"  # a policy of the user's, mapped beside
     run = run_reproduce("--simulator-only", "--quick", "--seeds", "2", "--max-seeds", "3",
-                        "--claims", "varys", "--out", str(out))  # fmt: skip
+                        "--claims", "varys", "--policy", mine, "--out", str(out))  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     report = (out / "REPORT.md").read_text()
+    assert f"- `{mine}`: a policy given with --policy" in report
+    assert f"| {mine} | average CCT | fair |" in report
+    assert (out / "atlas-varys-readings.png").stat().st_size > 0
     assert "## Varys (Chowdhury et al., SIGCOMM 2014)" in report
     assert "reconstructions from the papers'" in report and "git commit:" in report
     assert "| Varys | fair | 3 |" in report  # the summary: three load cells
@@ -75,6 +79,10 @@ def test_simulator_only_quick_report(tmp_path):
         assert 0 < comparison["low"] <= comparison["ratio"] <= comparison["high"]
     for name in ("atlas.png", "atlas-varys.png", "atlas-varys.csv"):
         assert (out / name).stat().st_size > 0
+    bad = run_reproduce("--simulator-only", "--policy", "nowhere:Nothing")
+    assert bad.returncode == 2 and "nowhere" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_reproduce("--simulator-only", "--gpu-policy", "none")
+    assert bad.returncode == 2 and "none" in bad.stderr
     bad = run_reproduce("--simulator-only", "--seeds", "1")
     assert bad.returncode == 2 and "--seeds must be >= 2" in bad.stderr
     bad = run_reproduce("--simulator-only", "--seeds", "5", "--max-seeds", "3")
