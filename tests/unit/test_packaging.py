@@ -91,3 +91,25 @@ def test_pip_install_gives_the_simulator_and_its_commands(tmp_path):
         helped = subprocess.run([str(target / "bin" / command), "--help"], cwd=elsewhere,
                                 env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
         assert helped.returncode == 0 and "usage:" in helped.stdout, command + helped.stderr
+
+
+def test_the_source_distribution_carries_the_data_and_the_licences(tmp_path):
+    import tarfile
+
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "results", "__pycache__", "*.egg-info", "build"))  # fmt: skip
+    build = subprocess.run(
+        [sys.executable, "-c", "import sys; from setuptools import build_meta; "
+         "print(build_meta.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
+        cwd=source, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    name = build.stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / "dist" / name) as sdist:
+        root = sdist.getnames()[0].split("/")[0]
+        members = {n.removeprefix(root + "/") for n in sdist.getnames()}
+    for data in ("netsched_data/traces/FB2010-1Hr-150-0.txt", "netsched_data/traces/README.md",
+                 "netsched_data/yahpo/lcbench/model.onnx", "netsched_data/yahpo/LICENSE",
+                 "LICENSE", "controller/openapi.yaml"):  # fmt: skip
+        assert data in members, data
