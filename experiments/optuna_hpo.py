@@ -1,9 +1,9 @@
 """Optuna studies tuning on the cluster: trials are jobs, rungs are stages.
 
     .venv/bin/python scripts/optuna_hpo.py [--backend simulator|testbed]
-        [--pruner halving|hyperband] [--sampler tpe|random] [--trials 27] [--parallel 9]
-        [--studies 1] [--policy beamer fair ...] [--gpu-policy none hermes ...] [--seed 1]
-        [--out DIR]
+        [--pruner halving|hyperband] [--sampler tpe|random|cmaes|qmc|gp] [--trials 27]
+        [--parallel 9] [--studies 1] [--policy beamer fair ...] [--gpu-policy none hermes ...]
+        [--seed 1] [--baseline fair] [--storage URL] [--out DIR] [--no-plots]
 
 Every study (one HPO task, :mod:`workloads.optuna_search`) asks its sampler for trials, trains
 each as a job per rung of successive halving's plan, reports every rung's accuracy to the trial
@@ -18,9 +18,19 @@ The same studies run under each network policy (``--policy``) and GPU policy
 scheduling (both flags also take policies of one's own, ``package.module:Class`` or an entry
 point's name, :mod:`controller.plugins`; a run is labelled by its policies' names). It prints,
 per run, the stage and HPO metrics as ``python -m simulator hpo`` does
-and a line with the best trial of each study; ``--out`` gets the same result files (stages,
-jobs, configs, tasks, coflows CSVs per run, ``summary.json``) plus ``trials-<run>.csv``. The
-same seed gives the same trials, prunings and best trial.
+and a line with the best trial of each study, then a table over the seeds with ratios to
+``--baseline``'s run (default: fair sharing's, else the first); ``--out`` gets the same result
+files (stages, jobs, configs, tasks, coflows CSVs per run, ``summary.json``) plus
+``trials-<run>.csv`` and Optuna's own plots of every study (:func:`experiments.optuna_study.
+write_plots`; ``--no-plots`` skips them). The same seed gives the same trials, prunings and best
+trial.
+
+``--storage URL`` keeps every study in an Optuna storage (``sqlite:///studies.db``, any RDB URL,
+or a JournalStorage file: ``journal:PATH`` or a path ending in ``.log``/``.jsonl``) under the
+name ``<run>-study<k>-seed<s>``, for ``optuna-dashboard URL`` and ``optuna studies --storage URL``
+(for a journal file give the CLI its path); a study of the same name already there is refused
+before anything runs. Every run goes through :func:`experiments.optuna_study.run_study`, the
+function to call from Python.
 
 Curves: the YAHPO Gym LCBench surrogate with ``--yahpo [DIR]`` (without DIR the one bundled with
 the package; the sampled hyper-parameters are an MLP's), else the synthetic response surface of
@@ -30,10 +40,8 @@ the package; the sampled hyper-parameters are an MLP's), else the synthetic resp
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -47,31 +55,28 @@ from cli.argtypes import (
     program,
 )
 from controller.metrics import mean_ci, paired_ratio_ci
-from controller.policies import POLICIES, make_policy
+from controller.policies import POLICIES
+from experiments.optuna_study import BACKENDS, run_study, write_plots
 from netsched_data import BUNDLED
 from simulator.__main__ import run_label
-from simulator.engine import Fabric, Simulator, warm_up
-from simulator.hpo import HpoDriver
-from simulator.metrics import coflow_rows, provenance, write_csv, write_json
-from workloads.gpu import (
-    GPU_POLICIES,
-    GpuManager,
-    gpu_policy_name,
-    make_gpu_policy,
-)
+from simulator.engine import warm_up
+from simulator.metrics import provenance, write_csv, write_json
+from workloads.gpu import GPU_POLICIES, gpu_policy_name
 from workloads.hpo import PATTERNS
 from workloads.optuna_search import (
     PRUNERS,
     SAMPLERS,
     LcBenchSpace,
-    best_trial,
-    optuna_tasks,
-    trial_rows,
+    OptunaSetupError,
+    check_new_studies,
+    make_sampler,
+    open_storage,
+    study_name,
 )
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
 
-BACKENDS = ("simulator", "testbed")
+BASELINE = "fair"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="Optuna pruner deciding the rungs (default: halving)",
     )
     parser.add_argument(
-        "--sampler", choices=SAMPLERS, default="tpe", help="Optuna sampler (default: tpe)"
+        "--sampler",
+        choices=SAMPLERS,
+        default="tpe",
+        help="Optuna's built-in sampler, seeded from --seed (default: tpe; cmaes needs the "
+        "cmaes package, qmc scipy, gp torch and scipy)",
+    )
+    parser.add_argument(
+        "--storage",
+        metavar="URL",
+        help="keep the studies in this Optuna storage: an RDB URL (sqlite:///studies.db) or a "
+        "JournalStorage file (journal:PATH, or a path ending in .log or .jsonl); each study is "
+        "named <run>-study<k>-seed<s> (default: in memory)",
     )
     parser.add_argument("--trials", type=positive(int), default=27, help="trials per study")
     parser.add_argument(
@@ -125,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=number(int, 0), nargs="+", default=[1], help="one run per seed"
     )
     parser.add_argument(
-        "--baseline", help="the run the others are compared with (default: the first)"
+        "--baseline",
+        help="the run the others are compared with (default: fair sharing's, with the first "
+        "--gpu-policy; the first run if --policy has no fair)",
     )
     parser.add_argument(
         "--hosts", type=number(int, 2), default=13, help="hosts of the cluster (default: 13)"
@@ -179,7 +197,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--yahpo-task", default="3945", help="LCBench task of the surrogate (default: 3945)"
     )
     parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
+    parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="write no Optuna plots into --out (default: each study's history, intermediate "
+        "values, parallel coordinates and parameter importances, as PNG)",
+    )
     return parser
+
+
+def default_baseline(policies: list[str], gpu_policies: list[str]) -> str:
+    """The run compared with by default: fair sharing's with the first GPU policy, as in the
+    sweeps, or the first run if fair is not among ``policies``."""
+    network = BASELINE if BASELINE in policies else policies[0]
+    return run_label(network, gpu_policies[0])
 
 
 def main(argv=None) -> int:
@@ -195,21 +226,38 @@ def main(argv=None) -> int:
         except YahpoError as exc:
             parser.error(f"--yahpo: {exc}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-    def studies(seed: int, link_scale: float = 1.0):
-        return optuna_tasks(
-            args.studies, seed, args.hosts, args.trials, args.parallel, args.pruner,
-            args.sampler, args.eta, args.min_iterations, args.workers,
-            PROFILES[args.model].with_bytes_divided_by(link_scale), args.pattern, space,
-        )  # fmt: skip
+    try:
+        make_sampler(args.sampler, 0)  # a missing package: said now, not after the first run
+    except OptunaSetupError as exc:
+        parser.error(f"--sampler: {exc}")
 
     labels = [run_label(name, gpu) for name in args.policy for gpu in args.gpu_policy]
     if args.baseline is not None and args.baseline not in labels:
         parser.error(f"--baseline {args.baseline} is not one of the runs ({', '.join(labels)})")
-    if args.backend == "testbed":
-        return on_testbed(args, argv, studies)
+    args.baseline = args.baseline or default_baseline(args.policy, args.gpu_policy)
+    storage = None
+    if args.storage is not None:
+        names = [study_name(label, k, seed) for seed in args.seed for label in labels
+                 for k in range(args.studies)]  # fmt: skip
+        try:
+            storage = open_storage(args.storage)
+            check_new_studies(storage, names, args.storage)
+        except OptunaSetupError as exc:
+            parser.error(f"--storage: {exc}")
 
-    fabric = Fabric(args.hosts, args.link_gbps * 1e9)
+    def study(seed: int, name: str, gpu_policy: str, **more):
+        return run_study(
+            space, backend=args.backend, policy=name, gpu_policy=gpu_policy,
+            sampler=args.sampler, pruner=args.pruner, storage=storage, n_trials=args.trials,
+            parallel=args.parallel, studies=args.studies, seed=seed, hosts=args.hosts,
+            workers=args.workers, eta=args.eta, min_iterations=args.min_iterations,
+            model=args.model, pattern=args.pattern, link_gbps=args.link_gbps,
+            gpus_per_host=args.gpus_per_host, quantum=args.quantum, **more,
+        )  # fmt: skip
+
+    if args.backend == "testbed":
+        return on_testbed(args, argv, study)
+
     summary = {"provenance": provenance(argv), "settings": vars(args) | {"out": str(args.out)}}
     summary["settings"]["yahpo"] = str(args.yahpo) if args.yahpo else None
     summary["runs"] = {}
@@ -218,52 +266,37 @@ def main(argv=None) -> int:
         f"{'run':<17} {'seed':>4} {'avg SCT s':>10} {'SCT/bound':>10} {'HPO end s':>10} "
         f"{'best at s':>10} {'trials':>6} {'pruned':>6} {'wall s':>7}"
     )
+    notes: list[str] = []
     for seed in args.seed:
         for name in args.policy:
             for gpu_policy in args.gpu_policy:
-                label = run_label(name, gpu_policy)
-                sim = Simulator(fabric, make_policy(name))
-                gpus = None
-                if gpu_policy != "none":
-                    gpus = GpuManager(make_gpu_policy(gpu_policy), args.hosts,
-                                      args.gpus_per_host, args.quantum, 0.0)  # fmt: skip
-                tasks = studies(seed)
-                driver = HpoDriver(sim, tasks, gpus=gpus)
-                started = time.perf_counter()
-                sim.run()
-                wall = time.perf_counter() - started
-                result = driver.core.summary(sim.now_s)
-                trials = [row for task in tasks for row in trial_rows(task)]
-                jobs = driver.job_rows()
-                best = {task.task_id: best_trial(task, jobs) for task in tasks}
-                result.update(
-                    seed=seed, wall_s=wall, trials=len(trials), best_trial=best,
-                    pruned=sum(row["state"] == "PRUNED" for row in trials),
-                )  # fmt: skip
+                run = study(seed, name, gpu_policy)
+                result, label = run.result, run.label
                 summary["runs"].setdefault(label, []).append(result)
-                found = [b["found_s"] for b in best.values() if b is not None]
+                found = [b["found_s"] for b in run.best.values() if b is not None]
                 print(
                     f"{label:<17} {seed:>4} {result['sct_s']['mean']:>10.3f} "
                     f"{result['sct_over_bound']:>10.3f} "
                     f"{result['hpo_completion_s']['mean']:>10.2f} "
-                    f"{_fmt(sum(found) / len(found) if found else None):>10} {len(trials):>6} "
-                    f"{result['pruned']:>6} {wall:>7.1f}",
+                    f"{_fmt(sum(found) / len(found) if found else None):>10} "
+                    f"{result['trials']:>6} {result['pruned']:>6} {run.wall_s:>7.1f}",
                     flush=True,
                 )
-                _print_best(best)
+                _print_best(run.best)
                 if args.out:
                     folder = args.out / f"seed-{seed}"
-                    write_csv(folder / f"stages-{label}.csv", driver.stage_rows())
-                    write_csv(folder / f"jobs-{label}.csv", jobs)
-                    write_csv(folder / f"configs-{label}.csv", driver.config_rows())
-                    write_csv(folder / f"tasks-{label}.csv", driver.task_rows())
-                    write_csv(folder / f"coflows-{label}.csv", coflow_rows(sim))
-                    write_csv(folder / f"trials-{label}.csv", trials)
-    summary["table"] = seed_table(summary["runs"], args.baseline or labels[0])
-    print_table(summary["table"], args.baseline or labels[0], len(args.seed))
+                    for table, rows in run.rows.items():
+                        write_csv(folder / f"{table}-{label}.csv", rows)
+                    if not args.no_plots:
+                        notes += write_plots(run.studies, folder / "plots")
+    summary["table"] = seed_table(summary["runs"], args.baseline)
+    print_table(summary["table"], args.baseline, len(args.seed))
+    _print_notes(notes)
     if args.out:
         write_json(args.out / "summary.json", summary)
         print(f"results in {args.out}/")
+    if storage is not None:
+        print(f"studies in {args.storage} (optuna-dashboard {args.storage})")
     return 0
 
 
@@ -324,42 +357,18 @@ def _ratio(entry: dict | None) -> str:
     return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
 
 
-class StudiesMade:
-    """Fresh studies for each use of a testbed run (``run_testbed.Tasks``), keeping the last
-    ones the testbed trained (a failed attempt's are replaced by the next attempt's)."""
-
-    def __init__(self, studies, seed: int, link_scale: float) -> None:
-        self.studies = studies
-        self.seed = seed
-        self.link_scale = link_scale
-        self.testbed: list = []
-
-    def __call__(self, use: str) -> list:
-        """Fresh studies for ``use`` (``"testbed"`` or ``"prediction"``)."""
-        tasks = self.studies(self.seed, self.link_scale)
-        if use == "testbed":
-            self.testbed = tasks
-        return tasks
-
-
-def on_testbed(args, argv, studies) -> int:
+def on_testbed(args, argv, study) -> int:
     """Every seed's and (network, GPU) policy's run of the same fresh studies on the Mininet
     testbed, as ``scripts/run_testbed.py`` runs one (its files in ``<out>/<run>/seed-<k>/``),
-    plus each run's ``trials.csv`` and best trials, and the seed table; the exit status."""
+    plus each run's ``trials.csv``, Optuna's plots and best trials, and the seed table; the
+    exit status. ``study(seed, policy, gpu_policy, **more)`` runs one (:func:`run_study`)."""
     from experiments import run_testbed  # Mininet and the controller: only on this path
 
     out = args.out or Path("results") / "optuna-testbed"
-    testbed_argv = [
-        "--hosts", str(args.hosts), "--workers", str(args.workers), "--eta", str(args.eta),
-        "--min-iterations", str(args.min_iterations), "--link-gbps", str(args.link_gbps),
-        "--bw", str(args.bw), "--timeout", str(args.timeout),
-        "--gpus-per-host", str(args.gpus_per_host), "--quantum", str(args.quantum),
-        "--out", str(out),
-    ]  # fmt: skip
-    testbed = run_testbed.parse(run_testbed.build_parser(), testbed_argv)
     summary = {"provenance": provenance(argv), "settings": {**vars(args), "out": str(out)}}
     summary["settings"]["yahpo"] = str(args.yahpo) if args.yahpo else None
     summary["runs"] = {}
+    notes: list[str] = []
     try:
         with run_testbed.network.testbed_lock():
             for seed, name, gpu_policy in itertools.product(
@@ -367,46 +376,48 @@ def on_testbed(args, argv, studies) -> int:
             ):
                 label = run_label(name, gpu_policy)
                 run_dir = out / label / f"seed-{seed}"
-                testbed.seed = seed
-                made = StudiesMade(studies, seed, testbed.link_scale)
                 print(f"== {label}, seed {seed}", flush=True)
-                result, _ = run_testbed.run_with_retries(
-                    name, testbed, run_dir, gpu_policy, tasks=made
-                )
-                trials = [row for task in made.testbed for row in trial_rows(task)]
-                write_csv(run_dir / "trials.csv", trials)
-                jobs = read_rows(run_dir / "jobs.csv")
-                best = {task.task_id: best_trial(task, jobs) for task in made.testbed}
+                run = study(seed, name, gpu_policy, out=run_dir, bw=args.bw,
+                            timeout=args.timeout)  # fmt: skip
+                result = run.result
+                write_csv(run_dir / "trials.csv", run.rows["trials"])
+                if not args.no_plots:
+                    notes += write_plots(run.studies, run_dir / "plots")
                 summary["runs"].setdefault(label, []).append({
                     "seed": seed,
                     "avg_sct_s": result["sct_s"]["mean"],
                     "hpo_completion_s": result["hpo_completion_s"],
                     "simulated_hpo_completion_s": result["simulated"]["hpo_completion_s"],
-                    "trials": len(trials),
-                    "pruned": sum(row["state"] == "PRUNED" for row in trials),
-                    "best_trial": best,
+                    "trials": result["trials"],
+                    "pruned": result["pruned"],
+                    "best_trial": run.best,
                 })  # fmt: skip
                 print(
                     f"{label}, seed {seed}: avg SCT {result['sct_s']['mean']:.2f} s, HPO end "
                     f"{result['hpo_completion_s']['mean']:.2f} s (simulator "
                     f"{result['simulated']['hpo_completion_s']['mean']:.2f} s)"
                 )
-                _print_best(best)
+                _print_best(run.best)
     except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
         print(f"optuna_hpo.py: error: {exc}", file=sys.stderr)
         return 1
-    labels = list(summary["runs"])
-    summary["table"] = seed_table(summary["runs"], args.baseline or labels[0])
-    print_table(summary["table"], args.baseline or labels[0], len(args.seed))
+    summary["table"] = seed_table(summary["runs"], args.baseline)
+    print_table(summary["table"], args.baseline, len(args.seed))
+    _print_notes(notes)
     write_json(out / "summary.json", summary)
     print(f"results in {out}/")
     return 0
 
 
-def read_rows(path: Path) -> list[dict]:
-    """A CSV file's rows."""
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def _print_notes(notes: list[str]) -> None:
+    """A line per kind of plot left out (``write_plots``' notes), however many studies."""
+    studies: dict[str, list[str]] = {}
+    for note in notes:
+        name, _, what = note.partition(": ")
+        studies.setdefault(what, []).append(name)
+    for what, names in studies.items():
+        which = names[0] if len(names) == 1 else f"{len(names)} studies, e.g. {names[0]}"
+        print(f"note: {what}: {which}")
 
 
 def _print_best(best: dict) -> None:

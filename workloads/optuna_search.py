@@ -17,14 +17,20 @@ surrogate (:class:`LcBenchSpace`, so the sampled hyper-parameters are a real MLP
 data is at hand, else :class:`SyntheticSpace`, a smooth response surface over two
 hyper-parameters, so a sampler still has something to learn.
 
-Only this module imports Optuna; the HPO core sees the :class:`workloads.hpo.RungSearch`
-protocol.
+Studies live in memory unless given a storage (:func:`open_storage`: any Optuna storage URL, or
+a JournalStorage file), where ``optuna-dashboard`` and the ``optuna`` command see them; every
+study is named after its run, index and seed (:func:`study_name`).
+
+The HPO core sees only the :class:`workloads.hpo.RungSearch` protocol.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
+import warnings
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import optuna
@@ -35,7 +41,16 @@ from workloads.profiles import PROFILES, ModelProfile
 from workloads.yahpo import CONTINUOUS, EPOCHS, OUTPUTS, LcBench
 
 PRUNERS = ("halving", "hyperband")
-SAMPLERS = ("tpe", "random")
+SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
+# the packages a sampler needs beyond Optuna's own
+SAMPLER_NEEDS = {"cmaes": ("cmaes",), "qmc": ("scipy",), "gp": ("torch", "scipy")}
+# a storage "URL" naming a JournalStorage file rather than a database
+JOURNAL_PREFIX = "journal:"
+JOURNAL_SUFFIXES = (".log", ".jsonl", ".journal")
+
+
+class OptunaSetupError(ValueError):
+    """A sampler, storage or study that cannot be set up; the message is one line."""
 
 
 class ConfigSpace(Protocol):
@@ -88,6 +103,62 @@ class LcBenchSpace:
         return TabulatedCurve(points, max_iterations / EPOCHS)
 
 
+class SuggestSpace:
+    """A plain function ``suggest(trial, max_iterations) -> Curve`` as a :class:`ConfigSpace`."""
+
+    def __init__(self, suggest: Callable[[optuna.Trial, int], Curve]) -> None:
+        self._suggest = suggest
+
+    def suggest(self, trial: optuna.Trial, max_iterations: int) -> Curve:
+        """The wrapped function's curve."""
+        return self._suggest(trial, max_iterations)
+
+
+def as_space(space: ConfigSpace | Callable[[optuna.Trial, int], Curve] | None) -> ConfigSpace:
+    """``space`` as a :class:`ConfigSpace`: one as is, a suggest function wrapped, ``None`` the
+    :class:`SyntheticSpace`."""
+    if space is None:
+        return SyntheticSpace()
+    if hasattr(space, "suggest"):
+        return space
+    if callable(space):
+        return SuggestSpace(space)
+    raise TypeError(f"space must have suggest(trial, max_iterations) or be a function: {space!r}")
+
+
+def missing_packages(sampler: str) -> list[str]:
+    """The packages sampler ``sampler`` needs that are not installed."""
+    return [p for p in SAMPLER_NEEDS.get(sampler, ()) if importlib.util.find_spec(p) is None]
+
+
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    """Optuna's built-in sampler ``name`` (:data:`SAMPLERS`) seeded with ``seed``.
+
+    Raises :class:`OptunaSetupError` for an unknown name, or one whose packages are missing
+    (naming what to install)."""
+    if name not in SAMPLERS:
+        raise OptunaSetupError(f"sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
+    if missing := missing_packages(name):
+        raise OptunaSetupError(
+            f"sampler {name!r} needs {' and '.join(missing)}: pip install {' '.join(missing)}"
+        )
+    # every study's first trials are sampled independently: expected, so not warned about
+    quiet = {"warn_independent_sampling": False}
+    with warnings.catch_warnings():
+        # qmc and gp are experimental in Optuna; that is the user's choice, not news every run
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "tpe":
+            return optuna.samplers.TPESampler(seed=seed)
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if name == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, **quiet)
+        if name == "qmc":
+            # scrambled, so that the seed picks the sequence as it does every other sampler's
+            return optuna.samplers.QMCSampler(scramble=seed is not None, seed=seed, **quiet)
+        return optuna.samplers.GPSampler(seed=seed, **quiet)
+
+
 def make_pruner(
     name: str, min_iterations: int, max_iterations: int, eta: int
 ) -> optuna.pruners.BasePruner:
@@ -102,6 +173,61 @@ def make_pruner(
             min_resource=min_iterations, max_resource=max_iterations, reduction_factor=eta
         )
     raise ValueError(f"pruner must be one of {', '.join(PRUNERS)}, got {name!r}")
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """The Optuna storage ``url`` names: ``journal:PATH`` or a path ending in ``.log``,
+    ``.jsonl`` or ``.journal`` is a JournalStorage file (created if absent), ``redis://...`` a
+    JournalStorage on Redis, anything else an RDB URL (``sqlite:///studies.db``,
+    ``postgresql://...``).
+
+    Raises :class:`OptunaSetupError` (one line) if it cannot be opened."""
+    from optuna.storages import JournalStorage, RDBStorage
+    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+
+    try:
+        if url.startswith(JOURNAL_PREFIX) or url.endswith(JOURNAL_SUFFIXES):
+            path = url.removeprefix(JOURNAL_PREFIX)
+            if not path:
+                raise OptunaSetupError(f"storage {url!r}: no file after {JOURNAL_PREFIX}")
+            return JournalStorage(JournalFileBackend(path))
+        if url.startswith(("redis://", "rediss://", "unix://")):
+            return JournalStorage(JournalRedisBackend(url))
+        if "://" not in url:
+            raise OptunaSetupError(
+                f"storage {url!r} is neither a database URL (e.g. sqlite:///studies.db) nor a "
+                f"journal file ({JOURNAL_PREFIX}PATH or a path ending in "
+                f"{', '.join(JOURNAL_SUFFIXES)})"
+            )
+        return RDBStorage(url)
+    except OptunaSetupError:
+        raise
+    except Exception as exc:  # SQLAlchemy, drivers and the file system raise their own kinds
+        raise OptunaSetupError(f"storage {url!r}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's message, its first line (SQLAlchemy's run to several)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def study_name(run: str, index: int, seed: int) -> str:
+    """The name of study ``index`` of run ``run`` (its policies' label) with seed ``seed``."""
+    return f"{run}-study{index}-seed{seed}"
+
+
+def check_new_studies(storage: optuna.storages.BaseStorage, names: Iterable[str], url: str) -> None:
+    """Raise :class:`OptunaSetupError` if ``storage`` (opened from ``url``) already holds a
+    study of one of ``names``: a rerun into the same storage would mix two runs' trials."""
+    existing = {study.study_name for study in storage.get_all_studies()}
+    taken = [name for name in names if name in existing]
+    if taken:
+        more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+        raise OptunaSetupError(
+            f"study {taken[0]!r}{more} already exists in storage {url}: give another --storage, "
+            f"or delete it (optuna delete-study --study-name {taken[0]} --storage {url})"
+        )
 
 
 class OptunaSearch:
@@ -200,43 +326,59 @@ def optuna_tasks(
     n_hosts: int,
     n_trials: int,
     parallel: int,
-    pruner: str = "halving",
-    sampler: str = "tpe",
+    pruner: str | optuna.pruners.BasePruner = "halving",
+    sampler: str | optuna.samplers.BaseSampler = "tpe",
     eta: int = 3,
     min_iterations: int = 10,
     workers: int = 3,
     model: ModelProfile | None = None,
     pattern: str = "ring",
-    space: ConfigSpace | None = None,
+    space: ConfigSpace | Callable[[optuna.Trial, int], Curve] | None = None,
+    storage: optuna.storages.BaseStorage | str | None = None,
+    run: str = "run",
 ) -> list[HpoTask]:
     """``n_studies`` HPO tasks, each driven by a fresh seeded study (see the module docstring).
 
-    Every study has its own sampler seed (``seed`` and the study's index), the same pruner on
-    rungs of ``min_iterations * eta**k`` iterations (as many as successive halving over
-    ``n_trials`` configurations has stages) and its jobs on ``workers`` hosts drawn with a
-    generator seeded the same way; everything is fresh, so building them again with the same
-    arguments replays the same run (each run needs its own tasks: a study remembers its
-    trials)."""
-    if sampler not in SAMPLERS:
+    Every study has its own sampler seed (``seed`` and the study's index; a sampler given as an
+    object is shared by the studies as it is), the same pruner (a name of :data:`PRUNERS`, on
+    rungs of ``min_iterations * eta**k`` iterations, as many as successive halving over
+    ``n_trials`` configurations has stages, or a pruner object) and its jobs on ``workers``
+    hosts drawn with a generator seeded the same way; everything is fresh, so building them
+    again with the same arguments replays the same run (each run needs its own tasks: a study
+    remembers its trials). ``space`` is a :class:`ConfigSpace` or a function
+    ``suggest(trial, max_iterations) -> Curve`` (default :class:`SyntheticSpace`). The studies
+    go into ``storage`` (a storage or its URL, :func:`open_storage`; default in memory) named
+    :func:`study_name` of ``run``; one of the same name there already raises
+    :class:`OptunaSetupError`."""
+    if isinstance(sampler, str) and sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     model = model or PROFILES["resnet50"]
-    space = space or SyntheticSpace()
+    space = as_space(space)
+    if isinstance(storage, str):
+        storage = open_storage(storage)
     plan = stage_plan(n_trials, eta, min_iterations)
     max_iterations = sum(iterations for _, iterations in plan)
     tasks = []
     for index in range(n_studies):
         study_seed = seed * 1000 + index
-        chooser = (
-            optuna.samplers.TPESampler(seed=study_seed)
-            if sampler == "tpe"
-            else optuna.samplers.RandomSampler(seed=study_seed)
-        )
-        study = optuna.create_study(
-            direction="maximize",
-            sampler=chooser,
-            pruner=make_pruner(pruner, min_iterations, max_iterations, eta),
-            study_name=f"study-{index}",
-        )
+        name = study_name(run, index, seed)
+        try:
+            study = optuna.create_study(
+                storage=storage,
+                direction="maximize",
+                sampler=make_sampler(sampler, study_seed) if isinstance(sampler, str) else sampler,
+                pruner=(
+                    make_pruner(pruner, min_iterations, max_iterations, eta)
+                    if isinstance(pruner, str)
+                    else pruner
+                ),
+                study_name=name,
+            )
+        except optuna.exceptions.DuplicatedStudyError as exc:
+            raise OptunaSetupError(
+                f"study {name!r} already exists in the storage: give another storage, or "
+                f"delete the study (optuna delete-study --study-name {name})"
+            ) from exc
         search = OptunaSearch(
             study, space, n_trials, parallel, n_hosts, workers, random.Random(study_seed)
         )
@@ -250,9 +392,10 @@ def trial_rows(task: HpoTask) -> list[dict]:
     final accuracy if it completed; Optuna gives a pruned one its last reported accuracy), the
     step it was last reported at and its hyper-parameters."""
     search = task.search
+    frozen_trials = search.study.trials  # once: a database storage reads them all every time
     rows = []
     for config, trial in search.trials.items():
-        frozen = search.study.trials[trial.number]
+        frozen = frozen_trials[trial.number]
         rows.append(
             {
                 "task_id": task.task_id,

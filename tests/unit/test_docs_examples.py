@@ -1,4 +1,5 @@
-"""The worked examples of the docs, run: docs/extending.md and docs/architecture.md.
+"""The worked examples of the docs, run: docs/extending.md, docs/architecture.md and
+docs/simulator.md.
 
 Each example's code is here between ``# example: NAME`` and ``# end example`` and, the very same
 text, in its doc after ``<!-- example: NAME -->``; ``test_every_doc_shows_the_tested_code``
@@ -36,6 +37,7 @@ DOCS = {
     "rest-endpoint-spec": "docs/extending.md",
     "rest-endpoint-call": "docs/extending.md",
     "core": "docs/architecture.md",
+    "optuna-run": "docs/simulator.md",
 }
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
 
@@ -338,6 +340,57 @@ def test_the_core_example_prints_what_its_comments_say(capsys):
 
     assert levels == {2: 0, 1: 1}
     assert capsys.readouterr().out.strip() == "[2, 1] {2: 56, 1: 48}"
+
+
+# ---- your Optuna study on the cluster (docs/simulator.md) ----------------------------------------
+
+
+def test_your_optuna_study_runs_on_the_simulated_cluster(tmp_path, monkeypatch, capsys):
+    import optuna
+
+    monkeypatch.chdir(tmp_path)  # the example writes into results/
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # example: optuna-run
+    from pathlib import Path
+
+    import optuna
+
+    from experiments.optuna_study import run_study, write_plots
+    from workloads.curves import LearningCurve
+
+    def suggest(trial: optuna.Trial, max_iterations: int) -> LearningCurve:
+        """Your objective's suggest_* calls, and the learning curve they give (made up here)."""
+        rate = trial.suggest_float("learning_rate", 1e-4, 1e-1, log=True)
+        layers = trial.suggest_int("layers", 1, 4)
+        return LearningCurve(0.9 - 0.05 * abs(layers - 2), max_iterations * rate * 5)
+
+    folder = Path("results/my-study")
+    folder.mkdir(parents=True, exist_ok=True)
+    run = run_study(
+        suggest,
+        backend="simulator",  # or "testbed" (root, Open vSwitch; out=folder)
+        policy="beamer",  # the network policy; gpu_policy="hermes" time-shares the GPUs
+        sampler="tpe",  # or cmaes, qmc, random, gp, or a sampler object
+        pruner="hyperband",  # or halving, or a pruner object
+        storage=f"sqlite:///{folder}/studies.db",  # or journal:PATH; default in memory
+        n_trials=9,
+        parallel=3,  # trials training at once
+        hosts=6,
+        workers=2,  # GPUs (hosts) per trial
+        seed=1,
+    )
+    study = run.studies[0]  # "beamer-study0-seed1" in studies.db
+    print(study.best_params, study.best_value, run.best[0]["found_s"])
+    print(write_plots(run.studies, folder))  # notes of plots left out: [] here
+    # end example
+
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == "[]" and "learning_rate" in printed[0]
+    assert len(study.trials) == 9 and run.result["hpo_completion_s"]["mean"] > 0
+    loaded = optuna.load_study(study_name="beamer-study0-seed1",
+                               storage="sqlite:///results/my-study/studies.db")  # fmt: skip
+    assert loaded.best_trial.number == study.best_trial.number
+    assert (tmp_path / folder / "beamer-study0-seed1-intermediate.png").is_file()
 
 
 # ---- the REST calls of the README and docs/controller.md ----------------------------------------

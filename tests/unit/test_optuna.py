@@ -125,3 +125,207 @@ def test_lcbench_curves_give_the_sampled_hyper_parameters_their_meaning():
         )
         assert curve == expected
     assert best_trial(task, driver.job_rows())["value"] > 0.3
+
+
+# ---- Optuna as its users expect: storages, samplers, plots, run_study --------------------------
+
+SMALL = {"n_trials": 9, "parallel": 3, "hosts": 6, "workers": 2, "min_iterations": 2}
+
+
+def small_run(**settings):
+    from experiments.optuna_study import run_study
+
+    return run_study(**{"policy": "beamer", **SMALL, **settings})
+
+
+def journal(path: Path) -> optuna.storages.BaseStorage:
+    return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal:", ".log", ".jsonl"])
+def test_a_stored_study_holds_every_trial_and_its_rungs(tmp_path, kind):
+    """Optuna (and so optuna-dashboard and the optuna command) loads the study from the storage:
+    every trial, its state, parameters and every rung's accuracy, as the run had them; a
+    storage changes nothing of the run."""
+    if kind == "sqlite":
+        url, reopen = f"sqlite:///{tmp_path}/studies.db", f"sqlite:///{tmp_path}/studies.db"
+    elif kind == "journal:":
+        url, reopen = f"journal:{tmp_path}/studies", journal(tmp_path / "studies")
+    else:
+        url, reopen = str(tmp_path / f"studies{kind}"), journal(tmp_path / f"studies{kind}")
+    run = small_run(storage=url, studies=2)
+    assert optuna.get_all_study_names(reopen) == ["beamer-study0-seed1", "beamer-study1-seed1"]
+    for task in run.tasks:
+        loaded = optuna.load_study(study_name=task.search.study.study_name, storage=reopen)
+        assert len(loaded.trials) == 9
+        assert [t.state for t in loaded.trials] == [t.state for t in task.search.study.trials]
+        for row in trial_rows(task):
+            stored = loaded.trials[row["trial"]]
+            assert stored.params == {k[6:]: v for k, v in row.items() if k.startswith("param_")}
+            assert stored.last_step == row["last_step"]
+            assert stored.intermediate_values  # every rung's accuracy, reported
+            assert stored.intermediate_values[row["last_step"]] == pytest.approx(row["value"])
+        assert loaded.best_trial.number == run.best[task.task_id]["trial"]
+    in_memory = small_run(studies=2)
+    assert [trial_rows(t) for t in in_memory.tasks] == [trial_rows(t) for t in run.tasks]
+
+
+def test_a_rerun_into_the_same_storage_is_refused_naming_the_study(tmp_path):
+    from workloads.optuna_search import OptunaSetupError
+
+    url = f"sqlite:///{tmp_path}/studies.db"
+    small_run(storage=url, n_trials=3)
+    with pytest.raises(OptunaSetupError, match="'beamer-study0-seed1' already exists"):
+        small_run(storage=url, n_trials=3)
+    small_run(storage=url, n_trials=3, seed=2)  # another seed: other names
+
+
+def test_the_command_refuses_a_bad_or_used_storage_in_one_line(tmp_path, capsys):
+    from experiments import optuna_hpo
+
+    used = f"sqlite:///{tmp_path}/used.db"
+    optuna.create_study(storage=used, study_name="fair-study0-seed1")
+    cases = [
+        ("foo://nowhere", "storage 'foo://nowhere'"),
+        ("not-a-url", "neither a database URL"),
+        (f"sqlite:///{tmp_path}/no/such/dir/x.db", "unable to open database file"),
+        (f"journal:{tmp_path}/no/such/dir/x.log", "No such file or directory"),
+        ("journal:", "no file after journal:"),
+        (used, "study 'fair-study0-seed1' already exists in storage"),
+    ]
+    for url, words in cases:
+        with pytest.raises(SystemExit) as ended:
+            optuna_hpo.main(["--policy", "beamer", "fair", "--storage", url])
+        assert ended.value.code == 2, url
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        last = err.strip().splitlines()[-1]
+        assert ": error: --storage: " in last and words in last, err
+    assert optuna.get_all_study_names(used) == ["fair-study0-seed1"]  # nothing added to it
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "qmc", "gp"])
+def test_every_sampler_is_deterministic_for_a_seed_or_names_what_to_install(sampler, capsys):
+    from experiments import optuna_hpo
+    from workloads.optuna_search import (
+        SAMPLERS,
+        OptunaSetupError,
+        make_sampler,
+        missing_packages,
+    )
+
+    assert sampler in SAMPLERS
+    if missing := missing_packages(sampler):
+        with pytest.raises(OptunaSetupError, match=f"pip install {' '.join(missing)}"):
+            make_sampler(sampler, 1)
+        with pytest.raises(SystemExit) as ended:
+            optuna_hpo.main(["--sampler", sampler])
+        assert ended.value.code == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if "error" in x]
+        assert f"sampler {sampler!r} needs {missing[0]}" in line
+        return
+    first, again, other = small_run(sampler=sampler), small_run(sampler=sampler), None
+    assert [trial_rows(t) for t in first.tasks] == [trial_rows(t) for t in again.tasks]
+    assert first.best == again.best and first.best[0] is not None
+    other = small_run(sampler=sampler, seed=2)
+    assert trial_rows(other.tasks[0]) != trial_rows(first.tasks[0])  # the seed matters
+
+
+def test_run_study_takes_a_suggest_function_and_optuna_objects():
+    from workloads.curves import LearningCurve
+
+    def suggest(trial, max_iterations):
+        layers = trial.suggest_int("layers", 1, 4)
+        return LearningCurve(0.9 - 0.1 * abs(layers - 2), max_iterations / 3)
+
+    pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=2, reduction_factor=3)
+    run = small_run(space=suggest, sampler=optuna.samplers.RandomSampler(seed=3), pruner=pruner,
+                    label="mine")  # fmt: skip
+    (study,) = run.studies
+    assert study.study_name == "mine-study0-seed1" and study.pruner is pruner
+    assert {row["param_layers"] for row in run.rows["trials"]} <= {1, 2, 3, 4}
+    assert set(run.rows) == {"stages", "jobs", "configs", "tasks", "coflows", "trials"}
+    assert run.result["trials"] == 9 and run.best[0]["value"] <= 0.9
+
+
+def test_optunas_plots_are_written_and_those_that_do_not_apply_noted(tmp_path, monkeypatch):
+    from experiments.optuna_study import PLOTS, write_plots
+
+    run = small_run(pruner="hyperband", label="fair")  # hyperband completes several trials
+    assert write_plots(run.studies, tmp_path) == []
+    for kind in PLOTS:
+        assert (tmp_path / f"fair-study0-seed1-{kind}.png").stat().st_size > 0
+    # a missing package (scikit-learn for fANOVA, say) or a refusal: a one-line note, no crash
+    from optuna.visualization import matplotlib as plots
+
+    def missing(study):
+        raise ImportError("Tried to import 'sklearn' but failed.\nPlease install it.")
+
+    monkeypatch.setattr(plots, "plot_param_importances", missing)
+    empty = optuna.create_study(study_name="empty")
+    notes = write_plots([*run.studies, empty], tmp_path / "again")
+    sklearn = "Tried to import 'sklearn' but failed."
+    assert notes[0] == f"fair-study0-seed1: no importances plot ({sklearn})"
+    assert all(n.startswith("empty: no ") for n in notes[1:]) and len(notes) == 5
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == [
+        "fair-study0-seed1-history.png", "fair-study0-seed1-intermediate.png",
+        "fair-study0-seed1-parallel.png"]  # fmt: skip
+
+
+def test_the_command_keeps_its_studies_and_writes_their_plots(tmp_path, capsys):
+    from experiments import optuna_hpo
+
+    url = f"sqlite:///{tmp_path}/studies.db"
+    out = tmp_path / "out"
+    argv = ["--trials", "6", "--parallel", "3", "--hosts", "6", "--min-iterations", "2",
+            "--policy", "beamer", "fair", "--storage", url, "--out", str(out)]  # fmt: skip
+    assert optuna_hpo.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "ratios to fair's paired per seed" in printed  # fair is the baseline by default
+    assert optuna.get_all_study_names(url) == ["beamer-study0-seed1", "fair-study0-seed1"]
+    for label in ("beamer", "fair"):
+        assert (out / "seed-1" / "plots" / f"{label}-study0-seed1-history.png").is_file()
+    assert (out / "seed-1" / "trials-fair.csv").is_file()
+
+
+def test_fair_is_the_default_baseline():
+    from experiments.optuna_hpo import default_baseline
+
+    assert default_baseline(["beamer", "fair"], ["none"]) == "fair"
+    assert default_baseline(["beamer", "fair"], ["hermes", "none"]) == "fair+hermes"
+    assert default_baseline(["beamer", "sincronia"], ["none"]) == "beamer"
+
+
+def test_a_testbed_retry_replaces_the_failed_attempts_studies_in_the_storage(tmp_path):
+    """The testbed's studies go to the storage; the simulator's prediction's stay in memory,
+    and a failed attempt's are replaced by the next attempt's (so the names stay unique)."""
+    from experiments.optuna_study import StudiesMade
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/studies.db")
+
+    def make(link_scale, keep):
+        return optuna_tasks(1, 1, n_hosts=6, n_trials=3, parallel=3, min_iterations=2,
+                            workers=2, storage=storage if keep else None, run="beamer")  # fmt: skip
+
+    made = StudiesMade(make, 1.0, storage)
+    failed = made("testbed")
+    failed[0].search.study.ask()  # the failed attempt got as far as a trial
+    made("prediction")
+    kept = made("testbed")
+    assert kept is made.testbed and kept is not failed
+    (loaded,) = storage.get_all_studies()
+    assert loaded.study_name == "beamer-study0-seed1"
+    assert optuna.load_study(study_name=loaded.study_name, storage=storage).trials == []
+
+
+def test_the_testbed_run_gets_run_testbeds_own_flags(tmp_path):
+    """run_study(backend="testbed") hands its settings to scripts/run_testbed.py's parser (the
+    testbed itself needs root: tests/integration)."""
+    from experiments import run_testbed
+    from experiments.optuna_study import testbed_argv
+
+    settings = {"hosts": 6, "workers": 2, "eta": 3, "min_iterations": 2, "link_gbps": 10.0,
+                "bw": 20.0, "timeout": 600.0, "gpus_per_host": 1, "quantum": 5.0}  # fmt: skip
+    args = run_testbed.build_parser().parse_args(testbed_argv(settings, tmp_path / "run"))
+    assert {key: getattr(args, key) for key in settings} == settings
+    assert args.out == tmp_path / "run"
