@@ -342,6 +342,15 @@ class StudiesMade:
         return tasks
 
 
+def studies_name(args, seed: int) -> str:
+    """The studies of ``seed`` in a figure's title."""
+    surface = "synthetic response surface"
+    if args.yahpo:
+        surface = f"LCBench task {args.yahpo_task} curves"
+    return (f"Optuna studies ({surface}), seed {seed}: {args.studies} x {args.trials} trials of "
+            f"{args.model}, {args.pruner} pruner, {args.sampler} sampler")  # fmt: skip
+
+
 def on_testbed(args, argv, studies) -> int:
     """Every seed's and (network, GPU) policy's run of the same fresh studies on the Mininet
     testbed, as ``scripts/run_testbed.py`` runs one (its files in ``<out>/<run>/seed-<k>/``),
@@ -371,8 +380,9 @@ def on_testbed(args, argv, studies) -> int:
                 made = StudiesMade(studies, seed, testbed.link_scale)
                 print(f"== {label}, seed {seed}", flush=True)
                 result, _ = run_testbed.run_with_retries(
-                    name, testbed, run_dir, gpu_policy, tasks=made
-                )
+                    name, testbed, run_dir, gpu_policy, tasks=made,
+                    workload_title=studies_name(args, seed),
+                )  # fmt: skip
                 trials = [row for task in made.testbed for row in trial_rows(task)]
                 write_csv(run_dir / "trials.csv", trials)
                 jobs = read_rows(run_dir / "jobs.csv")
