@@ -64,6 +64,7 @@ class Timeline:
         source: what recorded it (``"simulator"``, ``"testbed"``), shown on pictures.
         stages: a label per stage id (e.g. ``"task 0 stage 1"``): pictures group and name rows
             by it, so that runs whose ids differ (testbed and simulator) line up.
+        workload: what ran (the trace's or the workload's name), the pictures' title.
     """
 
     ports: list[str]
@@ -73,6 +74,7 @@ class Timeline:
     sample_s: list[float] = field(default_factory=list)
     port_bytes: list[list[float]] = field(default_factory=list)  # cumulative, per sample
     stages: dict[int, str] = field(default_factory=dict)
+    workload: str = ""
     _open: dict[Hashable, tuple[CoflowLevel, float]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -176,6 +178,7 @@ class Timeline:
             "sample_s": self.sample_s,
             "port_bytes": self.port_bytes,
             "stages": {str(k): v for k, v in self.stages.items()},
+            "workload": self.workload,
         }
 
     @classmethod
@@ -189,6 +192,7 @@ class Timeline:
             [float(t) for t in doc["sample_s"]],
             [[float(b) for b in row] for row in doc["port_bytes"]],
             {int(k): str(v) for k, v in doc.get("stages", {}).items()},
+            str(doc.get("workload", "")),
         )
 
     def write(self, path: Path) -> Path:

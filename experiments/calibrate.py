@@ -90,7 +90,10 @@ def lone_goodput(args, pattern: str, out: Path, repeats: int) -> dict:
         print(f"== calibration: a lone {pattern} job, {args.iterations} iterations "
               f"(repeat {repeat} of {repeats})", flush=True)  # fmt: skip
         run = out / f"lone-{pattern}-{repeat}"
-        run_testbed.run_with_retries(POLICY, args, run, tasks=lone_job(args, pattern))
+        run_testbed.run_with_retries(
+            POLICY, args, run, tasks=lone_job(args, pattern),
+            workload_title=f"calibration: a lone {pattern} job of {args.iterations} iterations",
+        )  # fmt: skip
         measured.append(measured_iteration_s(run))
         goodput = (simulated - compute_s) / (measured[-1] - compute_s)
         print(f"  iteration {measured[-1]:.3f} s on the testbed, {simulated:.3f} s simulated "

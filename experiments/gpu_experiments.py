@@ -38,6 +38,7 @@ import argparse
 import csv
 import functools
 import json
+import math
 import random
 import statistics
 import sys
@@ -81,6 +82,8 @@ from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 
 GPU_ORDER = ["fifo", "rr", "slaq", "hermes"]
 PAIRS = [("fair", "fifo"), ("fair", "hermes"), ("beamer", "fifo"), ("beamer", "hermes")]
+# part 2's HPO tasks (besides --tasks of them)
+CLUSTER = dict(configs_per_task=16, eta=4, min_iterations=10, models=("resnet50",))
 BASELINE_PAIR = ("fair", "fifo")  # part 3's pairs are compared with it (always run, first)
 FIELDS = [
     "part",
@@ -215,6 +218,11 @@ def _surrogate(directory: str | None) -> LcBench | None:
     return None if directory is None else LcBench(directory)
 
 
+def pair_tasks(hosts: int) -> int:
+    """Part 3's HPO tasks on ``hosts`` hosts (the testbed's load: two per 13 hosts)."""
+    return max(2, round(2 * hosts / 13))
+
+
 def run_point(point: dict) -> dict:
     """One run (a sweep point, see cli.sweep): its row of ``gpu.csv``."""
     if point["part"] != "compute":
@@ -226,14 +234,11 @@ def run_point(point: dict) -> dict:
     if point["part"] == "compute":
         result = compute_only(args, seed, gpu)
     elif point["part"] == "cluster":
-        cluster = dict(
-            n_tasks=args.tasks, configs_per_task=16, eta=4, min_iterations=10,
-            models=("resnet50",),
-        )  # fmt: skip
-        result = simulated(args, seed, hosts, "fair", gpu, point["search"], **cluster)
+        result = simulated(args, seed, hosts, "fair", gpu, point["search"], n_tasks=args.tasks,
+                           **CLUSTER)  # fmt: skip
     else:
         result = simulated(args, seed, hosts, point["network"], gpu, "halving",
-                           n_tasks=max(2, round(2 * hosts / 13)))  # fmt: skip
+                           n_tasks=pair_tasks(hosts))  # fmt: skip
     row = {key: point[key] for key in FIELDS[:6]}
     return {**row, **result, "wall_s": time.perf_counter() - started}
 
@@ -323,24 +328,42 @@ def grouped(rows, part, search=None, hosts=None):
     return list(groups.items())
 
 
-def _save(fig, axes, path: Path) -> Path:
+def _save(fig, path: Path) -> Path:
     """Legend on the first panel, then write and close the figure."""
-    axes[0].legend(fontsize=8)
+    fig.axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def plot(rows, out: Path, args) -> list[Path]:
-    """The GPU policies' bars and the (network, GPU) pairs relative to (fair, fifo)."""
-    paths = []
+def height(value: float | None, reference: float | None = 1.0) -> float:
+    """A bar's height, ``value / reference``: NaN where either is missing (no bar, where a bar
+    of 0 would read as a measured 0)."""
+    return math.nan if value is None or not reference else value / reference
+
+
+def seeds_note(groups) -> str:
+    """How many seeds a panel's bars are the mean of (no interval is drawn)."""
+    counts = {len(group) for _, group in groups}
+    if max(counts, default=1) < 2:
+        return "one seed"
+    low, high = min(counts), max(counts)
+    return f"mean of {low if low == high else f'{low}-{high}'} seeds"
+
+
+def policies_figure(rows, args):
+    """Parts 1 and 2: every GPU policy's mean times over the seeds, a panel per setting, each
+    titled by its workload."""
+    cluster = (f"{args.hosts} hosts, {args.tasks} tasks of {CLUSTER['configs_per_task']} "
+               f"{'/'.join(CLUSTER['models'])} configs")  # fmt: skip
     panels = [
-        ("compute", "full", None, "compute only, full search"),
-        ("cluster", "full", args.hosts, f"{args.hosts} hosts, full search"),
-        ("cluster", "halving", args.hosts, f"{args.hosts} hosts, successive halving"),
-    ]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+        ("compute", "full", None,
+         f"compute only: {args.configs_alone} configs on {args.gpus_alone} GPUs\nfull search"),
+        ("cluster", "full", args.hosts, f"{cluster}\nfull search"),
+        ("cluster", "halving", args.hosts, f"{cluster}\nsuccessive halving"),
+    ]  # fmt: skip
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for ax, (part, search, hosts, title) in zip(axes, panels, strict=True):
         groups = grouped(rows, part, search, hosts)
         labels = [label for label, _ in groups]
@@ -354,17 +377,23 @@ def plot(rows, out: Path, args) -> list[Path]:
         ):
             ax.bar(
                 [i + (offset - 1) * 0.27 for i in x],
-                [mean_of(g, key) or 0 for _, g in groups],
+                [height(mean_of(g, key)) for _, g in groups],
                 width=0.27,
                 color=colour,
                 label=name,
             )
         ax.set_xticks(list(x), labels)
-        ax.set_title(title)
-        ax.set_ylabel("seconds (mean over seeds)")
+        ax.set_title(f"{title}, {seeds_note(groups)}", fontsize=10)
+        ax.set_ylabel("seconds")
         ax.grid(axis="y", alpha=0.3)
-    paths.append(_save(fig, axes, out / "gpu_policies.png"))
+    fig.suptitle(f"synthetic HPO workloads ({args.good_fraction:.0%} of configs good): GPU "
+                 "time-sharing policies")  # fmt: skip
+    return fig
 
+
+def pairs_figure(rows, args):
+    """Part 3: every (network, GPU) pair's mean times over the seeds relative to the first
+    pair's (fair, fifo), a panel per cluster size, each titled by its workload."""
     hosts_list = sorted({13, args.hosts})
     fig, axes = plt.subplots(1, len(hosts_list), figsize=(6.5 * len(hosts_list), 3.8))
     axes = list(axes) if len(hosts_list) > 1 else [axes]
@@ -381,18 +410,28 @@ def plot(rows, out: Path, args) -> list[Path]:
         ):
             ax.bar(
                 [i + (offset - 1) * 0.27 for i in range(len(labels))],
-                [(mean_of(g, key) or 0) / (base[key] or 1) for _, g in groups],
+                [height(mean_of(g, key), base[key]) for _, g in groups],
                 width=0.27,
                 color=colour,
                 label=name,
             )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(range(len(labels)), labels)
-        ax.set_title(f"network + GPU policies, {hosts} hosts")
+        ax.set_title(f"{hosts} hosts, {pair_tasks(hosts)} tasks of 9 configs, successive "
+                     f"halving, {seeds_note(groups)}", fontsize=10)  # fmt: skip
         ax.set_ylabel(f"relative to {labels[0]}")
         ax.grid(axis="y", alpha=0.3)
-    paths.append(_save(fig, axes, out / "gpu_network_pairs.png"))
-    return paths
+    fig.suptitle(f"synthetic HPO workloads ({args.good_fraction:.0%} of configs good): "
+                 "network + GPU policy pairs")  # fmt: skip
+    return fig
+
+
+def plot(rows, out: Path, args) -> list[Path]:
+    """The GPU policies' bars and the (network, GPU) pairs relative to (fair, fifo)."""
+    return [
+        _save(policies_figure(rows, args), out / "gpu_policies.png"),
+        _save(pairs_figure(rows, args), out / "gpu_network_pairs.png"),
+    ]
 
 
 def main(argv=None) -> int:

@@ -227,7 +227,10 @@ def _on_testbed(
     made = StudiesMade(make_tasks, testbed.link_scale, storage)
     started = time.perf_counter()
     with run_testbed.network.testbed_lock():  # (re-entrant: hpo-optuna holds it for all runs)
-        result, _ = run_testbed.run_with_retries(policy, testbed, out, gpu_policy, tasks=made)
+        result, _ = run_testbed.run_with_retries(
+            policy, testbed, out, gpu_policy, tasks=made,
+            workload_title=f"Optuna studies {label}, seed {seed}",
+        )  # fmt: skip
     wall = time.perf_counter() - started
     trials = [row for task in made.testbed for row in trial_rows(task)]
     with open(out / "jobs.csv", newline="") as f:

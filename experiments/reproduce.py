@@ -56,6 +56,7 @@ from controller.metrics import Interval, mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from experiments import atlas, confirm  # noqa: E402
 from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
+from experiments.figures import error_bars, spread_note  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
 from simulator import reference  # noqa: E402
 from simulator.metrics import provenance, write_json  # noqa: E402
@@ -536,9 +537,10 @@ def _settings(settings: dict) -> str:
             f"{settings['link_bps'] / 1e9:g} Gbit/s")  # fmt: skip
 
 
-def confirmation_plot(c: confirm.Confirmation, rows: list[dict], out: Path) -> Path | None:
+def confirmation_figure(c: confirm.Confirmation, rows: list[dict]):
     """Per chosen cell, the primary metric's ratio to each baseline: the simulator's map, the
-    calibrated simulator beside the testbed and the testbed, each with its 95 % interval."""
+    calibrated simulator beside the testbed and the testbed, each with its 95 % interval where
+    it has one (two seeds or more)."""
     primary = c.small.claim.metrics[0].key
     rows = [r for r in rows if r["metric"] == primary]
     roles = list(c.chosen)
@@ -547,29 +549,38 @@ def confirmation_plot(c: confirm.Confirmation, rows: list[dict], out: Path) -> P
                ("measured_ratio", "testbed", "tab:red", "D"))  # fmt: skip
     fig, axes = plt.subplots(1, len(roles), figsize=(4.2 * len(roles), 2.8), sharex=True,
                              squeeze=False)  # fmt: skip
+    seeds = []
     for ax, role in zip(axes[0], roles, strict=True):
         mine = [r for r in rows if r["role"] == role]
         for i, r in enumerate(mine):
             for j, (key, label, colour, marker) in enumerate(sources):
-                ratio = r[key]
-                if ratio is None:
+                if r[key] is None:
                     continue
-                y = i + (j - 1) * 0.22
-                ax.errorbar(ratio["mean"], y, xerr=[[ratio["mean"] - ratio["low"]],
-                            [ratio["high"] - ratio["mean"]]], fmt=marker, color=colour,
-                            capsize=2, label=label if i == 0 else None)  # fmt: skip
+                ratio, y = Interval(**r[key]), i + (j - 1) * 0.22
+                ax.plot(ratio.mean, y, marker=marker, linestyle="none", color=colour,
+                        label=label if i == 0 else None)  # fmt: skip
+                error_bars(ax, [y], [ratio], horizontal=True, color=colour, capsize=2)
+                seeds.append(ratio.n)
         ax.axvspan(1 - MARGIN, 1 + MARGIN, color="0.9", zorder=0)
         ax.axvline(1, color="black", linewidth=0.6)
         ax.set_yticks(range(len(mine)), [f"vs {r['baseline']}" for r in mine], fontsize=8)
-        ax.invert_yaxis()
+        ax.set_ylim(len(mine) - 0.5, -0.5)  # every row in full, the first on top
         ax.set_title(f"{', '.join(c.chosen[role].cell.values())}\n({confirm.ROLES[role]})",
                      fontsize=8)  # fmt: skip
-        ax.set_xlabel(f"{c.small.claim.readings[0].label} / baseline", fontsize=8)
+    for ax in axes[0]:
+        ax.set_xlabel(f"{c.small.claim.readings[0].label} / baseline ({spread_note(seeds)})",
+                      fontsize=8)  # fmt: skip
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=7, loc="upper center", ncols=3)
     fig.tight_layout(rect=(0, 0, 1, 0.88))
+    return fig
+
+
+def confirmation_plot(c: confirm.Confirmation, rows: list[dict], out: Path) -> Path | None:
+    """:func:`confirmation_figure` into ``out/confirm-<claim>.png``."""
+    fig = confirmation_figure(c, rows)
     path = out / f"confirm-{c.claim.key}.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -750,9 +761,16 @@ def report(
     return path
 
 
-def plot(outcomes: list[atlas.ClaimOutcome], out: Path) -> Path:
+def versus(claim: str, baseline: str) -> str:
+    """A figure's row label ``"<claim> vs <baseline>"``; a claim whose name already says what
+    it is compared with (``"Beamer vs brute force"``) is named by what it claims for, so that
+    no label names two baselines or one twice."""
+    return f"{claim.partition(' vs ')[0]} vs {baseline}"
+
+
+def atlas_figure(outcomes: list[atlas.ClaimOutcome]):
     """Per claim and baseline, the cells of each verdict as one stacked bar."""
-    rows = [(f"{o.claim.name} vs {b}", n) for o in outcomes
+    rows = [(versus(o.claim.name, b), n) for o in outcomes
             for b, n in atlas.counts(o.claim, o.cells).items()]  # fmt: skip
     colours = {"reproduced": "tab:green", "equivalent": "tab:grey", "opposite": "tab:red",
                "inconclusive": "white"}  # fmt: skip
@@ -768,8 +786,14 @@ def plot(outcomes: list[atlas.ClaimOutcome], out: Path) -> Path:
     ax.set_xlabel("cells of the claim's map")
     ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout()
+    return fig
+
+
+def plot(outcomes: list[atlas.ClaimOutcome], out: Path) -> Path:
+    """:func:`atlas_figure` into ``out/atlas.png``."""
+    fig = atlas_figure(outcomes)
     path = out / "atlas.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

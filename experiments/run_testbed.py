@@ -79,6 +79,7 @@ from controller.metrics import (  # noqa: E402
 )
 from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.timeline import CoflowLevel, Timeline, port_names  # noqa: E402
+from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import run_label  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
@@ -108,7 +109,7 @@ from workloads.gpu import (  # noqa: E402
     gpu_policy_name,
     make_gpu_policy,
 )
-from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, generate  # noqa: E402
+from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, describe_workload, generate  # noqa: E402
 from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.profiles import PROFILES  # noqa: E402
@@ -118,6 +119,19 @@ from workloads.yahpo import LcBench, YahpoError  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_POLICIES = ["fair", "fifo-lm", "sincronia", "jpas", "beamer"]
+
+
+def curves_name(args) -> str | None:
+    """Where the workload's learning curves come from, if not the parametric ones."""
+    return None if args.yahpo is None else f"LCBench task {args.yahpo_task}"
+
+
+def workload_name(args) -> str:
+    """The seeded HPO workload of this run (:func:`workload`) in a figure's title."""
+    return describe_workload(
+        args.configs, args.search, args.patterns, args.hosts, args.tasks, args.seed,
+        curves_name(args),
+    )  # fmt: skip
 
 
 def workload(args) -> list:
@@ -334,7 +348,12 @@ Tasks = list | Callable[[str], list] | None
 
 
 def run_with_retries(
-    policy: str, args, out: Path, gpu_policy: str = "none", tasks: Tasks = None
+    policy: str,
+    args,
+    out: Path,
+    gpu_policy: str = "none",
+    tasks: Tasks = None,
+    workload_title: str | None = None,
 ) -> tuple[dict, list[str]]:
     """:func:`run_policy`, tried again in a fresh testbed up to ``args.retries`` times after a
     failure (runs are independent repeats of the same workload). Returns the result and the
@@ -344,7 +363,7 @@ def run_with_retries(
     errors: list[str] = []
     while True:
         try:
-            return run_policy(policy, args, out, gpu_policy, tasks), errors
+            return run_policy(policy, args, out, gpu_policy, tasks, workload_title), errors
         except RUN_FAILURES as exc:
             errors.append(str(exc))
             if len(errors) > args.retries:
@@ -440,10 +459,18 @@ def testbed_watch(ctl: ControllerProcess, bridges: list[str]):
     return check
 
 
-def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Tasks = None) -> dict:
+def run_policy(
+    policy: str,
+    args,
+    out: Path,
+    gpu_policy: str = "none",
+    tasks: Tasks = None,
+    workload_title: str | None = None,
+) -> dict:
     """One policy (pair) end to end on ``tasks`` (default: the seeded workload of ``args``; a
     callable gives fresh tasks for the testbed and for each prediction: tasks whose search
-    keeps state, such as an Optuna study's, run once); everything started here is stopped
+    keeps state, such as an Optuna study's, run once), named ``workload_title`` on the
+    schedule's picture (default: :func:`workload_name`); everything started here is stopped
     before returning."""
     fresh = tasks if callable(tasks) else None
     out.mkdir(parents=True, exist_ok=True)
@@ -580,7 +607,9 @@ def run_policy(policy: str, args, out: Path, gpu_policy: str = "none", tasks: Ta
             (s.start_s, s.finish_s) for s in driver.stages.values() if s.finish_s is not None
         ).values()
     )
-    draw_schedule([timeline, predicted], out / "schedule.png", f"{label}, seed {args.seed}")
+    name = workload_title or workload_name(args)
+    timeline.workload = predicted.workload = name
+    draw_schedule([timeline, predicted], out / "schedule.png", f"{label}: {name}")
     result = {
         "policy": label,
         "network_policy": policy,
@@ -655,15 +684,22 @@ def _interval(values) -> dict | None:
     return None if ci is None else {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
 
 
-def interval(entry: dict | None, digits: int = 1) -> str:
-    """``mean +/- ci95`` of a summary entry."""
+def entry_interval(entry: dict | None) -> Interval | None:
+    """A summary entry (``mean`` with ``ci95``, or ``low`` and ``high``; ``n``) as an
+    interval."""
     if entry is None:
-        return "-"
+        return None
     if "low" in entry:
-        return Interval(entry["mean"], entry["low"], entry["high"], entry["n"]).format(digits)
+        return Interval(entry["mean"], entry["low"], entry["high"], entry["n"])
     half = 0.0 if entry["n"] < 2 else entry["ci95"]
     mean = entry["mean"]
-    return Interval(mean, mean - half, mean + half, entry["n"]).format(digits)
+    return Interval(mean, mean - half, mean + half, entry["n"])
+
+
+def interval(entry: dict | None, digits: int = 1) -> str:
+    """``mean +/- ci95`` of a summary entry."""
+    ci = entry_interval(entry)
+    return "-" if ci is None else ci.format(digits)
 
 
 def _ratio_entry(ratio: Interval) -> dict:
@@ -740,6 +776,7 @@ def seed_summary(results: list[dict], args, argv) -> dict:
             "patterns": args.patterns,
             "models": args.models,
             "interarrival_s": args.interarrival,
+            "curves": curves_name(args),
             "seeds": args.seeds,
         },  # fmt: skip
         "baseline": baseline,
@@ -748,28 +785,40 @@ def seed_summary(results: list[dict], args, argv) -> dict:
     }
 
 
-def plot(summary: dict, out: Path) -> Path:
-    """Per policy: each metric's mean over the seeds with its 95 % CI (testbed), and the
-    simulator's mean average SCT on the same workloads."""
+def figure(summary: dict):
+    """Per policy: each metric's mean over the seeds with its 95 % CI where there are two seeds
+    or more (testbed; a missing value has no bar), and the simulator's mean average SCT on the
+    same workloads; titled by the workload."""
     names = list(summary["policies"])
     fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
+    seeds = []
     for ax, (_, key, label) in zip(axes, PANELS, strict=True):
-        entries = [summary["policies"][n][key] for n in names]
-        means = [e["mean"] if e else 0 for e in entries]
-        errors = [0 if not e or e["ci95"] != e["ci95"] else e["ci95"] for e in entries]
-        ax.bar(names, means, yerr=errors, capsize=3, color="tab:blue", label="testbed")
+        intervals = [entry_interval(summary["policies"][n][key]) for n in names]
+        means = [math.nan if i is None else i.mean for i in intervals]
+        ax.bar(names, means, color="tab:blue", label="testbed")
+        error_bars(ax, names, intervals, capsize=3, color="black")
+        seeds += [i.n for i in intervals if i is not None]
         if key == "avg_sct_s":
             sim = [summary["policies"][n]["sim_avg_sct_s"]["mean"] for n in names]
             ax.scatter(names, sim, color="tab:orange", zorder=3, label="simulator")
             ax.legend()
         ax.set_ylabel(label)
         ax.grid(axis="y", alpha=0.3)
-        ax.tick_params(axis="x", rotation=30)
-    seeds = len(summary["workload"]["seeds"])
-    fig.suptitle(f"{summary['link_gbps']:g} Gbit/s modelled, {seeds} seed(s), 95 % CI")
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", rotation_mode="anchor")
+    w = summary["workload"]
+    name = describe_workload(w["configs"], w["search"], w["patterns"], w["hosts"], w["tasks"],
+                             curves=w.get("curves"))  # fmt: skip
+    fig.suptitle(f"testbed, {name}; {summary['link_gbps']:g} Gbit/s modelled; "
+                 f"{spread_note(seeds)}")  # fmt: skip
     fig.tight_layout()
+    return fig
+
+
+def plot(summary: dict, out: Path) -> Path:
+    """:func:`figure` into ``out/testbed.png``."""
+    fig = figure(summary)
     path = out / "testbed.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -15,9 +15,9 @@ takes a file, a bundled trace's name, or ``synthetic`` (200 coflows generated on
 seed 1, called synthetic in the output and in ``trace.csv``). Writes ``hpo.csv``
 (one row per run), ``hpo-summary.csv`` (per point and policy: mean +/- 95 % CI over the seeds,
 and the ratio to the ``--baseline`` policy's (fair sharing by default) paired per seed:
-geometric mean with its CI), ``trace.csv`` and PNG figures (average and p95 stage completion
-time, time to 90 % accuracy relative to the baseline with 95 % error bars; trace CCT) to
-``--out``. It prints each run as it goes, then per
+geometric mean with its CI and the seeds it is over), ``trace.csv`` and PNG figures (average
+and p95 stage completion time, time to 90 % accuracy relative to the baseline, with 95 % error
+bars from two seeds on; trace CCT) to ``--out``. It prints each run as it goes, then per
 point the policies' average SCT and which one is clearly best (its interval clear of every
 other's: never with one seed).
 """
@@ -57,6 +57,7 @@ from controller.metrics import (  # noqa: E402
     summarise,
 )
 from controller.policies import POLICIES, make_policy  # noqa: E402
+from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import SMALL_TRACE, TRACES, DataError, find_trace  # noqa: E402
 from netsched_data import trace as bundled_trace  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
@@ -64,7 +65,7 @@ from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
 from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
 from simulator.traces import MB, Trace, TraceError, load_trace, write_fb_trace  # noqa: E402
-from workloads.hpo import SEARCHES, generate  # noqa: E402
+from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate  # noqa: E402
 
 # the trace of the trace runs unless --trace says otherwise (bundled: always there)
 DEFAULT_TRACE = SMALL_TRACE
@@ -220,7 +221,8 @@ def cost(point: dict) -> float:
 
 def seed_summary(rows: list[dict], baseline: str = BASELINE) -> list[dict]:
     """Per (hosts, load, policy): each metric's mean and 95 % CI half-width over the seeds, and
-    its ratio to the ``baseline`` policy's on the same seed (paired), mean and half-width."""
+    its ratio to the ``baseline`` policy's on the same seed (paired): mean, interval and the
+    seeds it is over."""
     by_point: dict[tuple, dict[str, dict[int, dict]]] = {}
     for r in rows:
         point = by_point.setdefault((r["hosts"], r["load"], r["tasks"]), {})
@@ -240,6 +242,7 @@ def seed_summary(rows: list[dict], baseline: str = BASELINE) -> list[dict]:
                 row[f"{metric}_vs_{baseline}"] = None if ratio is None else ratio.mean
                 row[f"{metric}_vs_{baseline}_low"] = None if ratio is None else ratio.low
                 row[f"{metric}_vs_{baseline}_high"] = None if ratio is None else ratio.high
+                row[f"{metric}_vs_{baseline}_n"] = None if ratio is None else ratio.n
             out.append(row)
     return out
 
@@ -271,61 +274,78 @@ def _print_points(rows: list[dict], summary: list[dict], baseline: str = BASELIN
             print(f"  {name:<10} {absolute[name].format(1):>18}   x {ratio}")
 
 
-def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
-    """Each metric relative to the baseline's at the same point, paired per seed (the workloads
+def hpo_figure(summary: list[dict], metric: str, label: str, args):
+    """``metric`` relative to the baseline's at the same point, paired per seed (the workloads
     differ between points, so absolute values do not compare across loads): the geometric mean
-    ratio over the seeds with its 95 % interval as error bars."""
-    paths = []
+    ratio over the seeds, with its 95 % interval as error bars where there are two seeds or
+    more; a panel per cluster size, titled by the workloads."""
     width = 0.02 * (max(args.loads) - min(args.loads) or 1.0)
+    key = f"{metric}_vs_{args.baseline}"
+    fig, axes = plt.subplots(
+        1, len(args.hosts), figsize=(4.5 * len(args.hosts), 3.6), squeeze=False
+    )
+    for ax, hosts in zip(axes[0], args.hosts, strict=True):
+        seeds = []
+        for k, name in enumerate(args.policy):
+            points = sorted(
+                ((r["load"], Interval(r[key], r[f"{key}_low"], r[f"{key}_high"], r[f"{key}_n"]))
+                 for r in summary
+                 if r["hosts"] == hosts and r["policy"] == name and r[key] is not None),
+                key=lambda point: point[0],
+            )  # fmt: skip
+            if not points:
+                continue
+            shift = (k - (len(args.policy) - 1) / 2) * width  # keep error bars apart
+            loads = [load + shift for load, _ in points]
+            intervals = [ratio for _, ratio in points]
+            (line,) = ax.plot(loads, [r.mean for r in intervals], marker="o", label=name)
+            error_bars(ax, loads, intervals, capsize=3, color=line.get_color())
+            seeds += [r.n for r in intervals]
+        ax.axhline(1.0, color="grey", linewidth=0.8)
+        ax.set_title(f"{hosts} hosts, {spread_note(seeds)}", fontsize=10)
+        ax.set_xlabel("load (1 = 2 HPO tasks per 13 hosts)")
+        ax.set_ylabel(f"{label} / {args.baseline}'s")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    workloads = describe_workload(CONFIGS, args.search, PATTERNS)
+    fig.suptitle(f"{workloads}; {args.link_gbps:g} Gbit/s", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_hpo(summary: list[dict], out: Path, args) -> list[Path]:
+    """:func:`hpo_figure` of every metric into ``out/hpo-<metric>.png``."""
+    paths = []
     for metric, label in METRICS:
-        fig, axes = plt.subplots(
-            1, len(args.hosts), figsize=(4.5 * len(args.hosts), 3.6), squeeze=False
-        )
-        for ax, hosts in zip(axes[0], args.hosts, strict=True):
-            for k, name in enumerate(args.policy):
-                key = f"{metric}_vs_{args.baseline}"
-                points = sorted(
-                    (r["load"], r[key], r[f"{key}_low"], r[f"{key}_high"])
-                    for r in summary
-                    if r["hosts"] == hosts and r["policy"] == name and r[key] is not None
-                )  # fmt: skip
-                if not points:
-                    continue
-                shift = (k - (len(args.policy) - 1) / 2) * width  # keep error bars apart
-                loads = [load + shift for load, *_ in points]
-                errors = [
-                    [m - low for _, m, low, _ in points],
-                    [high - m for _, m, _, high in points],
-                ]
-                ax.errorbar(loads, [m for _, m, *_ in points], yerr=errors, marker="o",
-                            capsize=3, label=name)  # fmt: skip
-            ax.axhline(1.0, color="grey", linewidth=0.8)
-            ax.set_title(f"{hosts} hosts, {len(args.seeds)} seed(s), 95 % CI")
-            ax.set_xlabel("load (1 = 2 HPO tasks per 13 hosts)")
-            ax.set_ylabel(f"{label} / {args.baseline}'s")
-            ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=8)
-        fig.tight_layout()
+        fig = hpo_figure(summary, metric, label, args)
         path = out / f"hpo-{metric}.png"
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
         paths.append(path)
     return paths
 
 
-def plot_trace(rows: list[dict], out: Path) -> Path:
-    """Average and p95 CCT of every policy on the trace."""
+def trace_figure(rows: list[dict]):
+    """Average and p95 CCT of every policy on the trace, titled by the trace."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
     names = [r["policy"] for r in rows]
     ax.bar(names, [r["avg_cct_s"] for r in rows], color="tab:blue", label="average")
     ax.scatter(names, [r["p95_cct_s"] for r in rows], color="tab:red", zorder=3, label="p95")
     ax.set_ylabel("CCT (s)")
-    ax.set_title("coflow trace")
+    traces = ", ".join(dict.fromkeys(r["trace"] for r in rows))
+    ax.set_title(f"coflow trace: {traces}", fontsize=10)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", rotation_mode="anchor")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot_trace(rows: list[dict], out: Path) -> Path:
+    """:func:`trace_figure` into ``out/trace-cct.png``."""
+    fig = trace_figure(rows)
     path = out / "trace-cct.png"
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -51,7 +51,7 @@ from workloads.gpu import (
     gpu_policy_name,
     make_gpu_policy,
 )
-from workloads.hpo import PATTERNS, SEARCHES, generate
+from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
 
@@ -263,9 +263,10 @@ def run_trace(args) -> int:
     }
     print(f"{'policy':<10} {'avg CCT s':>11} {'p95 CCT s':>11} {'total/bound':>12} {'wall s':>8}")
     warm_up()  # (compiles the kernels the first time; not part of any run's wall time)
+    workload = trace_name(args.trace, args.offline)
     for name in args.policy:
         label = policy_label(name)  # (a built-in's name; a loaded class's name)
-        timeline = _timeline(args, fabric, label)
+        timeline = _timeline(args, fabric, label, workload)
         sim = Simulator(fabric, make_policy(name), mode=args.mode, timeline=timeline)
         trace.install(sim, offline=args.offline)
         progress = Progress(len(trace.coflows), f"{label} coflows", lines=False)
@@ -337,6 +338,10 @@ def run_hpo(args) -> int:
     }
     if surrogate is not None:
         summary["workload"]["curves"] = f"YAHPO LCBench task {args.yahpo_task} ({args.yahpo})"
+    workload = describe_workload(
+        args.configs, args.search, args.patterns, args.hosts, args.tasks, args.seed,
+        None if surrogate is None else f"LCBench task {args.yahpo_task}",
+    )  # fmt: skip
     warm_up()  # (compiles the kernels the first time; not part of any run's wall time)
     print(
         f"{'policy':<17} {'avg SCT s':>10} {'p95 SCT s':>10} {'SCT/bound':>10} "
@@ -346,7 +351,7 @@ def run_hpo(args) -> int:
     for name in args.policy:
         for gpu_policy in args.gpu_policy:
             label = run_label(name, gpu_policy)
-            timeline = _timeline(args, fabric, label)
+            timeline = _timeline(args, fabric, label, workload)
             sim = Simulator(fabric, make_policy(name), mode=args.mode, timeline=timeline)
             gpus = None
             if gpu_policy != "none":
@@ -402,11 +407,18 @@ def run_label(network: str, gpu: str = "none") -> str:
     return label if gpu == "none" else f"{label}+{gpu_policy_label(gpu)}"
 
 
-def _timeline(args, fabric: Fabric, label: str) -> Timeline | None:
-    """A timeline to record the run ``label`` into, if ``--schedule`` asked for one."""
+def trace_name(trace: str, offline: bool = False) -> str:
+    """The trace given as ``trace`` (a file or a bundled trace's name) in a figure's title."""
+    return f"trace {Path(trace).name}" + (", all released at 0" if offline else "")
+
+
+def _timeline(args, fabric: Fabric, label: str, workload: str) -> Timeline | None:
+    """A timeline to record the run ``label`` of ``workload`` (its name) into, if
+    ``--schedule`` asked for one."""
     if not args.schedule:
         return None
-    return Timeline(port_names(fabric.n_hosts), fabric.host_bps, f"simulator, {label}")
+    return Timeline(port_names(fabric.n_hosts), fabric.host_bps, f"simulator, {label}",
+                    workload=workload)  # fmt: skip
 
 
 def _draw(timeline: Timeline | None, sim: Simulator, out: Path, label: str) -> None:

@@ -6,9 +6,10 @@ and how busy every host port was.
 Each timeline (:mod:`controller.timeline`, written by ``python -m simulator ... --timeline
 DIR`` and by every testbed run) becomes one column on a common time axis: on top a Gantt-style
 chart, one row per job (per coflow where there are no jobs), grouped and labelled by stage,
-coloured by level (0 the highest); below, one row per host port (``hostI-out`` sends,
-``hostI-in`` receives), shaded by its utilisation averaged over bins of about half a second.
-A testbed run draws its own timeline beside the simulator's prediction of the same workload.
+coloured by level (0 the highest; the colour scale holds only the levels used); below, one row
+per host port (``hostI-out`` sends, ``hostI-in`` receives), shaded by its utilisation averaged
+over bins of about half a second. A testbed run draws its own timeline beside the simulator's
+prediction of the same workload. The title names the workload or trace the timelines ran.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import BoundaryNorm  # noqa: E402
+from matplotlib.colors import BoundaryNorm, Normalize  # noqa: E402
 
 from cli.argtypes import output_file, program  # noqa: E402
 from controller.schedule import N_LEVELS  # noqa: E402
@@ -63,15 +64,34 @@ def gantt_rows(timeline: Timeline) -> tuple[dict[str, int], list[tuple[str, floa
     return position, labels
 
 
-def draw(timelines: Sequence[Timeline], out: Path, title: str = "") -> Path:
-    """Draw ``timelines`` side by side on one time axis into ``out`` (PNG)."""
+def level_scale(levels: Sequence[int]):
+    """The colour scale of the levels the runs used (no other): ``(colour_of, mappable,
+    ticks)``, where ``colour_of`` gives a level's colour, ``mappable`` draws the colour bar and
+    ``ticks`` is ``(positions, labels)`` on it, or ``None`` for a continuous scale. Priority
+    levels get one colour each, spread over the whole colour map however few were used; the
+    simulator's ideal mode (one level per position in the order, as many as coflows) a
+    continuous scale from the first position used to the last."""
+    used = sorted(set(levels))
+    if used[-1] >= 2 * N_LEVELS:  # positions in the order
+        norm = Normalize(used[0], max(used[-1], used[0] + 1))
+        cmap = plt.get_cmap("viridis")
+        return (lambda level: cmap(norm(level))), plt.cm.ScalarMappable(norm, cmap), None
+    rank = {level: i for i, level in enumerate(used)}
+    cmap = plt.get_cmap("viridis", len(used))
+    norm = BoundaryNorm([i - 0.5 for i in range(len(used) + 1)], cmap.N)
+    ticks = (list(range(len(used))), [str(level) for level in used])
+    return (lambda level: cmap(norm(rank[level]))), plt.cm.ScalarMappable(norm, cmap), ticks
+
+
+def figure(timelines: Sequence[Timeline], title: str = ""):
+    """``timelines`` side by side on one time axis, titled ``title`` (default: the timelines'
+    workloads)."""
     if not timelines:
         raise ValueError("no timeline to draw")
     end_s = max(t.end_s for t in timelines) or 1.0
     n_bins = max(1, min(MAX_BINS, round(end_s / BIN_S)))
-    top = max([s.level for t in timelines for s in t.spans] + [N_LEVELS - 1])
-    cmap = plt.get_cmap("viridis", top + 1)
-    norm = BoundaryNorm([lvl - 0.5 for lvl in range(top + 2)], cmap.N)
+    levels = [s.level for t in timelines for s in t.spans]
+    colour_of, levels_scale, ticks = level_scale(levels) if levels else (None, None, None)
     n_ports = max(len(t.ports) for t in timelines)
     fig, axes = plt.subplots(
         2,
@@ -91,7 +111,7 @@ def draw(timelines: Sequence[Timeline], out: Path, title: str = "") -> Path:
                 [position[_row_of(s)] for s in timeline.spans],
                 [s.start_s for s in timeline.spans],
                 [s.end_s for s in timeline.spans],
-                colors=[cmap(norm(s.level)) for s in timeline.spans],
+                colors=[colour_of(s.level) for s in timeline.spans],
                 linewidth=width,
             )
         gantt.set_ylim(len(position) - 0.5, -0.5)
@@ -121,19 +141,25 @@ def draw(timelines: Sequence[Timeline], out: Path, title: str = "") -> Path:
         ports.set_title(f"port utilisation (bins of {end_s / n_bins:.2g} s)", fontsize=9)
         ports.set_xlim(0, end_s)
     if levels_image is not None:
-        bar = fig.colorbar(
-            plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes[0].tolist(), pad=0.01
-        )
-        if top < 2 * N_LEVELS:
+        bar = fig.colorbar(levels_scale, ax=axes[0].tolist(), pad=0.01)
+        if ticks is not None:
             bar.set_label("priority level (0 = highest)")
-            bar.set_ticks(range(top + 1))
-        else:  # the simulator's ideal mode: one level per position in the order
+            bar.set_ticks(ticks[0], labels=ticks[1])
+        else:
             bar.set_label("position in the order (0 = first)")
     if ports_image is not None:
         fig.colorbar(ports_image, ax=axes[1].tolist(), pad=0.01).set_label("utilisation")
+    title = title or "; ".join(dict.fromkeys(t.workload for t in timelines if t.workload))
     if title:
         fig.suptitle(title)
-    fig.savefig(out, dpi=110)
+    return fig
+
+
+def draw(timelines: Sequence[Timeline], out: Path, title: str = "") -> Path:
+    """Draw ``timelines`` side by side on one time axis into ``out`` (PNG), titled ``title``
+    (default: the timelines' workloads)."""
+    fig = figure(timelines, title)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
 
@@ -149,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         default="schedule.png",
         help="the figure (default: schedule.png)",
     )
-    parser.add_argument("--title", default="", help="the figure's title")
+    parser.add_argument(
+        "--title", default="", help="the figure's title (default: the timelines' workloads)"
+    )
     args = parser.parse_args(argv)
     try:
         timelines = [Timeline.read(path) for path in args.timelines]

@@ -335,6 +335,28 @@ def generate(
     return tasks
 
 
+def describe_workload(
+    configs_per_task: int,
+    search: str = "halving",
+    patterns: Iterable[str] = PATTERNS,
+    n_hosts: int | None = None,
+    n_tasks: int | None = None,
+    seed: int | None = None,
+    curves: str | None = None,
+) -> str:
+    """A figure title's short name for workloads :func:`generate` makes, e.g. ``"synthetic HPO
+    workload, seed 1: 13 hosts, 2 tasks of 9 configs, halving, ring"``: generated, so
+    synthetic (``curves`` names where the learning curves come from if not the parametric
+    ones); hosts, tasks and seed where the figure has one of each."""
+    name = "synthetic HPO workload" + (f" ({curves} curves)" if curves else "")
+    if seed is not None:
+        name += f", seed {seed}"
+    size = [] if n_hosts is None else [f"{n_hosts} hosts"]
+    tasks = "tasks" if n_tasks is None else f"{n_tasks} task{'s' * (n_tasks != 1)}"
+    size.append(f"{tasks} of {configs_per_task} config{'s' * (configs_per_task != 1)}")
+    return f"{name}: {', '.join(size)}, {search}, {'/'.join(patterns)}"
+
+
 def best_identified_s(
     observations: Iterable[tuple[float, Hashable, float]], best: Hashable
 ) -> float | None:

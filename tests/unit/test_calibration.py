@@ -92,7 +92,7 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
         link_gbps=1.0, bw=20, host_priorities=True, tcp_rto_max_ms=1000,
         overheads=Overheads(1.0, 0.9), hosts=13,
         tasks=2, configs=9, eta=3, search="halving", min_iterations=3, workers=3,
-        patterns=["ring"], models=["resnet50"], interarrival=0.0, seeds=[1, 2],
+        patterns=["ring"], models=["resnet50"], interarrival=0.0, seeds=[1, 2], yahpo=None,
     )  # fmt: skip
     summary = run_testbed.seed_summary(results, args, ["--seeds", "1", "2"])
     fair = summary["policies"]["fair"]
@@ -143,7 +143,7 @@ def test_stage_agreement_matches_stages_by_task_and_index(tmp_path):
 def test_a_failed_run_is_tried_again_in_a_fresh_testbed_and_its_files_kept(tmp_path, monkeypatch):
     attempts = []
 
-    def flaky(policy, args, out, gpu_policy="none", tasks=None):
+    def flaky(policy, args, out, gpu_policy="none", tasks=None, workload_title=None):
         attempts.append(out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "tcp.json").write_text(str(len(attempts)))

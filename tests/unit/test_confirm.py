@@ -162,6 +162,21 @@ def test_the_report_sets_the_predicted_verdicts_against_the_measured(tmp_path):
     assert "## Beamer on the testbed" in text and "![Beamer on the testbed]" in text
     assert "Verdicts agree in 4 of 6 comparisons." in text
     assert (tmp_path / "confirm-beamer.png").stat().st_size > 0
+    # every ratio over five seeds has its interval drawn; one seed has none, and says so
+    sources = ("map_ratio", "predicted_ratio", "measured_ratio")
+    fig = reproduce.confirmation_figure(c, rows)
+    assert all(container.has_xerr for ax in fig.axes for container in ax.containers)
+    assert sum(len(ax.containers) for ax in fig.axes) == sum(
+        1 for r in rows if r["metric"] == "avg_sct_s" for key in sources if r[key]
+    )  # (both cells' maps, the testbed's cell's predicted and measured)
+    assert "95 % CI over 5 seeds" in fig.axes[0].get_xlabel()
+    one = [{**r, **{key: {**r[key], "low": r[key]["mean"], "high": r[key]["mean"], "n": 1}
+                    for key in sources if r[key]}}
+           for r in rows]  # fmt: skip
+    fig = reproduce.confirmation_figure(c, one)
+    assert all(ax.containers == [] for ax in fig.axes)
+    assert fig.axes[0].get_xlabel().endswith("(one seed)")
+    assert sum(len(ax.get_lines()) for ax in fig.axes) > 5  # the ratios, without bars
     assert "| models=zoo" not in text and "| zoo, together, ring | beamer |" in text
     not_run = confirm.Confirmation(CLAIMS["beamer"], c.small, c.chosen, {})
     assert "Not run: the testbed needs root" in "\n".join(

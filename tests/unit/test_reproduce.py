@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 
 from controller.metrics import Interval, mean_ci
-from experiments import reproduce
+from experiments import atlas, reproduce
+from experiments.atlas import Reading
+from experiments.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +45,25 @@ def test_paired_comparisons_give_a_verdict_per_baseline_never_partly():
                              "vs noisy_base")  # fmt: skip
     same = reproduce.Claim("X", "p", "s", "s", "m", comparisons[:1])
     assert same.verdict == "reproduced"
+
+
+def test_a_row_label_names_its_baseline_once():
+    assert reproduce.versus("Varys", "fair") == "Varys vs fair"
+    assert reproduce.versus("Beamer vs brute force", "brute force") == "Beamer vs brute force"
+    assert reproduce.versus("Beamer vs brute force", "brute force, contended instances") == (
+        "Beamer vs brute force, contended instances"
+    )
+    # atlas.png's rows: "<claim> vs <baseline>", never the baseline twice
+    named = replace(
+        CLAIMS["beamer"],
+        name="Beamer vs brute force",
+        baselines=(Reading("brute force", "fair"), Reading("sincronia", "sincronia")),
+    )
+    outcomes = [atlas.ClaimOutcome(named, [], {}), atlas.ClaimOutcome(CLAIMS["varys"], [], {})]
+    fig = reproduce.atlas_figure(outcomes)
+    labels = [label.get_text() for label in fig.axes[0].get_yticklabels()]
+    assert labels == ["Beamer vs brute force", "Beamer vs sincronia", "Varys vs fair"]
+    plt.close(fig)
 
 
 def run_reproduce(*args: str) -> subprocess.CompletedProcess:

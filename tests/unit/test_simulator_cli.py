@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+from controller.timeline import Timeline
+from simulator.__main__ import trace_name
 from simulator.traces import write_fb_trace
 
 
@@ -19,7 +21,8 @@ def test_trace_run_writes_results(tmp_path):
     write_fb_trace(trace, 4, [(1, 0, [0, 1], {2: 4.0, 3: 2.0}), (2, 100, [3], {0: 1.0}),
                               (3, 200, [2], {1: 8.0})])  # fmt: skip
     out = tmp_path / "out"
-    result = sim_cli("trace", str(trace), "--policy", "sincronia", "fair", "--out", str(out))
+    result = sim_cli("trace", str(trace), "--policy", "sincronia", "fair", "--out", str(out),
+                     "--schedule")  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "sincronia" in result.stdout and "fair" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
@@ -29,6 +32,11 @@ def test_trace_run_writes_results(tmp_path):
         assert entry["ratio_to_bound"] >= 1.0 - 1e-9, name  # the bound is below every schedule
     lines = (out / "coflows-fair.csv").read_text().splitlines()
     assert lines[0].startswith("coflow_id,") and len(lines) == 4
+    # the schedule's picture is titled by the trace
+    assert Timeline.read(out / "timeline-fair.json").workload == "trace fb.txt"
+    assert trace_name("FB2010-1Hr-150-0.txt", offline=True) == (
+        "trace FB2010-1Hr-150-0.txt, all released at 0"
+    )
 
 
 def test_bad_input_is_a_one_line_error(tmp_path):

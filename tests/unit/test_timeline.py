@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
@@ -15,7 +16,7 @@ from controller.policies import POLICIES, make_policy
 from controller.timeline import CoflowLevel, Timeline, port_names
 from simulator.engine import CoflowSpec, Fabric, Simulator
 from simulator.hpo import HpoDriver
-from simulator.schedule_plot import draw, gantt_rows
+from simulator.schedule_plot import draw, figure, gantt_rows, level_scale
 from workloads.hpo import generate
 
 BPS = 8.0  # one byte per second
@@ -122,14 +123,52 @@ def test_an_hpo_run_is_drawn_grouped_by_stage(tmp_path):
     sim.run()
     timeline.close(sim.now_s)
     timeline.stages = driver.core.stage_labels()
+    timeline.workload = "synthetic HPO workload, seed 1: 6 hosts, 2 tasks of 4 configs"
     rows, groups = gantt_rows(timeline)
     assert len(rows) == len(driver.core.jobs)  # one row per job
     assert sorted(label for label, _ in groups) == sorted(timeline.stages.values())
     path = timeline.write(tmp_path / "timeline.json")
     again = Timeline.read(path)
     assert again.spans == timeline.spans and again.stages == timeline.stages
+    assert again.workload == timeline.workload
     picture = draw([timeline, again], tmp_path / "schedule.png", "two columns")
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def two_coflows_at(levels: tuple[int, int], then: tuple[int, int]) -> Timeline:
+    """Two coflows of one stage on two hosts, at ``levels`` for 2 s, then at ``then``."""
+    timeline = Timeline(port_names(2), BPS, "simulator, fair", workload="trace tiny.txt")
+    timeline.ports_at(0.0, [0, 0, 0, 0])
+    timeline.levels_at(0.0, [CoflowLevel(k, k, 0, level) for k, level in enumerate(levels)])
+    timeline.levels_at(2.0, [CoflowLevel(k, k, 0, level) for k, level in enumerate(then)])
+    timeline.ports_at(4.0, [8, 4, 4, 8])
+    timeline.close(4.0)
+    return timeline
+
+
+def colour_bars(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def test_the_colour_scale_holds_only_the_levels_the_schedule_used():
+    fig = figure([two_coflows_at((2, 5), (5, 5))])
+    levels_bar, _utilisation = colour_bars(fig)
+    assert [t.get_text() for t in levels_bar.get_yticklabels()] == ["2", "5"]
+    assert levels_bar.get_ylabel() == "priority level (0 = highest)"
+    # one colour per level used, as far apart as the colour map goes (not levels 2 and 5 of 8)
+    viridis = plt.get_cmap("viridis")
+    colours = {tuple(c) for c in fig.axes[0].collections[0].get_colors()}
+    assert colours == {tuple(viridis(0.0)), tuple(viridis(1.0))}
+    assert fig.get_suptitle() == "trace tiny.txt"  # the timelines' workload by default
+    assert figure([two_coflows_at((0, 0), (0, 0))], "mine").get_suptitle() == "mine"
+    lone = colour_bars(figure([two_coflows_at((0, 0), (0, 0))]))[0]
+    assert [t.get_text() for t in lone.get_yticklabels()] == ["0"]
+    # the simulator's ideal mode: positions in the order, from the first used to the last
+    _, positions, ticks = level_scale([40, 20, 31])
+    assert ticks is None and (positions.norm.vmin, positions.norm.vmax) == (20, 40)
+    ideal = colour_bars(figure([two_coflows_at((20, 31), (40, 31))]))[0]
+    assert ideal.get_ylabel() == "position in the order (0 = first)"
+    assert ideal.get_ylim() == (20, 40)
 
 
 def test_the_simulator_cli_draws_every_run_and_wants_a_folder_for_it(tmp_path):
@@ -141,7 +180,10 @@ def test_the_simulator_cli_draws_every_run_and_wants_a_folder_for_it(tmp_path):
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     for policy in ("fair", "sincronia"):
-        assert Timeline.read(tmp_path / f"timeline-{policy}.json").spans
+        timeline = Timeline.read(tmp_path / f"timeline-{policy}.json")
+        assert timeline.spans and timeline.workload == (
+            "synthetic HPO workload, seed 1: 6 hosts, 1 task of 3 configs, halving, ps/ring"
+        )
         assert (tmp_path / f"schedule-{policy}.png").stat().st_size > 10_000
     redraw = subprocess.run(
         [sys.executable, "scripts/schedule_plot.py", str(tmp_path / "timeline-fair.json"),
