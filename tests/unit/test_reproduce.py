@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.metrics import Interval, mean_ci
+from controller.stats import Interval, mean_ci
 from experiments import reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,8 +107,7 @@ FACTORS = {
 
 def a_testbed_summary():
     def entry(values):
-        ci = mean_ci(values)
-        return {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
+        return mean_ci(values).to_json()
 
     runs, policies = [], {}
     for name, (bed_factors, sim_factors) in FACTORS.items():
