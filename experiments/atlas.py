@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from controller.metrics import mean_ci
+from controller.stats import mean_ci
 from experiments.verdicts import MARGIN, Decision, Verdict, decide
 
 # the short mark of each verdict in figures and tables

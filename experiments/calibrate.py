@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 
 from cli.argtypes import program
-from controller.metrics import mean_ci
 from controller.policies import make_policy
+from controller.stats import format_interval, mean_ci
 from experiments import run_testbed
 from simulator.calibration import Overheads
 from simulator.engine import Fabric, Simulator
@@ -143,7 +143,7 @@ def calibrate(
     }
     write_json(out / "calibration.json", calibration)
     spreads = ", ".join(
-        f"{pattern} {entry['goodput']:.3f} +/- {entry['goodput_ci95']:.3f}"
+        f"{pattern} {format_interval(mean_ci(r['goodput'] for r in entry['repeats']), 3)}"
         for pattern, entry in lone.items()
         if entry["goodput_ci95"] is not None
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controller.metrics import Interval
+from controller.stats import Interval
 
 
 def has_interval(interval: Interval | None) -> bool:

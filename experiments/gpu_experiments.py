@@ -62,8 +62,8 @@ from cli.argtypes import (  # noqa: E402
 )
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
-from controller.metrics import mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import make_policy  # noqa: E402
+from controller.stats import JSON_KEYS, format_interval, mean_ci, paired_ratio_ci  # noqa: E402
 from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
 from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
@@ -277,8 +277,7 @@ def half_width(rows, key) -> float | None:
 
 def interval(rows, key) -> str:
     """``mean +/- half`` of ``key`` over the rows' seeds."""
-    ci = mean_ci(r[key] for r in rows)
-    return "-" if ci is None else ci.format(1)
+    return format_interval(mean_ci(r[key] for r in rows), 1)
 
 
 def key_parts(key: str) -> tuple:
@@ -302,10 +301,8 @@ def pair_ratios(rows) -> dict:
                 ratio = paired_ratio_ci({r["seed"]: r[key] for r in group},
                                         {r["seed"]: r[key] for r in base})  # fmt: skip
                 out[hosts][label][key] = {
-                    "mean": None if ratio is None else ratio.mean,
-                    "low": None if ratio is None else ratio.low,
-                    "high": None if ratio is None else ratio.high,
-                    "text": "-" if ratio is None else ratio.format(2),
+                    **(dict.fromkeys(JSON_KEYS) if ratio is None else ratio.to_json()),
+                    "text": format_interval(ratio, 2),
                 }
     return out
 

@@ -54,8 +54,8 @@ from cli.argtypes import (
     positive,
     program,
 )
-from controller.metrics import mean_ci, paired_ratio_ci
 from controller.policies import POLICIES
+from controller.stats import format_interval, mean_ci, paired_ratio_ci
 from experiments.optuna_study import BACKENDS, run_study, write_plots
 from netsched_data import BUNDLED
 from simulator.__main__ import run_label
@@ -322,11 +322,10 @@ def seed_table(runs: dict[str, list[dict]], baseline: str) -> dict[str, dict]:
             values = {r["seed"]: get(r) for r in results}
             base = {r["seed"]: get(r) for r in runs.get(baseline, [])}
             ci = mean_ci(values.values())
-            row[key] = None if ci is None else {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
+            row[key] = None if ci is None else ci.to_json()
             if key != "best_accuracy":
                 ratio = paired_ratio_ci(values, base)
-                row[f"{key}_vs_baseline"] = None if ratio is None else {
-                    "mean": ratio.mean, "low": ratio.low, "high": ratio.high}  # fmt: skip
+                row[f"{key}_vs_baseline"] = None if ratio is None else ratio.to_json()
         table[label] = row
     return table
 
@@ -339,22 +338,10 @@ def print_table(table: dict[str, dict], baseline: str, n_seeds: int) -> None:
     for label, row in table.items():
         cells = []
         for key in ("hpo_completion_s", "best_found_s"):
-            cells.append(_interval(row[key]))
-            cells.append(_ratio(row[f"{key}_vs_baseline"]))
+            cells.append(format_interval(row[key], 1))
+            cells.append(format_interval(row[f"{key}_vs_baseline"], 3))
         print(f"{label:<17} {cells[0]:>18} {cells[1]:>22} {cells[2]:>18} {cells[3]:>22} "
-              f"{_interval(row['best_accuracy'], 4):>16}")  # fmt: skip
-
-
-def _interval(entry: dict | None, digits: int = 1) -> str:
-    if entry is None:
-        return "-"
-    return f"{entry['mean']:.{digits}f} +/- {entry['ci95']:.{digits}f}"
-
-
-def _ratio(entry: dict | None) -> str:
-    if entry is None:
-        return "-"
-    return f"{entry['mean']:.3f} [{entry['low']:.3f}, {entry['high']:.3f}]"
+              f"{format_interval(row['best_accuracy'], 4):>16}")  # fmt: skip
 
 
 def on_testbed(args, argv, study) -> int:

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -52,8 +52,14 @@ from cli.argtypes import (  # noqa: E402
 )
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
-from controller.metrics import Interval, mean_ci, paired_ratio_ci  # noqa: E402
 from controller.policies import POLICIES, make_policy  # noqa: E402
+from controller.stats import (  # noqa: E402
+    Interval,
+    format_interval,
+    format_percent,
+    mean_ci,
+    paired_ratio_ci,
+)
 from experiments import atlas, confirm  # noqa: E402
 from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
@@ -347,9 +353,9 @@ def agreement(testbed: dict) -> list[dict]:
             predicted = paired_ratio_ci(sim.get(name, {}), sim.get(other, {}))
             row["ranking"].append({
                 "faster_than": other,
-                "testbed_ratio": asdict(measured),
+                "testbed_ratio": measured.to_json(),
                 "simulator_ratio": None if predicted is None else predicted.mean,
-                "simulator_interval": None if predicted is None else asdict(predicted),
+                "simulator_interval": None if predicted is None else predicted.to_json(),
                 "simulator_agrees": predicted is not None and predicted.mean < 1,
             })  # fmt: skip
     return rows
@@ -384,9 +390,9 @@ def predicted_against_measured(
             "baseline": m.baseline,
             "metric": metric,
             "predicted": p.verdict,
-            "predicted_ratio": None if p.ratio is None else asdict(p.ratio),
+            "predicted_ratio": None if p.ratio is None else p.ratio.to_json(),
             "measured": m.verdict,
-            "measured_ratio": None if m.ratio is None else asdict(m.ratio),
+            "measured_ratio": None if m.ratio is None else m.ratio.to_json(),
             "agree": p.verdict == m.verdict,
         }
         for p, m in zip(predicted, measured, strict=True)
@@ -411,7 +417,7 @@ def verdict_lines(testbed: dict) -> list[str]:
              "| --- | --- | --- | --- | --- |"]  # fmt: skip
 
     def text(verdict: str, ratio: dict | None) -> str:
-        return verdict if ratio is None else f"{Interval(**ratio).format(3)} {verdict}"
+        return verdict if ratio is None else f"{format_interval(ratio, 3)} {verdict}"
 
     for r in rows:
         lines.append(f"| {r['claimed']} / {r['baseline']} | {r['metric']} | "
@@ -442,7 +448,7 @@ def confirmation_rows(c: confirm.Confirmation) -> list[dict]:
                     "claim": c.claim.key, "cell": cell.cell, "role": role,
                     "baseline": b.label, "metric": metric.key,
                     "map": None if mapped is None else mapped.verdict.value,
-                    "map_ratio": None if mapped is None else asdict(mapped.ratio),
+                    "map_ratio": None if mapped is None else mapped.ratio.to_json(),
                     "predicted": row.get("predicted"),
                     "predicted_ratio": row.get("predicted_ratio"),
                     "measured": row.get("measured"),
@@ -484,7 +490,7 @@ def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
     def text(verdict: str | None, ratio: dict | None) -> str:
         if verdict is None or ratio is None:
             return verdict or "-"
-        return f"{Interval(**ratio).format(3)} {verdict}"
+        return f"{format_interval(ratio, 3)} {verdict}"
 
     for r in rows:
         agree = "-" if r["agree"] is None else "yes" if r["agree"] else "no"
@@ -503,9 +509,8 @@ def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
         cell = ", ".join(c.chosen[role].cell.values())
         for policy, values in per_policy(testbed, key, statistic).items():
             shown = [values[k] for k in ("testbed", "simulator", "calibrated")]
-            texts = ["-" if v is None else v.format(1) for v in shown]
-            ratio = values["calibrated_over_testbed"]
-            texts.append("-" if ratio is None else ratio.format(2))
+            texts = [format_interval(v, 1) for v in shown]
+            texts.append(format_interval(values["calibrated_over_testbed"], 2))
             lines.append(f"| {cell} | {policy} | " + " | ".join(texts) + " |")
     return lines
 
@@ -611,12 +616,12 @@ def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
         ranking = (
             "; ".join(
                 f"faster than {r['faster_than']} "
-                f"({Interval(**r['testbed_ratio']).format(3)}): simulator "
+                f"({format_interval(r['testbed_ratio'], 3)}): simulator "
                 + ("agrees" if r["simulator_agrees"] else "disagrees")
                 + (
                     ""
                     if r["simulator_interval"] is None
-                    else f" ({Interval(**r['simulator_interval']).format(3)})"
+                    else f" ({format_interval(r['simulator_interval'], 3)})"
                 )
                 for r in row["ranking"]
             )
@@ -624,27 +629,13 @@ def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
         )
         within = "-" if row["within"] is None else "yes" if row["within"] else "no"
         lines.append(
-            f"| {row['policy']} | {_fmt(row['testbed'])} | {_fmt(row['simulator'])} | "
-            f"{_fmt(row['calibrated'])} | {_fmt(row['calibrated_over_testbed'], 2)} | {within} | "
-            f"{ranking} | {_pct(row.get('busiest_port'))} / {_pct(row.get('wire_busiest_port'))} |"
+            f"| {row['policy']} | {format_interval(row['testbed'], 1)} | "
+            f"{format_interval(row['simulator'], 1)} | {format_interval(row['calibrated'], 1)} | "
+            f"{format_interval(row['calibrated_over_testbed'], 2)} | {within} | {ranking} | "
+            f"{format_percent(row.get('busiest_port'))} / "
+            f"{format_percent(row.get('wire_busiest_port'))} |"
         )
     return lines
-
-
-def _fmt(entry: dict | None, digits: int = 1) -> str:
-    if entry is None:
-        return "-"
-    if entry["n"] < 2:
-        return f"{entry['mean']:.{digits}f} (n=1)"
-    return f"{entry['mean']:.{digits}f} +/- {entry['ci95']:.{digits}f}"
-
-
-def _pct(entry: dict | None) -> str:
-    """A share's mean +/- CI in percent, ``-`` if missing."""
-    if entry is None:
-        return "-"
-    scaled = {**entry, "mean": 100 * entry["mean"], "ci95": 100 * entry.get("ci95", 0.0)}
-    return _fmt(scaled, 0)
 
 
 def testbed_provenance(testbed: dict | None) -> list[str]:
@@ -689,14 +680,13 @@ def claim_lines(claims: list[Claim]) -> list[str]:
     ]
     for c in claims:
         values = "; ".join(
-            f"vs {x.baseline}: {x.ratio.format(3) if x.ratio else '-'} ({x.verdict})"
-            for x in c.comparisons
+            f"vs {x.baseline}: {format_interval(x.ratio, 3)} ({x.verdict})" for x in c.comparisons
         )
         lines.append(f"| {c.name} ({c.paper}) | {c.statement} | {c.setting} | {c.metric} | "
                      f"{values} | **{c.verdict}** |")  # fmt: skip
     notes = [f"- {c.name}: {c.note}" for c in claims if c.note]
     for c in claims:
-        notes += [f"- {c.name}, same setting: {label} {r.format(3) if r else '-'}"
+        notes += [f"- {c.name}, same setting: {label} {format_interval(r, 3)}"
                   for label, r in c.context]  # fmt: skip
     return lines + (["", "Notes:", *notes] if notes else [])
 

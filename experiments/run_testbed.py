@@ -70,14 +70,15 @@ from cli.argtypes import (  # noqa: E402
     program,
 )
 from cli.progress import Progress  # noqa: E402
-from controller.metrics import (  # noqa: E402
+from controller.metrics import summarise  # noqa: E402
+from controller.policies import POLICIES, make_policy  # noqa: E402
+from controller.stats import (  # noqa: E402
     Interval,
     clear_best,
+    format_interval,
     mean_ci,
     paired_ratio_ci,
-    summarise,
 )
-from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.timeline import CoflowLevel, Timeline, port_names  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import BUNDLED  # noqa: E402
@@ -681,30 +682,7 @@ PANELS = (
 
 def _interval(values) -> dict | None:
     ci = mean_ci(values)
-    return None if ci is None else {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
-
-
-def entry_interval(entry: dict | None) -> Interval | None:
-    """A summary entry (``mean`` with ``ci95``, or ``low`` and ``high``; ``n``) as an
-    interval."""
-    if entry is None:
-        return None
-    if "low" in entry:
-        return Interval(entry["mean"], entry["low"], entry["high"], entry["n"])
-    half = 0.0 if entry["n"] < 2 else entry["ci95"]
-    mean = entry["mean"]
-    return Interval(mean, mean - half, mean + half, entry["n"])
-
-
-def interval(entry: dict | None, digits: int = 1) -> str:
-    """``mean +/- ci95`` of a summary entry."""
-    ci = entry_interval(entry)
-    return "-" if ci is None else ci.format(digits)
-
-
-def _ratio_entry(ratio: Interval) -> dict:
-    """A paired ratio as summary.json holds it."""
-    return {"mean": ratio.mean, "low": ratio.low, "high": ratio.high, "n": ratio.n}
+    return None if ci is None else ci.to_json()
 
 
 def seed_summary(results: list[dict], args, argv) -> dict:
@@ -745,7 +723,7 @@ def seed_summary(results: list[dict], args, argv) -> dict:
             )
             if ratio is not None:
                 ratios[label] = ratio
-                entry["avg_sct_vs_baseline"] = _ratio_entry(ratio)
+                entry["avg_sct_vs_baseline"] = ratio.to_json()
             # the same ratio as the calibrated simulator predicts it, to compare rankings
             if "calibrated_sim_avg_sct_s" in entry and all(
                 r["simulated_calibrated"] for r in base.values()
@@ -755,7 +733,7 @@ def seed_summary(results: list[dict], args, argv) -> dict:
                     {s: r["simulated_calibrated"]["sct_s"].get("mean") for s, r in base.items()},
                 )
                 if predicted is not None:
-                    entry["calibrated_sim_avg_sct_vs_baseline"] = _ratio_entry(predicted)
+                    entry["calibrated_sim_avg_sct_vs_baseline"] = predicted.to_json()
         policies[label] = entry
     return {
         "provenance": provenance(argv),
@@ -793,7 +771,8 @@ def figure(summary: dict):
     fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
     seeds = []
     for ax, (_, key, label) in zip(axes, PANELS, strict=True):
-        intervals = [entry_interval(summary["policies"][n][key]) for n in names]
+        intervals = [None if (entry := summary["policies"][n][key]) is None
+                     else Interval.from_json(entry) for n in names]  # fmt: skip
         means = [math.nan if i is None else i.mean for i in intervals]
         ax.bar(names, means, color="tab:blue", label="testbed")
         error_bars(ax, names, intervals, capsize=3, color="black")
@@ -1229,17 +1208,17 @@ def experiment(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: 
           f"{summary['baseline'] or BASELINE}'s paired per seed")  # fmt: skip
     for label, entry in summary["policies"].items():
         ratio = entry.get("avg_sct_vs_baseline")
-        versus = interval(ratio, 3) if ratio else "-"
+        versus = format_interval(ratio, 3)
         predicted_ratio = entry.get("calibrated_sim_avg_sct_vs_baseline")
         if ratio and predicted_ratio:
-            versus += f" (calibrated x {interval(predicted_ratio, 3)})"
+            versus += f" (calibrated x {format_interval(predicted_ratio, 3)})"
         calibrated = ""
         if "calibrated_sim_avg_sct_s" in entry:
-            predicted = interval(entry["calibrated_sim_avg_sct_s"])
-            over = interval(entry["calibrated_sim_over_testbed_avg_sct"], 2)
+            predicted = format_interval(entry["calibrated_sim_avg_sct_s"], 1)
+            over = format_interval(entry["calibrated_sim_over_testbed_avg_sct"], 2)
             calibrated = f"  calibrated {predicted:>16} (/bed {over})"
-        print(f"  {label:<17} testbed {interval(entry['avg_sct_s']):>16}  simulator "
-              f"{interval(entry['sim_avg_sct_s']):>16}{calibrated}  x {versus}")  # fmt: skip
+        bed, sim = (format_interval(entry[k], 1) for k in ("avg_sct_s", "sim_avg_sct_s"))
+        print(f"  {label:<17} testbed {bed:>16}  simulator {sim:>16}{calibrated}  x {versus}")
     print(f"  clearly best: {summary['clear_best_avg_sct'] or 'none (intervals overlap)'}")
     print(f"results: {args.out}/results.json, summary.json, stages.csv, {figure.name}")
     for failure in failures:

@@ -49,14 +49,15 @@ from cli.argtypes import (  # noqa: E402
 )
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
-from controller.metrics import (  # noqa: E402
+from controller.metrics import summarise  # noqa: E402
+from controller.policies import POLICIES, make_policy  # noqa: E402
+from controller.stats import (  # noqa: E402
     Interval,
     clear_best,
+    format_interval,
     mean_ci,
     paired_ratio_ci,
-    summarise,
 )
-from controller.policies import POLICIES, make_policy  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import SMALL_TRACE, TRACES, DataError, find_trace  # noqa: E402
 from netsched_data import trace as bundled_trace  # noqa: E402
@@ -270,8 +271,8 @@ def _print_points(rows: list[dict], summary: list[dict], baseline: str = BASELIN
               f"and / {baseline}'s paired per seed; clear best: "
               f"{clear_best(ratios) or 'none (intervals overlap)'}")  # fmt: skip
         for name in sorted(mine, key=lambda n: mine[n]["avg_sct_s"]):
-            ratio = ratios[name].format(3) if name in ratios else "-"
-            print(f"  {name:<10} {absolute[name].format(1):>18}   x {ratio}")
+            ratio = format_interval(ratios.get(name), 3)
+            print(f"  {name:<10} {format_interval(absolute[name], 1):>18}   x {ratio}")
 
 
 def hpo_figure(summary: list[dict], metric: str, label: str, args):

@@ -15,8 +15,7 @@ equivalence margin (0.03: a ratio within [1/1.03, 1.03] is "no effect"), the ver
 
 Several comparisons of one claim are adjusted together with Holm's step-down procedure (each
 comparison's two tests at the family's level ``alpha``): :func:`decide` takes the whole family.
-The t distribution's CDF comes from the regularized incomplete beta function (scipy is not a
-dependency), accurate to about 1e-12.
+The t and normal distributions are scipy's (:mod:`controller.stats`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from controller.metrics import Interval, mean_ci
+from controller.stats import Interval, mean_ci, normal_quantile, t_cdf, t_sf
 
 MARGIN = 0.03
 ALPHA = 0.05
@@ -65,98 +64,6 @@ class Decision:
     seeds_needed: int | None
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((a + m2 - 1.0) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (a + b + m) * x / ((a + m2) * (a + m2 + 1.0))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x)
-        + b * math.log1p(-x)
-    )  # fmt: skip
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: int) -> float:
-    """Student's t distribution's CDF at ``t`` with ``df`` degrees of freedom."""
-    if df < 1:
-        raise ValueError("the t distribution needs at least 1 degree of freedom")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
-
-
-def _z(p: float) -> float:
-    """The standard normal quantile (Acklam's rational approximation, error below 1.2e-9)."""
-    a = (
-        -3.969683028665376e01,
-        2.209460984245205e02,
-        -2.759285104469687e02,
-        1.383577518672690e02,
-        -3.066479806614716e01,
-        2.506628277459239e00,
-    )
-    b = (
-        -5.447609879822406e01,
-        1.615858368580409e02,
-        -1.556989798598866e02,
-        6.680131188771972e01,
-        -1.328068155288572e01,
-    )
-    c = (
-        -7.784894002430293e-03,
-        -3.223964580411365e-01,
-        -2.400758277161838e00,
-        -2.549732539343734e00,
-        4.374664141464968e00,
-        2.938163982698783e00,
-    )
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00,
-         3.754408661907416e00)  # fmt: skip
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"a probability in (0, 1) is needed, got {p}")
-    if p < 0.02425:
-        q = math.sqrt(-2 * math.log(p))
-        return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
-        )
-    if p > 1 - 0.02425:
-        return -_z(1 - p)
-    q = p - 0.5
-    r = q * q
-    return ((((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q) / (
-        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1
-    )
-
-
 @dataclass(frozen=True)
 class _Tests:
     ratio: Interval
@@ -181,8 +88,8 @@ def _tests(log_ratios: Sequence[float], margin: float) -> _Tests:
         p_equiv = 0.0 if abs(mean) < bound else 1.0
         return _Tests(ratio, p_diff, p_equiv, mean, sd, n)
     se = sd / math.sqrt(n)
-    p_diff = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
-    p_equiv = max(1.0 - t_cdf((mean + bound) / se, n - 1), t_cdf((mean - bound) / se, n - 1))
+    p_diff = 2.0 * t_sf(abs(mean) / se, n - 1)
+    p_equiv = max(t_sf((mean + bound) / se, n - 1), t_cdf((mean - bound) / se, n - 1))
     return _Tests(ratio, p_diff, p_equiv, mean, sd, n)
 
 
@@ -210,12 +117,13 @@ def seeds_needed(mean: float, sd: float, margin: float, level: float, power: flo
     inside the margin); the fewer. ``None`` without spread or a usable level."""
     if not (sd > 0) or not 0 < level < 1:
         return None
+    z = normal_quantile
     candidates = []
     if mean != 0:
-        candidates.append(((_z(1 - level / 2) + _z(power)) * sd / abs(mean)) ** 2)
+        candidates.append(((z(1 - level / 2) + z(power)) * sd / abs(mean)) ** 2)
     room = math.log1p(margin) - abs(mean)
     if room > 0:
-        candidates.append(((_z(1 - level) + _z((1 + power) / 2)) * sd / room) ** 2)
+        candidates.append(((z(1 - level) + z((1 + power) / 2)) * sd / room) ** 2)
     return max(2, math.ceil(min(candidates))) if candidates else None
 
 

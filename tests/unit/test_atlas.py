@@ -184,7 +184,7 @@ def test_a_tiny_atlas_end_to_end(tmp_path, monkeypatch):
 
 
 def test_the_sequential_rule_follows_the_estimates_within_the_cap():
-    from controller.metrics import Interval
+    from controller.stats import Interval
     from experiments.verdicts import Decision
 
     def cell(*needed):
@@ -204,7 +204,7 @@ def test_the_sequential_rule_follows_the_estimates_within_the_cap():
 
 
 def test_the_breakdown_per_level_says_where_the_verdicts_fall():
-    from controller.metrics import Interval
+    from controller.stats import Interval
     from experiments.verdicts import Decision
 
     def decided(verdict):

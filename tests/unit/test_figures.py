@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
-from controller.metrics import Interval, mean_ci
+from controller.stats import Interval, mean_ci
 from experiments import gpu_experiments, optuna_hpo, run_testbed, sim_experiments
 from experiments.figures import error_bars, spread_note
 from workloads.hpo import describe_workload

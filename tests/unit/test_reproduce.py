@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from controller.metrics import Interval, mean_ci
+from controller.stats import Interval, mean_ci
 from experiments import atlas, reproduce
 from experiments.atlas import Reading
 from experiments.claims import CLAIMS
@@ -131,8 +131,7 @@ FACTORS = {
 
 def a_testbed_summary():
     def entry(values):
-        ci = mean_ci(values)
-        return {"mean": ci.mean, "ci95": ci.half_width, "n": ci.n}
+        return mean_ci(values).to_json()
 
     runs, policies = [], {}
     for name, (bed_factors, sim_factors) in FACTORS.items():
