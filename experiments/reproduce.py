@@ -561,7 +561,7 @@ def confirmation_figure(c: confirm.Confirmation, rows: list[dict]):
             for j, (key, label, colour, marker) in enumerate(sources):
                 if r[key] is None:
                     continue
-                ratio, y = Interval(**r[key]), i + (j - 1) * 0.22
+                ratio, y = Interval.from_json(r[key]), i + (j - 1) * 0.22
                 ax.plot(ratio.mean, y, marker=marker, linestyle="none", color=colour,
                         label=label if i == 0 else None)  # fmt: skip
                 error_bars(ax, [y], [ratio], horizontal=True, color=colour, capsize=2)

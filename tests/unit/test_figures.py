@@ -12,7 +12,7 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from controller.stats import Interval, mean_ci
-from experiments import gpu_experiments, optuna_hpo, run_testbed, sim_experiments
+from experiments import gpu_experiments, run_testbed, sim_experiments
 from experiments.figures import error_bars, spread_note
 from workloads.hpo import describe_workload
 
@@ -132,12 +132,6 @@ def test_the_testbed_s_schedule_is_titled_by_its_workload():
     )
     args.yahpo = "bundled"
     assert "(LCBench task 3945 curves)" in run_testbed.workload_name(args)
-    studies = Namespace(yahpo=None, yahpo_task="3945", studies=1, trials=27, model="resnet50",
-                        pruner="halving", sampler="tpe")  # fmt: skip
-    assert optuna_hpo.studies_name(studies, 2) == (
-        "Optuna studies (synthetic response surface), seed 2: 1 x 27 trials of resnet50, "
-        "halving pruner, tpe sampler"
-    )
 
 
 # ---- sim_experiments.py: hpo-<metric>.png and trace-cct.png ---------------------------------
