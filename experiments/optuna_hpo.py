@@ -25,6 +25,9 @@ same seed gives the same trials, prunings and best trial.
 Curves: the YAHPO Gym LCBench surrogate with ``--yahpo [DIR]`` (without DIR the one bundled with
 the package; the sampled hyper-parameters are an MLP's), else the synthetic response surface of
 :class:`workloads.optuna_search.SyntheticSpace`.
+
+Optuna, the policies and the simulator (numba's kernels) are imported once the command line is
+read, so that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -36,9 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-import optuna
-
 from cli.argtypes import (
+    POLICY_NAMES,
     number,
     output_folder,
     policy_help,
@@ -47,11 +49,8 @@ from cli.argtypes import (
     program,
 )
 from controller.metrics import mean_ci, paired_ratio_ci
-from controller.policies import POLICIES, make_policy
 from netsched_data import BUNDLED
 from simulator.__main__ import run_label
-from simulator.engine import Fabric, Simulator, warm_up
-from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, provenance, write_csv, write_json
 from workloads.gpu import (
     GPU_POLICIES,
@@ -109,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=["beamer", "fair"],
         type=policy_name,
         metavar="POLICY",
-        help=f"network policies, a study each: {policy_help(POLICIES)}; a run is labelled by "
+        help=f"network policies, a study each: {policy_help(POLICY_NAMES)}; a run is labelled by "
         "its policy's name (default: beamer fair)",
     )
     parser.add_argument(
@@ -194,6 +193,12 @@ def main(argv=None) -> int:
             space = LcBenchSpace(LcBench(args.yahpo, args.yahpo_task))
         except YahpoError as exc:
             parser.error(f"--yahpo: {exc}")
+    import optuna
+
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator, warm_up
+    from simulator.hpo import HpoDriver
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     def studies(seed: int, link_scale: float = 1.0):

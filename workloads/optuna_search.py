@@ -17,22 +17,24 @@ surrogate (:class:`LcBenchSpace`, so the sampled hyper-parameters are a real MLP
 data is at hand, else :class:`SyntheticSpace`, a smooth response surface over two
 hyper-parameters, so a sampler still has something to learn.
 
-Only this module imports Optuna; the HPO core sees the :class:`workloads.hpo.RungSearch`
-protocol.
+Only this module imports Optuna, in the functions that make or read a study (a command's
+``--help`` imports this module without it); the HPO core sees the
+:class:`workloads.hpo.RungSearch` protocol.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from typing import Protocol
-
-import optuna
+from typing import TYPE_CHECKING, Protocol
 
 from workloads.curves import Curve, LearningCurve, TabulatedCurve
 from workloads.hpo import HpoTask, stage_plan
 from workloads.profiles import PROFILES, ModelProfile
 from workloads.yahpo import CONTINUOUS, EPOCHS, OUTPUTS, LcBench
+
+if TYPE_CHECKING:
+    import optuna
 
 PRUNERS = ("halving", "hyperband")
 SAMPLERS = ("tpe", "random")
@@ -93,6 +95,8 @@ def make_pruner(
 ) -> optuna.pruners.BasePruner:
     """Optuna's own pruner ``name`` (:data:`PRUNERS`) on the task's rungs: a first rung of
     ``min_iterations``, then ``eta`` times more each."""
+    import optuna
+
     if name == "halving":
         return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=min_iterations, reduction_factor=eta
@@ -179,6 +183,8 @@ class OptunaSearch:
         return [config]
 
     def _tell(self, trial: optuna.Trial, accuracy: float | None) -> None:
+        import optuna
+
         if accuracy is None:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
@@ -217,6 +223,8 @@ def optuna_tasks(
     generator seeded the same way; everything is fresh, so building them again with the same
     arguments replays the same run (each run needs its own tasks: a study remembers its
     trials)."""
+    import optuna
+
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     model = model or PROFILES["resnet50"]
@@ -272,6 +280,8 @@ def best_trial(task: HpoTask, job_rows: list[dict]) -> dict | None:
     ``found_s``, when it completed (its last job ended) from the task's arrival, from the run's
     ``job_rows`` (:meth:`workloads.hpo_core.HpoCore.job_rows`, or read back from its CSV);
     ``None`` if no trial completed."""
+    import optuna
+
     study = task.search.study
     if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
         return None
