@@ -15,6 +15,11 @@ from pathlib import Path
 
 KIND_NAMES = {int: "an integer", float: "a number"}
 
+# the built-in network policies' names, :data:`controller.policies.POLICIES`' keys, for the
+# commands' help and defaults: that module loads numba, which a --help need not wait for
+# (tests/unit/test_cli_help.py keeps the two equal)
+POLICY_NAMES = ("beamer", "fair", "fifo-lm", "jpas", "sincronia", "varys")
+
 
 def number(kind: type, low: float | None = None, high: float | None = None, low_open: bool = False):
     """An argparse type: a finite ``kind`` (int or float) in ``[low, high]`` (``(low, high]``

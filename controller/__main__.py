@@ -10,6 +10,9 @@ optionally ``mac``, ``switch`` (the datapath id of its edge switch; omitted on a
 network), ``port`` (its port on that switch) and ``bps``); with it, flows may name hosts and
 forwarding is installed as soon as the switches and the links between them are known, instead
 of learned.
+
+The scheduling core (numba's kernels) is imported once the command line is read, and Ryu when
+the controller starts, so that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -21,11 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli.argtypes import policy_help, policy_name, positive, program, tcp_port
-from controller.api import is_loopback
-from controller.model import HostPort
-from controller.policies import POLICIES, parse_option_text
-from controller.registry import DatabaseError
+from cli.argtypes import POLICY_NAMES, policy_help, policy_name, positive, program, tcp_port
 
 
 def _option(text: str) -> tuple[str, str]:
@@ -37,6 +36,8 @@ def _option(text: str) -> tuple[str, str]:
 
 def load_hosts(path: str):
     """Parse a ``--hosts`` file; raises ``ValueError`` naming the entry and field."""
+    from controller.model import HostPort
+
     try:
         data = json.loads(Path(path).read_text())
     except OSError as exc:
@@ -79,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--policy",
         default="beamer",
         type=policy_name,
-        help=f"ordering policy: {policy_help(POLICIES)} (default: beamer; a policy saved in "
+        help=f"ordering policy: {policy_help(POLICY_NAMES)} (default: beamer; a policy saved in "
         "--db wins if it is a built-in or loaded at start)",
     )
     parser.add_argument(
@@ -141,11 +142,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--verbose", action="store_true", help="debug logging, and one log line per REST request"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # (--help ends here, before the core is imported)
     try:
         args.host_list = load_hosts(args.hosts) if args.hosts else []
     except ValueError as exc:
         parser.error(str(exc))
+    from controller.policies import parse_option_text
+
     try:  # typed by the policy's own declaration: use_rates=False is False, not a string
         args.options = {
             key: parse_option_text(args.policy, key, text) for key, text in args.policy_option
@@ -158,7 +161,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def check_database(path: str) -> str | None:
     """Open the registry once before Ryu starts: ``DatabaseError`` (one line naming the file)
     if it cannot be used; a note to print if it is an empty file (it then starts empty)."""
-    from controller.registry import Registry
+    from controller.registry import DatabaseError, Registry
 
     if os.path.isdir(path):
         raise DatabaseError(f"{path}: is a directory, not a registry file")
@@ -172,6 +175,9 @@ def check_database(path: str) -> str | None:
 def main(argv=None) -> int:
     """Start the controller (Ryu app, REST API, registry); the exit status for the shell."""
     args = parse_args(argv)
+    from controller.api import is_loopback
+    from controller.registry import DatabaseError
+
     options = args.options
     try:
         note = check_database(args.db)

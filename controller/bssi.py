@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-from numba import njit
+
+from controller.kernel_cache import njit
 
 # Loads below this many seconds are rounding residue of the incremental updates.
 _EPS_S = 1e-12

@@ -15,6 +15,11 @@ directory; :class:`SourceKeyedCacheLocator` files it under its package's name in
 another copy of the same sources (a clone elsewhere, ``pip install``) pointed at the same base
 directory (``NUMBA_CACHE_DIR``) loads the kernels instead of compiling them again. Numba still
 checks each source file's hash against the one the kernel was compiled from.
+
+Importing this module points numba there (:func:`use_source_keyed_cache`), and every module
+with kernels takes its ``njit`` from here, so that is done before its first kernel is decorated;
+importing ``controller`` or ``simulator`` alone loads no numba (a command's ``--help`` answers
+without it).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from numba import njit as njit  # (re-exported for the kernel modules, see above)
 from numba.core import config as numba_config
 from numba.core.caching import CacheImpl, UserProvidedCacheLocator
 
@@ -119,6 +125,9 @@ def use_source_keyed_cache() -> Path:
             )
         prune(base, _chosen)
     return _chosen
+
+
+use_source_keyed_cache()
 
 
 def is_cached(kernel) -> bool | None:

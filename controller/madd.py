@@ -12,7 +12,8 @@ are the same bit for bit.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from controller.kernel_cache import njit
 
 # A port whose residual is at most this fraction of its capacity is full (as policies.madd).
 _FULL = 1e-9

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from controller.model import CoflowId, FlowKey
+if TYPE_CHECKING:  # (the model's module loads numba: the schedule plot's --help need not)
+    from controller.model import CoflowId, FlowKey
 
 N_LEVELS = 8
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-from numba import njit
 
 from controller.bssi import DemandMatrix, _bssi
+from controller.kernel_cache import njit
 from controller.madd import TIE_DIGITS
 from controller.model import SparsePortBytes
 

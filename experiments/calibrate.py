@@ -22,6 +22,9 @@ Two workloads in which no scheduling decision matters, under fair sharing, on th
 Writes ``<out>/calibration.json`` (``overheads``: ``job_startup_s``, ``goodput``; what was
 measured; provenance). ``scripts/run_testbed.py --calibration <out>/calibration.json`` then also
 predicts every policy with them (:mod:`simulator.calibration`).
+
+The policies and the simulator (numba's kernels) are imported where a prediction needs them,
+so that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -32,12 +35,9 @@ import sys
 from pathlib import Path
 
 from cli.argtypes import program
-from controller.policies import make_policy
 from controller.stats import format_interval, mean_ci
 from experiments import run_testbed
 from simulator.calibration import Overheads
-from simulator.engine import Fabric, Simulator
-from simulator.hpo import HpoDriver
 from simulator.metrics import provenance, write_json
 from workloads.hpo import generate
 
@@ -63,6 +63,10 @@ def lone_job(args, pattern: str) -> list:
 
 def simulated_iteration_s(args, tasks: list) -> float:
     """The simulator's iteration time of the lone job at the full line rate."""
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator
+    from simulator.hpo import HpoDriver
+
     sim = Simulator(Fabric(args.hosts, args.bw * 1e6), make_policy(POLICY))
     driver = HpoDriver(sim, tasks)
     sim.run()

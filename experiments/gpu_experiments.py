@@ -30,6 +30,9 @@ Metrics: time until the HPO's final configuration is identified (it leads the ob
 accuracies from then on), time to 90 % of its converged accuracy, HPO completion time, average
 stage completion time, GPU utilisation and preemptions. Writes ``gpu.csv``, ``summary.json`` and
 PNG figures to ``--out``.
+
+The network policies and the simulator (numba's kernels) are imported where a run needs them,
+so that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -62,12 +65,9 @@ from cli.argtypes import (  # noqa: E402
 )
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
-from controller.policies import make_policy  # noqa: E402
 from controller.stats import JSON_KEYS, format_interval, mean_ci, paired_ratio_ci  # noqa: E402
 from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
-from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
-from simulator.hpo import HpoDriver  # noqa: E402
 from workloads.curves import sample_curves  # noqa: E402
 from workloads.gpu import (  # noqa: E402
     GPU_POLICIES,
@@ -125,6 +125,10 @@ def compute_only(args, seed: int, gpu: str) -> dict:
 
 def simulated(args, seed: int, hosts: int, network: str, gpu: str, search: str, **workload):
     """Parts 2 and 3: one simulated HPO run under a (network, GPU) policy pair."""
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator
+    from simulator.hpo import HpoDriver
+
     surrogate = args.surrogate if search == "yahpo-full" else None
     tasks = generate(
         hosts,
@@ -226,6 +230,8 @@ def pair_tasks(hosts: int) -> int:
 def run_point(point: dict) -> dict:
     """One run (a sweep point, see cli.sweep): its row of ``gpu.csv``."""
     if point["part"] != "compute":
+        from simulator.engine import warm_up
+
         warm_up()  # (not counted in wall_s)
     started = time.perf_counter()
     args = SimpleNamespace(**point["settings"])

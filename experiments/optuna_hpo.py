@@ -35,6 +35,9 @@ function to call from Python.
 Curves: the YAHPO Gym LCBench surrogate with ``--yahpo [DIR]`` (without DIR the one bundled with
 the package; the sampled hyper-parameters are an MLP's), else the synthetic response surface of
 :class:`workloads.optuna_search.SyntheticSpace`.
+
+Optuna, the policies and the simulator (numba's kernels) are imported once the command line is
+read, so that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -44,9 +47,8 @@ import itertools
 import sys
 from pathlib import Path
 
-import optuna
-
 from cli.argtypes import (
+    POLICY_NAMES,
     number,
     output_folder,
     policy_help,
@@ -54,16 +56,14 @@ from cli.argtypes import (
     positive,
     program,
 )
-from controller.policies import POLICIES
 from controller.stats import format_interval, mean_ci, paired_ratio_ci
-from experiments.optuna_study import BACKENDS, run_study, write_plots
 from netsched_data import BUNDLED
 from simulator.__main__ import run_label
-from simulator.engine import warm_up
 from simulator.metrics import provenance, write_csv, write_json
 from workloads.gpu import GPU_POLICIES, gpu_policy_name
 from workloads.hpo import PATTERNS
 from workloads.optuna_search import (
+    BACKENDS,
     PRUNERS,
     SAMPLERS,
     LcBenchSpace,
@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=["beamer", "fair"],
         type=policy_name,
         metavar="POLICY",
-        help=f"network policies, a study each: {policy_help(POLICIES)}; a run is labelled by "
+        help=f"network policies, a study each: {policy_help(POLICY_NAMES)}; a run is labelled by "
         "its policy's name (default: beamer fair)",
     )
     parser.add_argument(
@@ -225,6 +225,11 @@ def main(argv=None) -> int:
             space = LcBenchSpace(LcBench(args.yahpo, args.yahpo_task))
         except YahpoError as exc:
             parser.error(f"--yahpo: {exc}")
+    import optuna
+
+    from experiments.optuna_study import run_study, write_plots
+    from simulator.engine import warm_up
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         make_sampler(args.sampler, 0)  # a missing package: said now, not after the first run
@@ -350,6 +355,7 @@ def on_testbed(args, argv, study) -> int:
     plus each run's ``trials.csv``, Optuna's plots and best trials, and the seed table; the
     exit status. ``study(seed, policy, gpu_policy, **more)`` runs one (:func:`run_study`)."""
     from experiments import run_testbed  # Mininet and the controller: only on this path
+    from experiments.optuna_study import write_plots
 
     out = args.out or Path("results") / "optuna-testbed"
     summary = {"provenance": provenance(argv), "settings": {**vars(args), "out": str(out)}}

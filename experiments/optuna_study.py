@@ -24,6 +24,7 @@ from workloads.curves import Curve
 from workloads.gpu import GpuManager, make_gpu_policy
 from workloads.hpo import HpoTask
 from workloads.optuna_search import (
+    BACKENDS,
     ConfigSpace,
     best_trial,
     open_storage,
@@ -33,7 +34,6 @@ from workloads.optuna_search import (
 )
 from workloads.profiles import PROFILES, ModelProfile
 
-BACKENDS = ("simulator", "testbed")
 Suggest = Callable[[optuna.Trial, int], Curve]
 
 

@@ -21,6 +21,9 @@ Writes ``REPORT.md``, ``summary.json`` (with provenance), ``atlas.png`` (verdict
 claim ``atlas-<claim>.png`` / ``.csv`` / ``.json`` to ``--out``; every run is a file under
 ``<out>/points`` (``--resume`` keeps them, ``--ray-address`` runs them on a Ray cluster).
 ``--testbed-results DIR`` takes the testbed's claim from a finished experiment (no root).
+
+The policies and the brute force (numba's kernels) are imported where a check needs them, so
+that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
+    POLICY_NAMES,
     named,
     non_negative,
     output_folder,
@@ -52,7 +56,6 @@ from cli.argtypes import (  # noqa: E402
 )
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
-from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.stats import (  # noqa: E402
     Interval,
     format_interval,
@@ -64,7 +67,6 @@ from experiments import atlas, confirm  # noqa: E402
 from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
-from simulator import reference  # noqa: E402
 from simulator.metrics import provenance, write_json  # noqa: E402
 from workloads.gpu import GPU_POLICIES, gpu_policy_class  # noqa: E402
 
@@ -152,6 +154,9 @@ def bssi_ratios() -> dict:
     a uniformly random order's expected ratio and the worst order's beside it: on the random
     instances, and on instances where the order matters (:func:`reference.contended_coflows`),
     where an ordering no better than chance would fail the check."""
+    from controller.policies import make_policy
+    from simulator import reference
+
     rng = random.Random("report-bssi")
     out: dict[str, list[float]] = {
         key + suffix: [] for key in ("bssi", "random", "worst") for suffix in ("", "_contended")
@@ -177,6 +182,9 @@ def bssi_ratios() -> dict:
 
 def stage_ratios() -> dict:
     """Beamer's and Sincronia's orders against the best order's average SCT (a sweep point)."""
+    from controller.policies import make_policy
+    from simulator import reference
+
     rng = random.Random("report-beamer")
     out: dict[str, list[float]] = {key + suffix: [] for key in ("beamer", "sincronia", "random",
                                    "worst") for suffix in ("", "_contended")}  # fmt: skip
@@ -207,6 +215,8 @@ def stage_ratios() -> dict:
 
 def against_brute_force(results: dict[str, dict]) -> list[Claim]:
     """BSSI's and Beamer's orders against the best of every order on small instances."""
+    from simulator import reference
+
     coflows, stages = results["bssi"], results["stages"]
     bssi = coflows["bssi"]
     beamer, sincronia = stages["beamer"], stages["sincronia"]
@@ -837,7 +847,7 @@ def main(argv=None) -> int:
         metavar="POLICY",
         help=f"network policies of your own, each mapped beside the paper's readings on the "
         f"Beamer, JPAS and Varys maps' grid cells against the same baselines: "
-        f"{policy_help(POLICIES)}",
+        f"{policy_help(POLICY_NAMES)}",
     )
     parser.add_argument(
         "--gpu-policy",

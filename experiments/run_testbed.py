@@ -38,6 +38,9 @@ utilisation over time as recorded beside the simulator's prediction),
 ``results.json`` (every run), ``summary.json`` (per policy over the seeds: mean +/- 95 % CI,
 the simulator's prediction, the ratio to fair sharing paired per seed, the clearly best policy
 if any, and provenance), ``stages.csv`` and ``testbed.png``, and prints the tables.
+
+The policies, the simulator and the testbed's driver (numba's kernels) are imported where a
+run needs them, so that ``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -61,6 +65,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
+    POLICY_NAMES,
     non_negative,
     number,
     output_folder,
@@ -71,7 +76,6 @@ from cli.argtypes import (  # noqa: E402
 )
 from cli.progress import Progress  # noqa: E402
 from controller.metrics import summarise  # noqa: E402
-from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.stats import (  # noqa: E402
     Interval,
     clear_best,
@@ -84,8 +88,6 @@ from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import BUNDLED  # noqa: E402
 from simulator.__main__ import run_label  # noqa: E402
 from simulator.calibration import Overheads  # noqa: E402
-from simulator.engine import Fabric, Simulator  # noqa: E402
-from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import provenance, write_csv, write_json  # noqa: E402
 from simulator.schedule_plot import draw as draw_schedule  # noqa: E402
 
@@ -102,7 +104,6 @@ except ModuleNotFoundError as missing:
     ) from None
 from topologies.host_qos import HostPriorities  # noqa: E402
 from topologies.qos import class_bytes, parse_class_bytes  # noqa: E402
-from topologies.testbed_driver import TestbedDriver, TestbedFault  # noqa: E402
 from workloads.client import ControllerError  # noqa: E402
 from workloads.gpu import (  # noqa: E402
     GPU_POLICIES,
@@ -111,10 +112,12 @@ from workloads.gpu import (  # noqa: E402
     make_gpu_policy,
 )
 from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, describe_workload, generate  # noqa: E402
-from workloads.hpo_core import busiest_shares  # noqa: E402
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.profiles import PROFILES  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
+
+if TYPE_CHECKING:
+    from simulator.engine import Fabric
 
 # the checkout this runs from (the OVS start-up script)
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,6 +222,8 @@ def fabric_of(args, host_bps: float) -> Fabric:
     """The simulator's model of the run's network: a big switch, or leaves of
     ``--hosts-per-leaf`` whose uplinks (all spines together) carry ``hosts_per_leaf *
     host_bps / oversubscription``: ECMP taken as perfectly balanced."""
+    from simulator.engine import Fabric
+
     if getattr(args, "topology", "one-switch") == "one-switch":
         return Fabric(args.hosts, host_bps)
     return Fabric(args.hosts, host_bps, args.hosts_per_leaf, args.oversubscription)
@@ -326,6 +331,10 @@ def simulate(
     testbed's measured ``overheads`` if given; ``stage_sct_s`` has every stage's SCT keyed
     ``"<task>.<index>"`` (stage ids differ between testbed and simulator), for comparing stage by
     stage with the run's ``stages.csv``. Records the run's schedule into ``timeline`` if given."""
+    from controller.policies import make_policy
+    from simulator.engine import Simulator
+    from simulator.hpo import HpoDriver
+
     overheads = overheads or Overheads()
     fabric = fabric_of(args, args.bw * 1e6 * overheads.goodput)
     sim = Simulator(fabric, make_policy(policy), timeline=timeline)
@@ -473,6 +482,9 @@ def run_policy(
     keeps state, such as an Optuna study's, run once), named ``workload_title`` on the
     schedule's picture (default: :func:`workload_name`); everything started here is stopped
     before returning."""
+    from topologies.testbed_driver import TestbedDriver, TestbedFault
+    from workloads.hpo_core import busiest_shares
+
     fresh = tasks if callable(tasks) else None
     out.mkdir(parents=True, exist_ok=True)
     lay = layout(args)
@@ -831,7 +843,7 @@ def build_parser(
         default=DEFAULT_POLICIES,
         type=policy_name,
         metavar="POLICY",
-        help=f"network policies, each a run: {policy_help(POLICIES)} (the controller loads "
+        help=f"network policies, each a run: {policy_help(POLICY_NAMES)} (the controller loads "
         "it too); a run is labelled by its policy's name (default: "
         f"{' '.join(DEFAULT_POLICIES)})",
     )

@@ -20,6 +20,9 @@ and p95 stage completion time, time to 90 % accuracy relative to the baseline, w
 bars from two seeds on; trace CCT) to ``--out``. It prints each run as it goes, then per
 point the policies' average SCT and which one is clearly best (its interval clear of every
 other's: never with one seed).
+
+The policies and the simulator (numba's kernels) are imported where a run needs them, so that
+``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -39,6 +43,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
+    POLICY_NAMES,
     non_negative,
     number,
     output_folder,
@@ -50,7 +55,6 @@ from cli.argtypes import (  # noqa: E402
 from cli.sweep import SweepError, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.metrics import summarise  # noqa: E402
-from controller.policies import POLICIES, make_policy  # noqa: E402
 from controller.stats import (  # noqa: E402
     Interval,
     clear_best,
@@ -62,11 +66,11 @@ from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import SMALL_TRACE, TRACES, DataError, find_trace  # noqa: E402
 from netsched_data import trace as bundled_trace  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
-from simulator.engine import Fabric, Simulator, warm_up  # noqa: E402
-from simulator.hpo import HpoDriver  # noqa: E402
 from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
-from simulator.traces import MB, Trace, TraceError, load_trace, write_fb_trace  # noqa: E402
 from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate  # noqa: E402
+
+if TYPE_CHECKING:
+    from simulator.traces import Trace
 
 # the trace of the trace runs unless --trace says otherwise (bundled: always there)
 DEFAULT_TRACE = SMALL_TRACE
@@ -88,6 +92,10 @@ def run_point(point: dict) -> dict:
 
 def hpo_point(point: dict) -> dict:
     """One HPO run: a seeded workload under one policy; its row of ``hpo.csv``."""
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator, warm_up
+    from simulator.hpo import HpoDriver
+
     warm_up()  # (a no-op once this process has loaded the kernels: not counted below)
     started = time.perf_counter()
     hosts = point["hosts"]
@@ -126,6 +134,8 @@ def hpo_points(args) -> list[dict]:
 
 def synthetic_trace(path: Path, seed: int = SYNTHETIC_SEED) -> Path:
     """A generated 16-port, 200-coflow trace in the Facebook format (``--trace synthetic``)."""
+    from simulator.traces import write_fb_trace
+
     rng = random.Random(seed)
     coflows, clock = [], 0
     for cid in range(200):
@@ -162,6 +172,8 @@ def trace_label(key: str) -> str:
 
 def load_sweep_trace(key: str) -> Trace:
     """The trace of ``key`` (:func:`trace_key`): a synthetic one is generated afresh."""
+    from simulator.traces import load_trace
+
     if key == SYNTHETIC:
         with tempfile.TemporaryDirectory() as folder:
             return load_trace(synthetic_trace(Path(folder) / "synthetic-trace.txt"))
@@ -178,6 +190,9 @@ def trace_and_bound(key: str, host_bps: float) -> tuple[Trace, float]:
 
 def trace_point(point: dict) -> dict:
     """One policy on the coflow trace (a sweep point)."""
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator, warm_up
+
     warm_up()
     host_bps = point["link_gbps"] * 1e9
     trace, bound = trace_and_bound(point["trace"], host_bps)
@@ -392,10 +407,10 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--policy",
         nargs="+",
-        default=sorted(POLICIES),
+        default=sorted(POLICY_NAMES),
         type=policy_name,
         metavar="POLICY",
-        help=f"network policies: {policy_help(POLICIES)}; the tables name each as given "
+        help=f"network policies: {policy_help(POLICY_NAMES)}; the tables name each as given "
         "(default: every built-in)",
     )
     parser.add_argument(
@@ -424,6 +439,8 @@ def main(argv=None) -> int:
         parser.error(f"--baseline {args.baseline} is not among --policy")
     args.host_bps = args.link_gbps * 1e9
     args.out.mkdir(parents=True, exist_ok=True)
+    from simulator.traces import MB, TraceError
+
     try:  # read before the sweep: a bad trace must not cost the sweep's minutes first
         key = trace_key(args.trace)
         trace, _ = trace_and_bound(key, args.host_bps)

@@ -16,6 +16,9 @@ draws its schedule (``schedule-<policy>.png``: levels over time and port utilisa
 ``--policy`` and ``--gpu-policy`` take the built-ins' names and policies of one's own,
 ``package.module:Class`` or an installed entry point's name (:mod:`controller.plugins`); a run
 is labelled by its policy's ``name``.
+
+The policies and the engine (numba's kernels) are imported where a run needs them, so that
+``--help`` and a bad flag answer at once.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cli.argtypes import (
+    POLICY_NAMES,
     fraction,
     non_negative,
     number,
@@ -37,13 +42,9 @@ from cli.argtypes import (
 )
 from cli.progress import Progress
 from controller.metrics import summarise
-from controller.policies import POLICIES, make_policy, policy_label
 from controller.timeline import Timeline, port_names
 from netsched_data import BUNDLED, TRACES, DataError, find_trace
-from simulator.engine import Fabric, Simulator, warm_up
-from simulator.hpo import HpoDriver
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
-from simulator.traces import TraceError, load_trace
 from workloads.gpu import (
     GPU_POLICIES,
     GpuManager,
@@ -54,6 +55,10 @@ from workloads.gpu import (
 from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
+
+if TYPE_CHECKING:
+    from simulator.engine import Fabric, Simulator
+    from simulator.hpo import HpoDriver
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,10 +199,10 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy",
         nargs="+",
-        default=sorted(POLICIES),
+        default=sorted(POLICY_NAMES),
         type=policy_name,
         metavar="POLICY",
-        help=f"policies to run: {policy_help(POLICIES)}; a run is labelled (and its files "
+        help=f"policies to run: {policy_help(POLICY_NAMES)}; a run is labelled (and its files "
         "named) by its policy's name (default: every built-in)",
     )
     parser.add_argument(
@@ -240,6 +245,10 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
 
 def run_trace(args) -> int:
     """Replay a coflow trace under each policy and print (and write) the results."""
+    from controller.policies import make_policy, policy_label
+    from simulator.engine import Fabric, Simulator, warm_up
+    from simulator.traces import TraceError, load_trace
+
     try:
         trace = load_trace(find_trace(args.trace))
     except (DataError, TraceError) as exc:
@@ -304,6 +313,10 @@ def run_trace(args) -> int:
 
 def run_hpo(args) -> int:
     """Run the HPO workload under each policy and print (and write) the results."""
+    from controller.policies import make_policy
+    from simulator.engine import Fabric, Simulator, warm_up
+    from simulator.hpo import HpoDriver
+
     try:
         kwargs = dict(
             n_hosts=args.hosts,
@@ -403,6 +416,8 @@ def run_label(network: str, gpu: str = "none") -> str:
     """A run's label (and its files' name part): the network policy's name, with ``+`` and the
     GPU policy's name if there is one (for the built-ins, the names given; for a class of
     one's own, its ``name``, not the ``module:Class`` that loaded it)."""
+    from controller.policies import policy_label
+
     label = policy_label(network)
     return label if gpu == "none" else f"{label}+{gpu_policy_label(gpu)}"
 

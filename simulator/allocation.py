@@ -24,9 +24,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from controller.kernel_cache import njit
 from simulator.heap import heap_pop, heap_push, heap_replace, heapify, sort_prefix
 
 # relative slack when comparing shares, so that float error never leaves a link a hair short

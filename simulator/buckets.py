@@ -21,7 +21,8 @@ it leaves as it found them instead of dicts.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from controller.kernel_cache import njit
 
 NO_BUCKET = -1
 

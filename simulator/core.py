@@ -37,9 +37,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from controller.kernel_cache import njit
 from simulator.allocation import (
     _REL,
     BIT_ONE,

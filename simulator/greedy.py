@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from controller.kernel_cache import njit
 from simulator.heap import heap_pop, heap_push
 
 

@@ -6,7 +6,8 @@ by order entry (:mod:`simulator.greedy`) and the pair levels' filling rounds
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from controller.kernel_cache import njit
 
 
 @njit(cache=True, inline="always")

@@ -13,12 +13,15 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from controller.bounds import completion_lower_bound
-from simulator.engine import Simulator
-from simulator.traces import Trace
+
+if TYPE_CHECKING:  # (the engine loads numba: the commands' --help need not)
+    from simulator.engine import Simulator
+    from simulator.traces import Trace
 
 
 def trace_lower_bound(trace: Trace, host_bps: float, offline: bool) -> float:

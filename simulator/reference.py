@@ -25,8 +25,8 @@ import random
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from numba import njit
 
+from controller.kernel_cache import njit
 from controller.model import (
     ClusterState,
     Coflow,

@@ -31,15 +31,17 @@ import math
 import random
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Protocol
-
-import optuna
+from typing import TYPE_CHECKING, Protocol
 
 from workloads.curves import Curve, LearningCurve, TabulatedCurve
 from workloads.hpo import HpoTask, stage_plan
 from workloads.profiles import PROFILES, ModelProfile
 from workloads.yahpo import CONTINUOUS, EPOCHS, OUTPUTS, LcBench
 
+if TYPE_CHECKING:  # (Optuna is imported where a study is made or read: --help stays light)
+    import optuna
+
+BACKENDS = ("simulator", "testbed")  # where the trials train (experiments.optuna_study)
 PRUNERS = ("halving", "hyperband")
 SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
 # the packages a sampler needs beyond Optuna's own
@@ -136,6 +138,8 @@ def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
 
     Raises :class:`OptunaSetupError` for an unknown name, or one whose packages are missing
     (naming what to install)."""
+    import optuna
+
     if name not in SAMPLERS:
         raise OptunaSetupError(f"sampler must be one of {', '.join(SAMPLERS)}, got {name!r}")
     if missing := missing_packages(name):
@@ -164,6 +168,8 @@ def make_pruner(
 ) -> optuna.pruners.BasePruner:
     """Optuna's own pruner ``name`` (:data:`PRUNERS`) on the task's rungs: a first rung of
     ``min_iterations``, then ``eta`` times more each."""
+    import optuna
+
     if name == "halving":
         return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=min_iterations, reduction_factor=eta
@@ -305,6 +311,8 @@ class OptunaSearch:
         return [config]
 
     def _tell(self, trial: optuna.Trial, accuracy: float | None) -> None:
+        import optuna
+
         if accuracy is None:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
@@ -350,6 +358,8 @@ def optuna_tasks(
     go into ``storage`` (a storage or its URL, :func:`open_storage`; default in memory) named
     :func:`study_name` of ``run``; one of the same name there already raises
     :class:`OptunaSetupError`."""
+    import optuna
+
     if isinstance(sampler, str) and sampler not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
     model = model or PROFILES["resnet50"]
@@ -415,6 +425,8 @@ def best_trial(task: HpoTask, job_rows: list[dict]) -> dict | None:
     ``found_s``, when it completed (its last job ended) from the task's arrival, from the run's
     ``job_rows`` (:meth:`workloads.hpo_core.HpoCore.job_rows`, or read back from its CSV);
     ``None`` if no trial completed."""
+    import optuna
+
     study = task.search.study
     if not any(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials):
         return None

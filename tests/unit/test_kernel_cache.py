@@ -76,8 +76,8 @@ def test_stale_kernel_directories_are_pruned_and_the_current_one_kept(tmp_path):
 
 
 def test_a_process_uses_the_directory_of_its_sources(tmp_path):
-    # what numba is told in a fresh process, as either package sets it on import (the
-    # controller alone, as `python -m controller` runs, or the simulator)
+    # what numba is told in a fresh process, as the modules with kernels set it on import (the
+    # controller's alone, as `python -m controller` runs, or the simulator's)
     expected = cache_dir(package_sources(ROOT), ROOT, tmp_path)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     for imports in ("controller.policies", "simulator.engine"):
