@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from cli.argtypes import policy_help, policy_name, positive, program, tcp_port
+from cli.argtypes import non_negative, policy_help, policy_name, positive, program, tcp_port
 from controller.api import is_loopback
 from controller.model import HostPort
 from controller.policies import POLICIES, parse_option_text
@@ -116,9 +116,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--api-token",
         default=os.environ.get("HPO_API_TOKEN"),
-        help="require 'Authorization: Bearer TOKEN' on every REST request (default: the "
-        "HPO_API_TOKEN environment variable; none: anyone who can connect may change the "
-        "schedule, so keep --rest-host on loopback)",
+        help="require 'Authorization: Bearer TOKEN' on every REST request and on /metrics "
+        "(default: the HPO_API_TOKEN environment variable; none: anyone who can connect may "
+        "change the schedule, so keep --rest-host on loopback)",
+    )
+    parser.add_argument(
+        "--stats-interval",
+        type=non_negative(float),
+        default=5.0,
+        metavar="S",
+        help="seconds between requests for every switch's port and queue counters, which "
+        "/metrics serves as bytes per port and priority level (default: 5; 0: never ask)",
     )
     parser.add_argument(
         "--db",
@@ -213,6 +221,7 @@ def main(argv=None) -> int:
         verbose=args.verbose,
         rest_host=args.rest_host,
         api_token=args.api_token or None,
+        stats_s=args.stats_interval,
     )
     extra = ["--verbose"] if args.verbose else []
     ryu_app.run_manager(
