@@ -24,7 +24,15 @@ import os
 import sys
 from pathlib import Path
 
-from cli.argtypes import POLICY_NAMES, policy_help, policy_name, positive, program, tcp_port
+from cli.argtypes import (
+    POLICY_NAMES,
+    non_negative,
+    policy_help,
+    policy_name,
+    positive,
+    program,
+    tcp_port,
+)
 
 
 def _option(text: str) -> tuple[str, str]:
@@ -117,9 +125,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--api-token",
         default=os.environ.get("HPO_API_TOKEN"),
-        help="require 'Authorization: Bearer TOKEN' on every REST request (default: the "
-        "HPO_API_TOKEN environment variable; none: anyone who can connect may change the "
-        "schedule, so keep --rest-host on loopback)",
+        help="require 'Authorization: Bearer TOKEN' on every REST request and on /metrics "
+        "(default: the HPO_API_TOKEN environment variable; none: anyone who can connect may "
+        "change the schedule, so keep --rest-host on loopback)",
+    )
+    parser.add_argument(
+        "--stats-interval",
+        type=non_negative(float),
+        default=5.0,
+        metavar="S",
+        help="seconds between requests for every switch's port and queue counters, which "
+        "/metrics serves as bytes per port and priority level (default: 5; 0: never ask)",
     )
     parser.add_argument(
         "--db",
@@ -219,6 +235,7 @@ def main(argv=None) -> int:
         verbose=args.verbose,
         rest_host=args.rest_host,
         api_token=args.api_token or None,
+        stats_s=args.stats_interval,
     )
     extra = ["--verbose"] if args.verbose else []
     ryu_app.run_manager(

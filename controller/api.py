@@ -1,6 +1,7 @@
 """The REST API as a plain dispatcher: ``(method, path, body bytes) -> (status, JSON value)``.
 
-No web framework here: the Ryu glue routes every ``/api/...`` request to :meth:`RestApi.respond`,
+No web framework here: the Ryu glue routes every ``/api/...`` request and ``/metrics`` (the
+metrics in Prometheus' text format, :mod:`controller.telemetry`) to :meth:`RestApi.respond`,
 and the tests call it directly. Errors all have the body
 ``{"error": {"code": <status>, "message": "...", "field": "..."}}``: 400 bad JSON or field,
 401 no or a wrong token, 403 a cross-origin request or a foreign ``Host``, 404 unknown id or
@@ -22,6 +23,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.engine import Engine, NoPlan
 from controller.policies import POLICIES, Policy
@@ -33,8 +35,13 @@ from controller.registry import (
     UnknownRecord,
 )
 
+if TYPE_CHECKING:  # (prometheus_client is imported when an API is made, not with this module)
+    from controller.telemetry import Telemetry
+
 LOG = logging.getLogger(__name__)
 PREFIX = "/api"
+METRICS_PATH = "/metrics"
+JSON = "application/json"
 
 # (method, path pattern) -> handler name; {id} is a decimal id, {kind} a collection
 ROUTES: list[tuple[str, str, str]] = [
@@ -54,6 +61,8 @@ ROUTES: list[tuple[str, str, str]] = [
     ("POST", "/jobs/{id}/progress", "job_progress"),
     ("POST", "/coflows/{id}/progress", "coflow_progress"),
 ]
+# routes outside PREFIX: Prometheus scrapes /metrics, the path it asks for unless told otherwise
+ROOT_ROUTES: list[tuple[str, str, str]] = [("GET", METRICS_PATH, "get_metrics")]
 
 _KIND_RE = "(?P<kind>" + "|".join(KINDS) + ")"
 _ID_RE = r"(?P<id>[0-9]{1,10})"
@@ -65,6 +74,8 @@ def _compile(pattern: str) -> re.Pattern:
 
 
 _COMPILED = [(method, _compile(pattern), name) for method, pattern, name in ROUTES]
+# the endpoint label of a request to no route (raw paths would make labels without bound)
+OTHER_ENDPOINT = "other"
 
 
 SPEC_PATH = Path(__file__).with_name("openapi.yaml")
@@ -132,11 +143,13 @@ DOMAIN_STATUS = {InvalidInput: 400, UnknownRecord: 404, DuplicateRecord: 409, No
 
 @dataclass(frozen=True)
 class Reply:
-    """A response: HTTP status, JSON value, extra headers."""
+    """A response: HTTP status, payload, extra headers and the payload's media type (a JSON
+    value for ``application/json``, else the body's bytes)."""
 
     status: int
     payload: object
     headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = JSON
 
 
 class RestApi:
@@ -148,6 +161,9 @@ class RestApi:
         token: if set, every request must carry ``Authorization: Bearer <token>`` (401 else).
         allowed_hosts: host names the ``Host`` header may carry (403 else, against DNS
             rebinding); ``None`` accepts any.
+        telemetry: the metrics ``GET /metrics`` serves, which count every request by route
+            template, method and status; ``None``: a :class:`controller.telemetry.Telemetry`
+            of ``engine`` alone, with no switch counters.
 
     Whatever the settings, a request that a browser page on another site could send is
     refused: one with an ``Origin`` header (403), and a body that is not declared
@@ -161,7 +177,13 @@ class RestApi:
         token: str | None = None,
         allowed_hosts: Collection[str] | None = None,
         fabric: Callable[[], dict] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        if telemetry is None:
+            from controller.telemetry import Telemetry
+
+            telemetry = Telemetry(engine)
+        self.telemetry = telemetry
         self.engine = engine
         self.fabric = fabric
         self.registry = engine.registry
@@ -188,11 +210,29 @@ class RestApi:
         headers: Mapping[str, str] | None = None,
     ) -> Reply:
         """Serve one request with the response headers it needs (``Allow`` on a 405); never
-        raises. ``headers`` are the request's, in any case."""
+        raises. ``headers`` are the request's, in any case. The request is counted in the
+        metrics under its route's template (``/api/jobs/{id}``), method and status."""
+        method = method.upper()
+        endpoint, routes = _resolve(path)
+        reply = self._respond(method, path, body, headers or {}, routes)
         try:
-            self._check_request(method.upper(), body, headers or {})
-            status, payload = self._dispatch(method.upper(), path, body)
-            return Reply(status, payload)
+            self.telemetry.request(endpoint, method, reply.status)
+        except Exception:  # (the request was served; a metric is not worth failing it)
+            LOG.exception("counting %s %s", method, path)
+        return reply
+
+    def _respond(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        routes: list[tuple[str, str, dict]],
+    ) -> Reply:
+        try:
+            self._check_request(method, body, headers)
+            result = self._dispatch(method, path, body, routes)
+            return result if isinstance(result, Reply) else Reply(*result)
         except (RegistryError, NoPlan) as exc:
             error = ApiError.of(exc)
             return Reply(error.status, error.to_json())
@@ -224,21 +264,16 @@ class RestApi:
                     415, f"Content-Type must be application/json, got {content_type or 'none'!r}"
                 )
 
-    def _dispatch(self, method: str, path: str, body: bytes) -> tuple[int, object]:
-        if not path.startswith(PREFIX):
+    def _dispatch(
+        self, method: str, path: str, body: bytes, routes: list[tuple[str, str, dict]]
+    ) -> tuple[int, object] | Reply:
+        if not routes and not path.startswith(PREFIX):
             raise ApiError(404, f"no such path {path!r}; the API lives under {PREFIX}/")
-        rel = path[len(PREFIX) :] or "/"
         allowed = []
-        for route_method, regex, name in _COMPILED:
-            match = regex.match(rel)
-            if match is None:
-                continue
+        for route_method, name, args in routes:
             if route_method != method:
                 allowed.append(route_method)
                 continue
-            args = match.groupdict()
-            if "id" in args:
-                args["id"] = int(args["id"])
             return getattr(self, name)(_parse_json(body, method), **args)
         if allowed:
             raise ApiError(
@@ -253,6 +288,12 @@ class RestApi:
         self.on_change()
 
     # ---- policy and views ----------------------------------------------------------------------
+
+    def get_metrics(self, body) -> Reply:
+        """``GET /metrics``: every metric in Prometheus' text exposition format."""
+        from controller.telemetry import CONTENT_TYPE
+
+        return Reply(200, self.telemetry.render(), content_type=CONTENT_TYPE)
 
     def get_spec(self, body) -> tuple[int, object]:
         """``GET /api/openapi.json``: the OpenAPI document this API follows (with the policies
@@ -351,6 +392,29 @@ class RestApi:
         if coflow is None:
             return 200, {"coflow_id": id, "finished": True}
         return 200, {**self.registry.to_json("coflows", coflow), "finished": False}
+
+
+def _resolve(path: str) -> tuple[str, list[tuple[str, str, dict]]]:
+    """The route template ``path`` matches (``/api/jobs/{id}``: a collection's name is kept, an
+    id is not; :data:`OTHER_ENDPOINT` if none), and the ``(method, handler name, arguments)``
+    of every route it matches."""
+    if not path.startswith(PREFIX):
+        routes = [(method, name, {}) for method, root, name in ROOT_ROUTES if root == path]
+        return (path if routes else OTHER_ENDPOINT), routes
+    rel = path[len(PREFIX) :] or "/"
+    endpoint, routes = OTHER_ENDPOINT, []
+    for route_method, regex, name in _COMPILED:
+        match = regex.match(rel)
+        if match is None:
+            continue
+        args = match.groupdict()
+        if "id" in args:
+            args["id"] = int(args["id"])
+        if not routes:
+            template = PREFIX + next(p for _, p, n in ROUTES if n == name)
+            endpoint = template.replace("{kind}", args["kind"]) if "kind" in args else template
+        routes.append((route_method, name, args))
+    return endpoint, routes
 
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})

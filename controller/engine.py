@@ -18,6 +18,7 @@ import resource
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from controller.metrics import percentile
 from controller.model import ClusterState
@@ -56,6 +57,27 @@ class NoPlan(Exception):
     """There is no plan to show: the first reorder failed (the message says why)."""
 
 
+class EngineObserver(Protocol):
+    """What the engine tells a monitor (:class:`controller.telemetry.Telemetry`) as it happens,
+    one call per reorder, event-loop hold or switch error: counters that never go back, unlike
+    :class:`Stats`, which ``DELETE /api/stats`` starts afresh."""
+
+    def reordered(self, policy: str, compute_s: float) -> None:
+        """A reorder under ``policy`` computed its plan in ``compute_s`` seconds."""
+
+    def reorder_failed(self) -> None:
+        """A reorder raised; the previous plan stays in force."""
+
+    def served(self, policy: str, latency_s: float) -> None:
+        """A reorder's operations are sent, ``latency_s`` after the oldest event it served."""
+
+    def held(self, kind: str, wall_s: float) -> None:
+        """Work of ``kind`` (one of :data:`HOLD_KINDS`) held the event loop ``wall_s`` seconds."""
+
+    def switch_error(self) -> None:
+        """A switch sent an OpenFlow error message."""
+
+
 @contextlib.contextmanager
 def collections_after() -> Iterator[None]:
     """Run the block with the interpreter's garbage collector held; the collection that fell
@@ -85,6 +107,8 @@ class GcPauses:
     def __init__(self) -> None:
         self.reset()
         self._started = 0.0
+        # told every pause, (generation, seconds): the metrics' histogram of them
+        self.observer: Callable[[int, float], None] | None = None
 
     def install(self) -> GcPauses:
         """Start timing the process's collections; returns itself."""
@@ -105,8 +129,11 @@ class GcPauses:
             self._started = time.perf_counter()
             return
         generation = info["generation"]
+        paused = time.perf_counter() - self._started
         self.count[generation] += 1
-        self.max_s[generation] = max(self.max_s[generation], time.perf_counter() - self._started)
+        self.max_s[generation] = max(self.max_s[generation], paused)
+        if self.observer is not None:
+            self.observer(generation, paused)
 
     def to_json(self) -> dict:
         """Count and longest pause (ms) per generation, for ``/api/stats``."""
@@ -255,6 +282,8 @@ class Engine:
         self.switches: dict[int, SwitchTable] = {}
         self.plan: Plan | None = None
         self.stats = Stats()
+        # told of reorders, latencies and holds as they happen (the Prometheus metrics)
+        self.observer: EngineObserver | None = None
         self._pending_events: list[float] = []
         self._oldest_event_cpu = 0.0
 
@@ -322,9 +351,13 @@ class Engine:
             self.marking = MarkingTable(self.meter_ids)
             self.reorder_failures += 1
             self.last_reorder_error = f"{type(exc).__name__}: {exc}"
+            if self.observer is not None:
+                self.observer.reorder_failed()
             raise
         self.last_reorder_error = None
         elapsed = self.monotonic() - started
+        if self.observer is not None:
+            self.observer.reordered(self.policy_name, elapsed)
         self.plan = Plan(state, schedule, table, time.time(), elapsed, started)
         self.stats.reorders += 1
         self.stats.compute_s.append(elapsed)
@@ -373,6 +406,8 @@ class Engine:
         now = self.monotonic() if at is None else at
         if self._pending_events and self.plan is not None:
             oldest = min(self._pending_events)
+            if self.observer is not None:  # (one observation a reorder: its oldest event's)
+                self.observer.served(self.policy_name, now - oldest)
             slowest = self.stats.slowest
             if slowest is None or now - oldest > slowest.latency_s:
                 plan = self.plan
@@ -390,6 +425,14 @@ class Engine:
         """Record that a ``kind`` of work (one of :data:`HOLD_KINDS`) held the event loop for
         ``wall_s`` seconds, of which the thread ran ``cpu_s``."""
         self.stats.holds_s[kind].append((wall_s, cpu_s))
+        if self.observer is not None:
+            self.observer.held(kind, wall_s)
+
+    def note_switch_error(self) -> None:
+        """A switch sent an OpenFlow error message (a rejected FlowMod is a bug)."""
+        self.stats.switch_errors += 1
+        if self.observer is not None:
+            self.observer.switch_error()
 
     def reset_stats(self) -> None:
         """Start the counters and latency samples afresh (e.g. before a measured phase)."""

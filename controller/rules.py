@@ -163,6 +163,11 @@ class SwitchTable:
         self.changed_owners: tuple[int, ...] = ()
 
     @property
+    def rule_count(self) -> int:
+        """How many rules the table holds (without putting :attr:`rules` together)."""
+        return len(self._made)
+
+    @property
     def rules(self) -> dict[tuple, FlowRule]:
         """Every rule by its key, with its owner's DSCP."""
         if self._rules is None:

@@ -5,6 +5,8 @@ they parse the event, call the pure core (:mod:`controller.switching` for forwar
 :mod:`controller.engine` for marking, :mod:`controller.api` for REST) and turn the operations it
 returns into OpenFlow messages. One green thread, the reorder loop, recomputes the schedule on
 every change and on a periodic tick, so no handler ever blocks the OpenFlow loop with a reorder.
+Another asks every switch for its port and queue counters periodically; the replies go to
+:class:`controller.switch_counters.SwitchCounters`, which ``/metrics`` reads.
 
 Start it with ``python -m controller`` (see ``controller/__main__.py``), not ``ryu-manager``
 directly: :func:`run_manager` hands the app its :class:`Settings` and applies the eventlet shim
@@ -40,7 +42,7 @@ from ryu.lib.pack_utils import msg_pack_into  # noqa: E402
 from ryu.lib.packet import ethernet, packet  # noqa: E402
 from ryu.ofproto import ofproto_v1_3, ofproto_v1_3_parser  # noqa: E402
 
-from controller.api import RestApi, allowed_hosts  # noqa: E402
+from controller.api import JSON, METRICS_PATH, RestApi, allowed_hosts  # noqa: E402
 from controller.engine import Engine, GcPauses, collections_after  # noqa: E402
 from controller.model import HostPort  # noqa: E402
 from controller.registry import Registry  # noqa: E402
@@ -55,6 +57,7 @@ from controller.rules import (  # noqa: E402
     Op,
     OpKind,
 )
+from controller.switch_counters import PortSample, QueueSample, SwitchCounters  # noqa: E402
 from controller.switching import (  # noqa: E402
     Forward,
     Forwarding,
@@ -68,6 +71,7 @@ from controller.switching import (  # noqa: E402
     TableMiss,
     Unforward,
 )
+from controller.telemetry import Telemetry  # noqa: E402
 
 LOG = logging.getLogger("controller")
 APP_KEY = "hpo_app"
@@ -92,6 +96,7 @@ class Settings:
     verbose: bool = False
     rest_host: str = "127.0.0.1"
     api_token: str | None = None
+    stats_s: float = 5.0  # seconds between port and queue statistics requests; 0: none
 
 
 # A REST connection that sends nothing for this long is closed, so idle or half-open
@@ -135,13 +140,19 @@ class HpoScheduler(app_manager.RyuApp):
             offered_policies=settings.offered_policies,
         )
         self.wake = hub.Event()
+        self.switch_counters = SwitchCounters()
         self.api = RestApi(
             self.engine,
             on_change=self.wake.set,
             token=settings.api_token,
             allowed_hosts=allowed_hosts(settings.rest_host),
             fabric=lambda: self.forwarding.to_json(),
+            telemetry=Telemetry(self.engine, self.switch_counters),
         )
+        # the xid of the last queue statistics request per switch, and the switches that
+        # refused one (an error answering it): those are not asked again until they reconnect
+        self._queue_stats_xid: dict[int, int] = {}
+        self._no_queue_stats: set[int] = set()
         self.forwarding = Forwarding(settings.hosts)
         self.engine.edge_switch = self.forwarding.switch_of_ip
         self.datapaths: dict[int, object] = {}
@@ -155,6 +166,8 @@ class HpoScheduler(app_manager.RyuApp):
         )
         self.threads.append(hub.spawn(self._reorder_loop))
         self.threads.append(hub.spawn(self._discovery_loop))
+        if settings.stats_s > 0:
+            self.threads.append(hub.spawn(self._stats_loop))
 
     # ---- switch life cycle -------------------------------------------------------------------
 
@@ -164,6 +177,7 @@ class HpoScheduler(app_manager.RyuApp):
         install the plan."""
         datapath = ev.msg.datapath
         self.datapaths[datapath.id] = datapath
+        self._no_queue_stats.discard(datapath.id)
         self.send_ops(self.forwarding.switch_connected(datapath.id))
         self.engine.switch_connected(datapath.id)
         self.engine.note_event()
@@ -176,6 +190,7 @@ class HpoScheduler(app_manager.RyuApp):
         if ev.state == DEAD_DISPATCHER and self.datapaths.pop(ev.datapath.id, None):
             self.send_ops(self.forwarding.switch_gone(ev.datapath.id))
             self.engine.switch_gone(ev.datapath.id)
+            self.switch_counters.switch_gone(ev.datapath.id)
             LOG.info("switch %016x disconnected", ev.datapath.id)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
@@ -193,10 +208,54 @@ class HpoScheduler(app_manager.RyuApp):
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def error_msg_handler(self, ev) -> None:
-        """The switch rejected a message: count it and log it (a rejected FlowMod is a bug)."""
-        self.engine.stats.switch_errors += 1
+        """The switch rejected a message: count it and log it (a rejected FlowMod is a bug).
+        A switch that refuses queue statistics is only not asked for them again."""
         msg = ev.msg
+        dpid = msg.datapath.id
+        if msg.xid is not None and self._queue_stats_xid.get(dpid) == msg.xid:
+            self._no_queue_stats.add(dpid)
+            LOG.info(
+                "switch %016x has no queue statistics (error type=%d code=%d): its bytes per "
+                "priority level are not reported",
+                dpid,
+                msg.type,
+                msg.code,
+            )
+            return
+        self.engine.note_switch_error()
         LOG.error("switch error type=%d code=%d data=%s", msg.type, msg.code, msg.data[:64])
+
+    @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
+    def port_stats_handler(self, ev) -> None:
+        """A switch's port counters (:class:`SwitchCounters`)."""
+        msg = ev.msg
+        datapath, ofp = msg.datapath, msg.datapath.ofproto
+        self.switch_counters.ports_reported(
+            datapath.id,
+            [
+                PortSample(
+                    s.port_no, s.rx_bytes, s.tx_bytes, s.rx_packets, s.tx_packets, s.tx_dropped
+                )
+                for s in msg.body
+                if s.port_no <= ofp.OFPP_MAX
+            ],
+            last=not msg.flags & ofp.OFPMPF_REPLY_MORE,
+        )
+
+    @set_ev_cls(ofp_event.EventOFPQueueStatsReply, MAIN_DISPATCHER)
+    def queue_stats_handler(self, ev) -> None:
+        """A switch's queue counters (:class:`SwitchCounters`: a queue is a level's class)."""
+        msg = ev.msg
+        datapath, ofp = msg.datapath, msg.datapath.ofproto
+        self.switch_counters.queues_reported(
+            datapath.id,
+            [
+                QueueSample(s.port_no, s.queue_id, s.tx_bytes, s.tx_packets, s.tx_errors)
+                for s in msg.body
+                if s.port_no <= ofp.OFPP_MAX
+            ],
+            last=not msg.flags & ofp.OFPMPF_REPLY_MORE,
+        )
 
     @set_ev_cls(ofp_event.EventOFPPacketIn, MAIN_DISPATCHER)
     def packet_in_handler(self, ev) -> None:
@@ -232,6 +291,25 @@ class HpoScheduler(app_manager.RyuApp):
                 self.send_ops(self.forwarding.tick())
             except Exception:  # keep the loop alive; the error is in the log
                 LOG.exception("link discovery failed")
+
+    def _stats_loop(self) -> None:
+        while True:
+            hub.sleep(self.settings.stats_s)
+            try:
+                self.request_stats()
+            except Exception:  # keep the loop alive; the error is in the log
+                LOG.exception("port statistics request failed")
+
+    def request_stats(self) -> None:
+        """Ask every switch for its port counters and, unless it refused before, its queue
+        counters (two small requests; the replies come to the handlers above)."""
+        for dpid, datapath in list(self.datapaths.items()):
+            parser, ofp = datapath.ofproto_parser, datapath.ofproto
+            datapath.send_msg(parser.OFPPortStatsRequest(datapath, 0, ofp.OFPP_ANY))
+            if dpid not in self._no_queue_stats:
+                request = parser.OFPQueueStatsRequest(datapath, 0, ofp.OFPP_ANY, ofp.OFPQ_ALL)
+                datapath.send_msg(request)
+                self._queue_stats_xid[dpid] = request.xid
 
     def reorder_and_send(self) -> None:
         """Recompute the plan and send every switch what changed (garbage collections wait
@@ -288,7 +366,7 @@ class _Hold:
 
 
 class RestController(ControllerBase):
-    """Hands every ``/api/...`` request to :class:`controller.api.RestApi`."""
+    """Hands every ``/api/...`` request and ``/metrics`` to :class:`controller.api.RestApi`."""
 
     def __init__(self, req, link, data, **config) -> None:
         super().__init__(req, link, data, **config)
@@ -305,14 +383,20 @@ class RestController(ControllerBase):
         """``/api`` itself."""
         return self._serve(req)
 
+    @route("metrics", METRICS_PATH, requirements={})
+    def metrics(self, req, **_kwargs) -> Response:
+        """``/metrics``, for Prometheus."""
+        return self._serve(req)
+
     def _serve(self, req) -> Response:
         hold = _Hold(self.app.api.engine, "rest")
         reply = self.app.api.respond(req.method, req.path, req.body, req.headers)
+        json_reply = reply.content_type == JSON
         response = Response(
             status=reply.status,
-            content_type="application/json",
+            content_type=reply.content_type,
             charset="utf-8",
-            body=json.dumps(reply.payload),
+            body=json.dumps(reply.payload) if json_reply else reply.payload,
         )
         response.headers.update(reply.headers)
         hold.end(f"{req.method} {req.path} ({len(req.body)} bytes in, status {reply.status})")

@@ -24,6 +24,11 @@ N_LEVELS = 8
 # Level 0 is the most urgent. Level 7 is DSCP 0, so unmarked traffic shares the lowest class.
 LEVEL_DSCP: tuple[int, ...] = (56, 48, 40, 32, 24, 16, 8, 0)
 
+# Level l's HTB class on a switch port is 1:(0x10 + l) (topologies/qos.py makes them). A switch
+# that serves HTB classes as OpenFlow queues numbers them as Open vSwitch's linux-htb QoS does,
+# queue q being class 1:(q + 1), so level l is queue 0x0f + l (15..22).
+LEVEL_CLASS_BASE = 0x10
+
 
 class _OneCoflowRanks(dict):
     """Each coflow id's rank of its own, ``(coflow_id,)``, made the first time it is asked for
@@ -226,6 +231,20 @@ def dscp_of_level(level: int) -> int:
     if not 0 <= level < len(LEVEL_DSCP):
         raise ValueError(f"level must be in 0..{len(LEVEL_DSCP) - 1}, got {level}")
     return LEVEL_DSCP[level]
+
+
+def level_queue_id(level: int) -> int:
+    """The OpenFlow queue id of ``level``'s HTB class on a switch port (15 for level 0)."""
+    if not 0 <= level < N_LEVELS:
+        raise ValueError(f"level must be in 0..{N_LEVELS - 1}, got {level}")
+    return LEVEL_CLASS_BASE + level - 1
+
+
+def queue_level(queue_id: int) -> int | None:
+    """The priority level whose HTB class is OpenFlow queue ``queue_id``; ``None`` for a queue
+    of no level (the classes' parent, the control class, a switch's own queues)."""
+    level = queue_id + 1 - LEVEL_CLASS_BASE
+    return level if 0 <= level < N_LEVELS else None
 
 
 def level_of_dscp(dscp: int) -> int:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a Debian 12 machine, run as root:
-#   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv),
+#   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv, Prometheus for the
+#      metrics' integration test; no package's service is started),
 #   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 needs old build tools: docs/install.md),
 #   3. the simulator's and the controller's numba kernels compiled into their on-disk cache (once:
 #      about a minute), so that the first run or reorder after set-up does not compile them,
@@ -18,7 +19,12 @@ say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
 apt_packages=(openvswitch-switch openvswitch-common mininet iperf3 iputils-ping ethtool
-              iproute2 python3-venv)
+              iproute2 python3-venv prometheus)
+# Debian's hook that may refuse a package's service action (exit 101): while setup.sh installs
+# packages, one that refuses Prometheus' (the tests start their own, on loopback; the package's
+# daemon would listen on every address) and allows the rest, as no hook does
+POLICY_RC=/usr/sbin/policy-rc.d
+POLICY_RC_MARK="# scripts/setup.sh: no Prometheus daemon on install"
 
 install_apt() {
     local missing=()
@@ -33,9 +39,25 @@ install_apt() {
     [ "$(id -u)" -eq 0 ] || die "apt packages missing (${missing[*]}); run as root"
     say "installing apt packages: ${missing[*]}"
     apt-get update -qq
-    # Without systemd the packages' post-install service start is refused; that is harmless,
-    # scripts/ovs.sh starts OVS itself.
+    # Where the machine has a hook of its own (a container's refuses every start), it decides.
+    local own_hook=0
+    if [ ! -e "$POLICY_RC" ]; then
+        own_hook=1
+        trap 'rm -f "$POLICY_RC"' EXIT
+        cat > "$POLICY_RC" <<HOOK
+#!/bin/sh
+$POLICY_RC_MARK
+while [ "\${1#--}" != "\$1" ]; do shift; done
+[ "\$1" = prometheus ] && exit 101
+exit 0
+HOOK
+        chmod 755 "$POLICY_RC"
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    if [ "$own_hook" = 1 ]; then
+        rm -f "$POLICY_RC"
+        trap - EXIT
+    fi
 }
 
 install_venv() {

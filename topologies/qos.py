@@ -15,11 +15,11 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from controller.schedule import LEVEL_DSCP, N_LEVELS
+from controller.schedule import LEVEL_CLASS_BASE, LEVEL_DSCP, N_LEVELS
 
 CONTROL_CLASS_MINOR = 0x20
-# A class per level: 1:10 for level 0 ... 1:17 for level 7.
-LEVEL_CLASS_BASE = 0x10
+# A class per level: 1:10 for level 0 ... 1:17 for level 7 (LEVEL_CLASS_BASE is the
+# controller's, which reads a class's bytes as OpenFlow queue 0x0f + level).
 GUARANTEED_FRACTION = 0.01
 
 

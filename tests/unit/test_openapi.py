@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.api import PREFIX, ROUTES
+from controller.api import PREFIX, ROOT_ROUTES, ROUTES
 from controller.policies import POLICIES
 from controller.registry import BODY_FIELDS, KINDS, NULLABLE_FIELDS
 
@@ -34,6 +34,7 @@ def code_operations() -> set[tuple[str, str]]:
         for kind in kinds:
             path = pattern.replace("{kind}", kind) if kind else pattern
             ops.add((method, PREFIX + path))
+    ops.update((method, path) for method, path, _name in ROOT_ROUTES)
     return ops
 
 

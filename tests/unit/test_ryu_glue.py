@@ -132,3 +132,21 @@ def test_rest_through_ryus_wsgi_application():
     res = Request.blank("/api/stages/k%C2%A0%0A%09x").get_response(wsgi)
     assert res.status_int == 404 and res.content_type == "application/json"
     assert "error" in json.loads(res.body)
+
+
+def test_metrics_through_ryus_wsgi_application():
+    class Holder:
+        api = RestApi(Engine(Registry(":memory:"), "sincronia"), token="s3cret")
+
+    wsgi = WSGIApplication()
+    wsgi.register(ryu_app.RestController, {ryu_app.APP_KEY: Holder()})
+    res = Request.blank("/metrics").get_response(wsgi)
+    assert res.status_int == 401 and res.content_type == "application/json"
+    assert "Bearer" in json.loads(res.body)["error"]["message"]
+    res = Request.blank("/metrics", headers={"Authorization": "Bearer s3cret"}).get_response(wsgi)
+    assert res.status_int == 200
+    assert res.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert b"# TYPE hpo_reorders_total counter" in res.body
+    res = Request.blank("/metrics", method="POST", headers={"Authorization": "Bearer s3cret"})
+    res = res.get_response(wsgi)
+    assert res.status_int == 405 and res.headers["Allow"] == "GET"

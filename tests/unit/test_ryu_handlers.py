@@ -4,12 +4,14 @@ OpenFlow messages it is sent (each serialised, so each is a valid OpenFlow 1.3 m
 from __future__ import annotations
 
 import json
+import struct
 from types import SimpleNamespace
 
 import pytest
 
 ryu_app = pytest.importorskip("controller.ryu_app", reason="Ryu is installed by scripts/setup.sh")
 
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from ryu.app.wsgi import WSGIApplication  # noqa: E402
 from ryu.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER  # noqa: E402
 from ryu.lib.packet import ethernet, packet  # noqa: E402
@@ -44,6 +46,8 @@ class FakeDatapath:
         msg.set_xid(self.xid)
 
     def send_msg(self, msg) -> None:
+        if msg.xid is None:  # (as Ryu's: a message sent without one gets the next)
+            self.set_xid(msg)
         msg.serialize()
         self.sent.append(msg)
 
@@ -144,7 +148,8 @@ def test_packets_are_learned_then_forwarded(app):
 def test_errors_are_counted_and_a_lost_switch_is_forgotten(app):
     datapath = FakeDatapath(0xCC)
     app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
-    app.error_msg_handler(SimpleNamespace(msg=SimpleNamespace(type=4, code=9, data=b"x")))
+    error = SimpleNamespace(datapath=datapath, xid=7, type=4, code=9, data=b"x")
+    app.error_msg_handler(SimpleNamespace(msg=error))
     assert app.engine.stats.switch_errors == 1
     app.state_change_handler(SimpleNamespace(state=MAIN_DISPATCHER, datapath=datapath))
     assert 0xCC in app.datapaths
@@ -212,3 +217,84 @@ def test_a_reorder_reaches_each_switch_as_one_write_of_its_messages_in_order(app
         assert bytes(msg.buf) == bytes(expected.buf)
     app.reorder_and_send()  # nothing changed: nothing written
     assert datapath.writes == 1 and datapath.take() == []
+
+
+def stats_reply(datapath, kind: int, pack: str, rows: list[tuple], more: bool = False):
+    """A multipart reply of ``kind`` with ``rows`` packed as ``pack``, as the switch sends it,
+    parsed by Ryu (the event a handler gets)."""
+    body = b"".join(struct.pack(pack, *row) for row in rows)
+    head = struct.pack(ofp.OFP_MULTIPART_REPLY_PACK_STR, kind, ofp.OFPMPF_REPLY_MORE if more else 0)
+    length = ofp.OFP_HEADER_SIZE + len(head) + len(body)
+    buf = struct.pack(ofp.OFP_HEADER_PACK_STR, ofp.OFP_VERSION, ofp.OFPT_MULTIPART_REPLY, length,
+                      9) + head + body  # fmt: skip
+    msg = ofproto_parser.msg(datapath, ofp.OFP_VERSION, ofp.OFPT_MULTIPART_REPLY, length, 9, buf)
+    return SimpleNamespace(msg=msg)
+
+
+def port_row(port_no: int, rx_bytes: int, tx_bytes: int, tx_dropped: int = 0) -> tuple:
+    # port, rx/tx packets, rx/tx bytes, rx/tx dropped, rx/tx errors, 4 error counts, duration
+    return (port_no, 10, 20, rx_bytes, tx_bytes, 0, tx_dropped, 0, 0, 0, 0, 0, 0, 5, 0)
+
+
+def test_port_and_queue_counters_are_asked_for_and_kept_by_level(app):
+    datapath = FakeDatapath(0xAA)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    datapath.take()
+    app.request_stats()
+    ports, queues = datapath.take()
+    assert isinstance(ports, parser.OFPPortStatsRequest) and ports.port_no == ofp.OFPP_ANY
+    assert isinstance(queues, parser.OFPQueueStatsRequest)
+    assert (queues.port_no, queues.queue_id) == (ofp.OFPP_ANY, ofp.OFPQ_ALL)
+
+    ports_pack, queues_pack = ofp.OFP_PORT_STATS_PACK_STR, ofp.OFP_QUEUE_STATS_PACK_STR
+    port_rows = [port_row(1, 500, 1_000), port_row(2, 40, 9_000, 2), port_row(ofp.OFPP_LOCAL, 1, 1)]
+    app.port_stats_handler(stats_reply(datapath, ofp.OFPMP_PORT_STATS, ports_pack, port_rows))
+    # queue 15 is level 0's class (1:10), 16 level 1's (1:11), 0 their parent (1:1); the reply
+    # comes in two messages
+    first, rest = (
+        [(2, 15, 7_000, 5, 0, 5, 0)],
+        [(2, 16, 1_500, 1, 0, 5, 0), (2, 0, 8_500, 6, 0, 5, 0)],
+    )
+    app.queue_stats_handler(stats_reply(datapath, ofp.OFPMP_QUEUE, queues_pack, first, more=True))
+    app.queue_stats_handler(stats_reply(datapath, ofp.OFPMP_QUEUE, queues_pack, rest))
+    counters = app.switch_counters
+    assert sorted(counters.ports[0xAA]) == [1, 2]  # not the switch's own LOCAL port
+    assert counters.ports[0xAA][2].tx_bytes == 9_000 and counters.ports[0xAA][2].tx_dropped == 2
+    assert counters.level_tx_bytes() == {(0xAA, 2, 0): 7_000, (0xAA, 2, 1): 1_500}
+
+    status, text = app.api.handle("GET", "/metrics", b"", {})
+    assert status == 200
+    (family,) = [
+        f for f in text_string_to_metric_families(text.decode())
+        if f.name == "hpo_port_level_tx_bytes"
+    ]  # fmt: skip
+    assert {(s.labels["switch"], s.labels["port"], s.labels["level"]): s.value
+            for s in family.samples} == {("00000000000000aa", "2", "0"): 7_000,
+                                         ("00000000000000aa", "2", "1"): 1_500}  # fmt: skip
+
+    app.state_change_handler(SimpleNamespace(state=DEAD_DISPATCHER, datapath=datapath))
+    assert counters.ports == {} and counters.queues == {}
+
+
+def test_a_switch_refusing_queue_statistics_is_not_asked_again_nor_counted_as_an_error(app):
+    datapath = FakeDatapath(0xAA)
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    datapath.take()
+    app.request_stats()
+    _, queues = datapath.take()
+    refusal = SimpleNamespace(datapath=datapath, xid=queues.xid, type=ofp.OFPET_QUEUE_OP_FAILED,
+                              code=ofp.OFPQOFC_BAD_QUEUE, data=b"")  # fmt: skip
+    app.error_msg_handler(SimpleNamespace(msg=refusal))
+    assert app.engine.stats.switch_errors == 0
+    app.request_stats()
+    (ports,) = datapath.take()
+    assert isinstance(ports, parser.OFPPortStatsRequest)
+    # another error is the switch's: counted
+    other = SimpleNamespace(datapath=datapath, xid=queues.xid + 100, type=4, code=9, data=b"x")
+    app.error_msg_handler(SimpleNamespace(msg=other))
+    assert app.engine.stats.switch_errors == 1
+    # reconnected, it is asked again
+    app.switch_features_handler(SimpleNamespace(msg=SimpleNamespace(datapath=datapath)))
+    datapath.take()
+    app.request_stats()
+    assert len(datapath.take()) == 2
