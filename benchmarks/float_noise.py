@@ -14,7 +14,7 @@ workload).
 Differences near 1e-12 are float noise. Larger ones mean a last-bit difference flipped a
 discrete choice (the order of two equal coflows, flows ending in one step or in two) and the
 runs went apart from there: that workload's results move with any change of arithmetic, so
-compare policies over seeds (``scripts/sim_experiments.py``), not single runs.
+compare policies over seeds (``hpo-sim-sweep``), not single runs.
 """
 
 from __future__ import annotations

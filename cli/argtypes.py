@@ -69,7 +69,7 @@ def tcp_port(text: str) -> int:
 def program(module_name: str) -> str:
     """The command as it was typed, for usage and error lines: ``python -m <module>`` for a
     module run with ``-m`` (pass the module's ``__name__``), else the name the process was
-    started by (a console script, ``hpo-sim``, or a launcher, ``reproduce.py``)."""
+    started by (a console script, ``hpo-sim``)."""
     if module_name == "__main__":
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         if spec is not None:

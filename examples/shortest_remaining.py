@@ -7,7 +7,7 @@ and ``rank(jobs, quantum_s) -> jobs``, which gets the unfinished
 them most deserving first; the job manager then runs, in that order, every job whose GPUs are
 all free. The simulator, the sweeps and the testbed call it alike:
 
-    python -m simulator hpo --gpu-policy examples.shortest_remaining:ShortestRemaining hermes
+    hpo-sim hpo --gpu-policy examples.shortest_remaining:ShortestRemaining hermes
 
 Shortest remaining processing time on iterations: the job with the fewest iterations left in
 its stage goes first, so short jobs finish (and free their GPUs) early and the stage's

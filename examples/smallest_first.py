@@ -7,8 +7,8 @@ reorder and returns a :class:`~controller.schedule.Schedule`: the coflows in ran
 first (the first 7 ranks get a switch priority level each, later ones share the lowest), and
 optionally per-flow rate caps. The simulator and the controller call it alike:
 
-    python -m simulator hpo --policy examples.smallest_first:SmallestFirst fair
-    python -m controller --policy examples.smallest_first:SmallestFirst
+    hpo-sim hpo --policy examples.smallest_first:SmallestFirst fair
+    hpo-controller --policy examples.smallest_first:SmallestFirst
 
 It is shortest-job-first on coflows without their ports (Varys orders by the bottleneck port's
 time instead): a coflow with fewer bytes left goes first, whatever ports it crosses, so many

@@ -1,11 +1,11 @@
 """Measure the testbed's systematic overheads, the same for every policy (``calibration.json``).
 
-    sudo .venv/bin/python scripts/calibrate.py [--hosts 13] [--bw 20] [--link-gbps 1]
+    sudo .venv/bin/hpo-calibrate [--hosts 13] [--bw 20] [--link-gbps 1]
         [--patterns ring] [--calibration-iterations 20] [--calibration-repeats 3]
         [--out results/calibration]
 
 Two workloads in which no scheduling decision matters, under fair sharing, on the testbed of
-``scripts/run_testbed.py`` (same flags, same regime):
+``hpo-testbed`` (same flags, same regime):
 
 1. **goodput**: one lone job per synchronisation pattern, ``--calibration-iterations``
    iterations, run ``--calibration-repeats`` times in a fresh testbed each. Its iteration time
@@ -20,7 +20,7 @@ Two workloads in which no scheduling decision matters, under fair sharing, on th
    from a job's start until all its workers are connected and ready.
 
 Writes ``<out>/calibration.json`` (``overheads``: ``job_startup_s``, ``goodput``; what was
-measured; provenance). ``scripts/run_testbed.py --calibration <out>/calibration.json`` then also
+measured; provenance). ``hpo-testbed --calibration <out>/calibration.json`` then also
 predicts every policy with them (:mod:`simulator.calibration`).
 
 The policies and the simulator (numba's kernels) are imported where a prediction needs them,
@@ -42,8 +42,8 @@ from simulator.metrics import provenance, write_json
 from workloads.hpo import generate
 
 POLICY = "fair"
-LONE_ITERATIONS = 20  # run_testbed.py --calibration-iterations
-LONE_REPEATS = 3  # run_testbed.py --calibration-repeats
+LONE_ITERATIONS = 20  # hpo-testbed --calibration-iterations
+LONE_REPEATS = 3  # hpo-testbed --calibration-repeats
 
 
 def lone_job(args, pattern: str) -> list:
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
               file=sys.stderr)  # fmt: skip
         return 130
     path = args.out / "calibration.json"
-    print(f"wrote {path}; use: scripts/run_testbed.py --calibration {path}")
+    print(f"wrote {path}; use: hpo-testbed --calibration {path}")
     return 0
 
 

@@ -185,7 +185,7 @@ VARYS = ClaimMap(
 )  # fmt: skip
 
 # The testbed confirms a claim at its own size: the main testbed experiment's workload
-# (``scripts/run_testbed.py``'s defaults: 13 hosts, 2 tasks of 9 configurations, halving at
+# (``hpo-testbed``'s defaults: 13 hosts, 2 tasks of 9 configurations, halving at
 # 3 / 9 / 27 iterations, 3 GPUs per job, ring all-reduce, 1 Gbit/s modelled) crossed with the
 # dimensions of the claim's map that decided it in the simulator. A testbed run lasts as long as
 # the modelled cluster would (85-260 s here), so load is held at 2 tasks: doubling it doubles

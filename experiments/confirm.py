@@ -15,7 +15,7 @@ cells over :data:`SEEDS` seeds, each policy on the same seeds:
 Every testbed run has the simulator beside it on the same workload and seed, raw and calibrated
 with the testbed's measured overheads; per cell and baseline the calibrated simulator's verdict
 (its runs) is set against the testbed's (by the same rule, :mod:`experiments.verdicts`).
-A cell's testbed experiment is ``scripts/run_testbed.py`` in ``<out>/<claim>/<cell>/``;
+A cell's testbed experiment is ``hpo-testbed`` in ``<out>/<claim>/<cell>/``;
 one that finished with the wanted seeds and policies is read again, not rerun.
 """
 
@@ -55,7 +55,7 @@ FLAGS = {
 
 
 def testbed_arguments(settings: Mapping[str, Any]) -> list[str]:
-    """``scripts/run_testbed.py``'s flags for a cell's settings; a setting the testbed cannot
+    """``hpo-testbed``'s flags for a cell's settings; a setting the testbed cannot
     take is an error (the confirmation would run something else)."""
     arguments: list[str] = []
     for key, value in settings.items():

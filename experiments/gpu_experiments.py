@@ -1,7 +1,7 @@
 """GPU time-sharing experiments: Hermes vs FIFO, round-robin and SLAQ, and network and GPU
 scheduling together.
 
-    .venv/bin/python scripts/gpu_experiments.py [--seeds 1 2] [--hosts 64] [--out results/gpu]
+    .venv/bin/hpo-gpu-sweep [--seeds 1 2] [--hosts 64] [--out results/gpu]
 
 It prints every run, then per setting and policy the mean +/- 95 % CI over the seeds, and part
 3's pairs relative to (fair, fifo), paired per seed (geometric mean [95 % CI]); the same goes to

@@ -1,6 +1,6 @@
 """Optuna studies tuning on the cluster: trials are jobs, rungs are stages.
 
-    .venv/bin/python scripts/optuna_hpo.py [--backend simulator|testbed]
+    .venv/bin/hpo-optuna [--backend simulator|testbed]
         [--pruner halving|hyperband] [--sampler tpe|random|cmaes|qmc|gp] [--trials 27]
         [--parallel 9] [--studies 1] [--policy beamer fair ...] [--gpu-policy none hermes ...]
         [--seed 1] [--baseline fair] [--storage URL] [--out DIR] [--no-plots]
@@ -11,13 +11,13 @@ and lets Optuna's own pruner decide whether it goes on. ``--backend simulator`` 
 trains on the simulated cluster (``--link-gbps`` big switch, ``--hosts`` hosts, ``--workers``
 GPUs per job, the model's real bytes and compute); ``--backend testbed`` (root, Open vSwitch)
 trains the same trials as traffic-replay workers on the Mininet testbed
-(``scripts/run_testbed.py``'s, links at ``--bw`` Mbit/s standing for ``--link-gbps``),
+(``hpo-testbed``'s, links at ``--bw`` Mbit/s standing for ``--link-gbps``),
 registered with the controller over REST, with the simulator's prediction beside each run.
 The same studies run under each network policy (``--policy``) and GPU policy
 (``--gpu-policy``), each from fresh studies with the same seeds, so the runs differ only by the
 scheduling (both flags also take policies of one's own, ``package.module:Class`` or an entry
 point's name, :mod:`controller.plugins`; a run is labelled by its policies' names). It prints,
-per run, the stage and HPO metrics as ``python -m simulator hpo`` does
+per run, the stage and HPO metrics as ``hpo-sim hpo`` does
 and a line with the best trial of each study, then a table over the seeds with ratios to
 ``--baseline``'s run (default: fair sharing's, else the first); ``--out`` gets the same result
 files (stages, jobs, configs, tasks, coflows CSVs per run, ``summary.json``) plus
@@ -351,7 +351,7 @@ def print_table(table: dict[str, dict], baseline: str, n_seeds: int) -> None:
 
 def on_testbed(args, argv, study) -> int:
     """Every seed's and (network, GPU) policy's run of the same fresh studies on the Mininet
-    testbed, as ``scripts/run_testbed.py`` runs one (its files in ``<out>/<run>/seed-<k>/``),
+    testbed, as ``hpo-testbed`` runs one (its files in ``<out>/<run>/seed-<k>/``),
     plus each run's ``trials.csv``, Optuna's plots and best trials, and the seed table; the
     exit status. ``study(seed, policy, gpu_policy, **more)`` runs one (:func:`run_study`)."""
     from experiments import run_testbed  # Mininet and the controller: only on this path
@@ -392,7 +392,7 @@ def on_testbed(args, argv, study) -> int:
                 )
                 _print_best(run.best)
     except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
-        print(f"optuna_hpo.py: error: {exc}", file=sys.stderr)
+        print(f"{program(__name__)}: error: {exc}", file=sys.stderr)
         return 1
     summary["table"] = seed_table(summary["runs"], args.baseline)
     print_table(summary["table"], args.baseline, len(args.seed))

@@ -45,7 +45,7 @@ class StudyRun:
         label: the run's label, its policies' names (``beamer``, ``fair+hermes``).
         seed: the seed the studies and the workload were drawn with.
         tasks: the HPO tasks, one per study (``task.search.study`` is the study).
-        result: the run's stage and HPO metrics (``python -m simulator hpo``'s summary in the
+        result: the run's stage and HPO metrics (``hpo-sim hpo``'s summary in the
             simulator, the testbed run's in ``run_testbed``) plus ``trials``, ``pruned`` and
             ``best_trial``.
         best: per study (task id), its best completed trial (number, value, params, when it
@@ -200,7 +200,7 @@ class StudiesMade:
 
 
 def testbed_argv(settings: dict, out: Path) -> list[str]:
-    """``scripts/run_testbed.py``'s command line for ``settings`` (its flags' names, with ``_``
+    """``hpo-testbed``'s command line for ``settings`` (its flags' names, with ``_``
     for ``-``) and the folder ``out``."""
     return [*(f"--{key.replace('_', '-')}={value}" for key, value in settings.items()),
             "--out", str(out)]  # fmt: skip
@@ -216,7 +216,7 @@ def _on_testbed(
     out: Path | None,
     storage: optuna.storages.BaseStorage | None,
 ) -> StudyRun:
-    """The run on the Mininet testbed as ``scripts/run_testbed.py`` runs one (its files in
+    """The run on the Mininet testbed as ``hpo-testbed`` runs one (its files in
     ``out``), the simulator's prediction beside it."""
     from experiments import run_testbed  # Mininet and the controller: only on this path
 

@@ -1,8 +1,8 @@
 """Each paper's claim mapped over the regimes that decide it, in one report.
 
-    .venv/bin/python scripts/reproduce.py --simulator-only --quick   # a coarse atlas, no root
-    .venv/bin/python scripts/reproduce.py --simulator-only           # the full atlas
-    sudo .venv/bin/python scripts/reproduce.py [--quick]             # plus the testbed (root)
+    .venv/bin/hpo-reproduce --simulator-only --quick   # a coarse atlas, no root
+    .venv/bin/hpo-reproduce --simulator-only           # the full atlas
+    sudo .venv/bin/hpo-reproduce [--quick]             # plus the testbed (root)
 
 Every claim (:mod:`experiments.claims`) is a map (:mod:`experiments.atlas`): its cells are the
 regimes that decide it (load, model mix, arrivals, ...), every cell a paired comparison over
@@ -12,7 +12,7 @@ the seeds it would need). The Beamer, JPAS and Hermes algorithms here are recons
 their abstracts; each reading an abstract allows runs beside the default one. Beside the maps:
 BSSI's and Beamer's orders against brute force (a proven bound, on instances where the order
 matters), and with the testbed, Beamer's claim on the testbed's main experiment
-(``scripts/run_testbed.py --calibrate``) with the simulator's prediction per policy, and (not
+(``hpo-testbed --calibrate``) with the simulator's prediction per policy, and (not
 with ``--quick``) the testbed's confirmation of the Beamer and JPAS maps
 (:mod:`experiments.confirm`: the cells of largest and least predicted effect at the testbed's
 size, 5 seeds each, predicted against measured verdicts; about 5 hours).
@@ -275,7 +275,7 @@ def load_testbed_experiment(out: Path) -> dict:
 
 
 def run_testbed_experiment(seeds: list[int], out: Path, progress) -> dict:
-    """The main testbed experiment, calibrated, as ``scripts/run_testbed.py`` runs it (root);
+    """The main testbed experiment, calibrated, as ``hpo-testbed`` runs it (root);
     returns its ``summary.json`` with the per-run results under ``"runs"``."""
     command = [
         sys.executable, "-m", "experiments.run_testbed", "--calibrate",
@@ -489,8 +489,8 @@ def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
     ]  # fmt: skip
     rows = confirmation_rows(c)
     if not c.testbeds:
-        return lines + ["Not run: the testbed needs root (`sudo .venv/bin/python "
-                        "scripts/reproduce.py`).", ""]  # fmt: skip
+        return lines + ["Not run: the testbed needs root (`sudo .venv/bin/hpo-reproduce`).",
+                        ""]  # fmt: skip
     if (figure := confirmation_plot(c, rows, out)) is not None:
         lines += [f"![{claim.name} on the testbed]({figure.name})", ""]
     lines += ["| cell | chosen as | metric | baseline | simulator's map | predicted | measured "
@@ -613,7 +613,7 @@ def agreement_lines(rows: list[dict], testbed: dict) -> list[str]:
         f"measured once before the runs and the same for every policy (job start-up "
         f"{overheads.get('job_startup_s', float('nan')):.2f} s, goodput "
         f"{overheads.get('goodput', float('nan')):.3f} of the line rate; "
-        "`scripts/calibrate.py`). Target: calibrated within "
+        "`hpo-calibrate`). Target: calibrated within "
         f"{AGREEMENT:.0%} of the testbed. *Busiest port*: its busy share while stages run, by "
         "the workload's bytes at the line rate / by the switch port's byte counter (the wire).",
         "",
@@ -816,7 +816,7 @@ def main(argv=None) -> int:
         "--testbed-results",
         type=Path,
         metavar="DIR",
-        help="take the testbed's claim from a finished run_testbed.py experiment in DIR "
+        help="take the testbed's claim from a finished hpo-testbed experiment in DIR "
         "(its summary.json keeps its own provenance) instead of running it",
     )
     parser.add_argument("--seeds", type=positive(int),

@@ -1,6 +1,6 @@
 """The testbed experiment: one seeded HPO workload on the Mininet testbed under each policy.
 
-    sudo .venv/bin/python scripts/run_testbed.py [--policy fair fifo-lm sincronia jpas beamer]
+    sudo .venv/bin/hpo-testbed [--policy fair fifo-lm sincronia jpas beamer]
         [--gpu-policy none fifo rr slaq hermes] [--gpus-per-host 1] [--quantum 5]
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
         [--link-gbps 1] [--patterns ring] [--seeds 1] [--no-host-priorities]
@@ -25,7 +25,7 @@ the controller is started with the same ``--policy``, and finds the module where
 did (``<label>`` is then the policy's ``name``). Every (policy, seed) runs
 on the testbed and, beside it, in the simulator on the same workload, seed, link rate and bytes:
 the raw fluid model, and with ``--calibrate`` (measure first, into ``<out>/calibration/``) or
-``--calibration`` (an earlier ``scripts/calibrate.py`` result) also the model with the testbed's
+``--calibration`` (an earlier ``hpo-calibrate`` result) also the model with the testbed's
 measured job start-up and goodput (:mod:`simulator.calibration`, the same for every policy).
 The levels are served on the hosts' egress too (:mod:`topologies.host_qos`), as the simulator
 serves them on every port; ``--no-host-priorities`` leaves the hosts FIFO (switch only).
@@ -832,7 +832,7 @@ def fmt_pct(value) -> str:
 def build_parser(
     description: str | None = None, prog: str | None = None
 ) -> argparse.ArgumentParser:
-    """The experiment's command line (``scripts/calibrate.py`` shares it, with its own
+    """The experiment's command line (``hpo-calibrate`` shares it, with its own
     ``description`` and ``prog``)."""
     parser = argparse.ArgumentParser(
         prog=prog or program(__name__), description=description or __doc__.split("\n\n")[0]
@@ -1012,13 +1012,13 @@ def build_parser(
         "--calibration",
         type=Path,
         metavar="JSON",
-        help="the testbed's measured overheads (scripts/calibrate.py's calibration.json): the "
+        help="the testbed's measured overheads (hpo-calibrate's calibration.json): the "
         "simulator beside every run then also predicts with them (default: raw model only)",
     )
     parser.add_argument(
         "--calibrate",
         action="store_true",
-        help="first measure the overheads (scripts/calibrate.py) into <out>/calibration/ and "
+        help="first measure the overheads (hpo-calibrate) into <out>/calibration/ and "
         "predict with them",
     )
     parser.add_argument(

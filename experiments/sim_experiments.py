@@ -1,9 +1,9 @@
 """Simulated comparison of the coflow scheduling policies (Beamer's large-scale experiments).
 
-    .venv/bin/python scripts/sim_experiments.py [--hosts 13 64 150] [--loads 0.5 1]
-                                                [--seeds 1] [--search halving|asha|full]
-                                                [--trace FILE|NAME|synthetic]
-                                                [--out results/sim]
+    .venv/bin/hpo-sim-sweep [--hosts 13 64 150] [--loads 0.5 1]
+                            [--seeds 1] [--search halving|asha|full]
+                            [--trace FILE|NAME|synthetic]
+                            [--out results/sim]
 
 For every cluster size and load, one seeded HPO workload (successive halving by default, or
 ASHA with ``--search asha``; PS and ring all-reduce jobs of ResNet-50 / VGG-16 / Inception-v3)

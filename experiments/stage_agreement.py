@@ -1,6 +1,6 @@
 """Stage by stage: the testbed's SCT against the simulator's for a finished testbed experiment.
 
-    .venv/bin/python scripts/stage_agreement.py results/testbed [--raw]
+    .venv/bin/hpo-stage-agreement results/testbed [--raw]
 
 For every run of ``DIR`` (``<policy>/seed-<N>/stages.csv``) it replays the same workload in the
 simulator (the experiment's own command line and measured overheads, from its
@@ -27,7 +27,9 @@ def predictions(folder: Path, raw: bool = False):
     (stage key, jobs, testbed SCT, predicted SCT), in task and stage order."""
     summary = json.loads((folder / "summary.json").read_text())
     command = summary["provenance"]["command"]
-    script = next(i for i, arg in enumerate(command) if arg.endswith("run_testbed.py")
+    # hpo-testbed records its own path, python -m the module's file (or its name, as typed)
+    script = next(i for i, arg in enumerate(command) if Path(arg).name == "hpo-testbed"
+                  or arg.endswith("run_testbed.py")
                   or arg == "experiments.run_testbed")  # fmt: skip
     args = run_testbed.build_parser().parse_args(command[script + 1 :])
     args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
@@ -57,11 +59,11 @@ def predictions(folder: Path, raw: bool = False):
 def main(argv=None) -> int:
     """Print the stage-by-stage table; the exit status."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path, help="a run_testbed.py output folder")
+    parser.add_argument("folder", type=Path, help="an hpo-testbed output folder")
     parser.add_argument("--raw", action="store_true", help="the fluid model without overheads")
     args = parser.parse_args(argv)
     if not (args.folder / "summary.json").is_file():
-        parser.error(f"{args.folder}: no summary.json (not a finished run_testbed.py experiment)")
+        parser.error(f"{args.folder}: no summary.json (not a finished hpo-testbed experiment)")
     what = "raw" if args.raw else "calibrated"
     print(f"stage [jobs]: testbed SCT s / {what} prediction s = prediction / testbed")
     for policy, seed, rows in predictions(args.folder, args.raw):

@@ -3,9 +3,10 @@
 #   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv, Prometheus for the
 #      metrics' integration test; no package's service is started),
 #   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 needs old build tools: docs/install.md),
-#   3. the simulator's and the controller's numba kernels compiled into their on-disk cache (once:
+#   3. the project itself into .venv, editable, so that .venv/bin/hpo-* run this checkout's code,
+#   4. the simulator's and the controller's numba kernels compiled into their on-disk cache (once:
 #      about a minute), so that the first run or reorder after set-up does not compile them,
-#   4. Open vSwitch started on the userspace datapath (scripts/ovs.sh start).
+#   5. Open vSwitch started on the userspace datapath (scripts/ovs.sh start).
 # A second run finds everything in place and finishes in seconds.
 # Environment: PYTHON (default python3.11), VENV (default .venv), SKIP_OVS=1 to not start OVS.
 set -euo pipefail
@@ -79,6 +80,24 @@ install_venv() {
     echo "$want" > "$stamp"
 }
 
+install_project() {
+    # Editable: the console scripts import this checkout's code, so a pull needs no reinstall;
+    # only a changed pyproject.toml (new scripts, packages) or another checkout does.
+    local stamp="$VENV/.project.sha256"
+    local want
+    want="$(sha256sum pyproject.toml | cut -d' ' -f1) $(pwd -P)"
+    if [ -x "$VENV/bin/hpo-testbed" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        say "project installed in $VENV"
+        return
+    fi
+    say "installing the project into $VENV (editable: $VENV/bin/hpo-*)"
+    # The requirements are in place already; the pinned setuptools 65.5 and wheel of .venv
+    # build the editable wheel (PEP 660), so no build backend is fetched.
+    "$VENV/bin/python" -m pip --disable-pip-version-check -q install --no-deps \
+        --no-build-isolation -e .
+    echo "$want" > "$stamp"
+}
+
 warm_kernels() {
     # Loads them from the cache when it is current (a second or two), compiles them otherwise.
     "$VENV/bin/python" -c 'from simulator.engine import warm_up; warm_up()'
@@ -87,6 +106,7 @@ warm_kernels() {
 
 install_apt
 install_venv
+install_project
 warm_kernels
 if [ "${SKIP_OVS:-0}" != 1 ]; then
     bash scripts/ovs.sh start

@@ -217,7 +217,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         type=positive(float),
         default=1.0,
         help="the modelled cluster's host link rate in Gbit/s, as on the testbed "
-        "(scripts/run_testbed.py --link-gbps) (default: 1)",
+        "(hpo-testbed --link-gbps) (default: 1)",
     )
     parser.add_argument(  # the same in bit/s, the older spelling
         "--host-bps", type=positive(float), default=None, help=argparse.SUPPRESS

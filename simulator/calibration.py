@@ -10,7 +10,7 @@ of which depends on the scheduling policy:
   reverse direction's ACKs, and every synchronisation's TCP transfers ramp up again; the
   payload rate a lone job reaches is a fraction of the emulated line rate.
 
-``scripts/calibrate.py`` measures both on the testbed with workloads in which no scheduling
+``hpo-calibrate`` measures both on the testbed with workloads in which no scheduling
 decision matters (a lone job; one burst of jobs started together) and writes them as
 ``calibration.json``; the simulator then runs with ``job_startup_s`` and a fabric of
 ``goodput x`` the line rate. Two parameters, the same for every policy; nothing is fitted to a

@@ -48,7 +48,7 @@ class HpoDriver:
         fractions: accuracy fractions whose time-to-reach is recorded (of converged accuracy).
         gpus: the job manager sharing the GPUs (servers = the fabric's hosts), or ``None``.
         job_startup_s: seconds from a job's start until it can compute (launching its
-            workers and connecting them; the testbed's is measured by ``scripts/calibrate.py``).
+            workers and connecting them; the testbed's is measured by ``hpo-calibrate``).
     """
 
     def __init__(

@@ -8,7 +8,7 @@ report's brute-force rows. Nothing in the controller or the simulator's engine u
   work-conserving allocation under which Sincronia's 4x guarantee holds, and the "ideal" mode
   of the simulator. Every event re-allocates every active flow.
 - **Brute-force optima** on small instances, which BSSI and Beamer are measured against (the
-  unit tests' approximation guarantees, ``scripts/reproduce.py``'s "against brute force"
+  unit tests' approximation guarantees, ``hpo-reproduce``'s "against brute force"
   rows). Ports run at 8 bit/s, so a byte takes one second and sizes read as seconds of port
   time. Every strict-priority order of at most 7 coflows is tried (5,040 orders), each served
   by the fluid schedule.

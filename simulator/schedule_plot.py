@@ -1,15 +1,15 @@
 """Pictures of a run's schedule: which priority level every job (or coflow) held over time,
 and how busy every host port was.
 
-    .venv/bin/python scripts/schedule_plot.py TIMELINE.json [TIMELINE.json ...] [-o schedule.png]
+    .venv/bin/hpo-schedule-plot TIMELINE.json [TIMELINE.json ...] [-o schedule.png]
 
-Each timeline (:mod:`controller.timeline`, written by ``python -m simulator ... --timeline
-DIR`` and by every testbed run) becomes one column on a common time axis: on top a Gantt-style
-chart, one row per job (per coflow where there are no jobs), grouped and labelled by stage,
-coloured by level (0 the highest; the colour scale holds only the levels used); below, one row
-per host port (``hostI-out`` sends, ``hostI-in`` receives), shaded by its utilisation averaged
-over bins of about half a second. A testbed run draws its own timeline beside the simulator's
-prediction of the same workload. The title names the workload or trace the timelines ran.
+Each timeline (:mod:`controller.timeline`, written by ``hpo-sim ... --timeline DIR`` and by
+every testbed run) becomes one column on a common time axis: on top a Gantt-style chart, one
+row per job (per coflow where there are no jobs), grouped and labelled by stage, coloured by
+level (0 the highest; the colour scale holds only the levels used); below, one row per host
+port (``hostI-out`` sends, ``hostI-in`` receives), shaded by its utilisation averaged over bins
+of about half a second. A testbed run draws its own timeline beside the simulator's prediction
+of the same workload. The title names the workload or trace the timelines ran.
 """
 
 from __future__ import annotations

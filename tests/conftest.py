@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 _REPORT: list[tuple[str, str]] = []
 
@@ -36,6 +44,28 @@ def needs_root_and(*commands: str):
     elif missing:
         reason = f"needs {', '.join(missing)} (run scripts/setup.sh)"
     return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+def installed_here() -> bool:
+    """Whether this interpreter has this checkout installed editable (``scripts/setup.sh``
+    does it for ``.venv``): its console scripts then run the code under test, not another
+    checkout's."""
+    try:
+        url = json.loads(distribution("hpo-netsched").read_text("direct_url.json") or "{}")
+    except PackageNotFoundError:
+        return False
+    if not url.get("dir_info", {}).get("editable") or not url.get("url", "").startswith("file:"):
+        return False
+    return Path(url2pathname(urlparse(url["url"]).path)).resolve() == ROOT
+
+
+def command(script: str, module: str) -> list[str]:
+    """How a user starts ``module``: its console script ``script`` beside this interpreter when
+    it runs this checkout's code, else ``python -m module`` (run from the checkout's root)."""
+    installed = Path(sys.executable).parent / script
+    if installed_here() and installed.is_file():
+        return [str(installed)]
+    return [sys.executable, "-m", module]
 
 
 def pytest_collection_finish(session):

@@ -109,7 +109,7 @@ def test_a_foreign_bridge_and_port_with_the_testbed_s_names_are_refused_and_kept
 
 def test_the_command_line_refuses_a_foreign_s1_in_one_line(tmp_path):
     """The reported case: ``ovs-vsctl add-br s1 -- set bridge s1 datapath_type=netdev`` (as a
-    user's own ``sudo mn`` makes it), then ``run_testbed.py --hosts 4``: the command exits 1
+    user's own ``sudo mn`` makes it), then ``hpo-testbed --hosts 4``: the command exits 1
     with one line naming s1, no traceback, and s1 is still there."""
     sh("bash", "scripts/ovs.sh", "start")
     if sh("ovs-vsctl", "br-exists", "s1", check=False).returncode != 2:

@@ -1,7 +1,7 @@
 """A policy of one's own on the real controller and a real userspace OVS bridge.
 
 ``python -m controller --policy examples.smallest_first:SmallestFirst`` (started by
-:class:`ControllerProcess`, as ``scripts/run_testbed.py`` starts it) loads the example at start;
+:class:`ControllerProcess`, as ``hpo-testbed`` starts it) loads the example at start;
 after coflows are registered over REST, the switch holds the marking rules of its order
 (``ovs-ofctl -O OpenFlow13 dump-flows``), and ``PUT /api/policy`` switches among the built-ins
 and it but refuses a class that was not loaded at start.

@@ -28,6 +28,7 @@ def test_second_setup_run_finds_everything_in_place():
     elapsed = time.monotonic() - started
     assert "apt packages present" in result.stdout
     assert "up to date" in result.stdout
+    assert "project installed in" in result.stdout  # the editable install, not redone
     assert elapsed < 30, f"second set-up run took {elapsed:.1f} s"
 
 

@@ -1,4 +1,4 @@
-"""A short end-to-end testbed run (root, OVS, Mininet): scripts/run_testbed.py as a user runs it."""
+"""A short end-to-end testbed run (root, OVS, Mininet): hpo-testbed as a user runs it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from controller.policies import make_policy
 from controller.timeline import Timeline
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
-from tests.conftest import needs_root_and
+from tests.conftest import command, needs_root_and
 from topologies.qos import level_classid
 from workloads.hpo import generate
 
@@ -27,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_testbed(out: Path, *args: str) -> None:
-    """Run scripts/run_testbed.py as a user does, writing to ``out``; it must succeed."""
+    """Run hpo-testbed as a user does, writing to ``out``; it must succeed."""
     run = subprocess.run(
-        [sys.executable, "scripts/run_testbed.py", *args, "--out", str(out)],
+        [*command("hpo-testbed", "experiments.run_testbed"), *args, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -279,12 +278,12 @@ def test_hyperband_runs_its_brackets_side_by_side_on_the_testbed(tmp_path):
 
 
 def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
-    """``scripts/optuna_hpo.py --backend testbed``: the study's trials run as workers on the
+    """``hpo-optuna --backend testbed``: the study's trials run as workers on the
     Mininet testbed, registered with the controller; Optuna's pruner prunes; every trial is
     told; nothing is left behind."""
     out = tmp_path / "optuna-testbed"
     run = subprocess.run(
-        [sys.executable, "scripts/optuna_hpo.py", "--backend", "testbed", "--hosts", "6",
+        [*command("hpo-optuna", "experiments.optuna_hpo"), "--backend", "testbed", "--hosts", "6",
          "--workers", "2", "--trials", "6", "--parallel", "3", "--min-iterations", "2",
          "--link-gbps", "10", "--policy", "beamer", "--timeout", "240", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -315,7 +314,7 @@ def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
 
 
 def test_calibrated_run_with_host_priorities(tmp_path):
-    """``--calibrate`` measures the testbed's overheads first (scripts/calibrate.py at a small
+    """``--calibrate`` measures the testbed's overheads first (hpo-calibrate at a small
     size) and predicts with them; with ``--host-priorities`` the hosts' egress serves the levels
     and their bytes per class are counted."""
     out = tmp_path / "testbed"
@@ -390,10 +389,10 @@ def test_faults_end_one_run_each_and_a_second_testbed_is_refused(tmp_path, repor
     nothing is left behind."""
     out = tmp_path / "faults"
     shells_before = mininet_shells()
-    argv = [sys.executable, "scripts/run_testbed.py", "--hosts", "4", "--tasks", "1", "--configs",
-            "3", "--eta", "3", "--min-iterations", "20", "--workers", "2", "--policy", "fair",
-            "jpas", "sincronia", "--timeout", "300", "--link-gbps", "10", "--retries", "0", "--out",
-            str(out)]  # fmt: skip
+    argv = [*command("hpo-testbed", "experiments.run_testbed"), "--hosts", "4", "--tasks", "1",
+            "--configs", "3", "--eta", "3", "--min-iterations", "20", "--workers", "2", "--policy",
+            "fair", "jpas", "sincronia", "--timeout", "300", "--link-gbps", "10", "--retries", "0",
+            "--out", str(out)]  # fmt: skip
     run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)  # fmt: skip
     lines: list[str] = []

@@ -109,13 +109,19 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
     assert predicted["low"] < 0.9 < 1.0 < predicted["high"]
 
 
-def test_stage_agreement_matches_stages_by_task_and_index(tmp_path):
-    """scripts/stage_agreement.py replays a finished experiment's workload from its command line
-    and overheads and pairs each stage of a run with the simulator's same stage."""
+# as the console script and as python -m record themselves
+STARTED_AS = ["/x/.venv/bin/hpo-testbed", "/x/experiments/run_testbed.py"]
+
+
+@pytest.mark.parametrize("started_as", STARTED_AS)
+def test_stage_agreement_matches_stages_by_task_and_index(tmp_path, started_as):
+    """hpo-stage-agreement replays a finished experiment's workload from its command line
+    (as the console script or ``python -m`` recorded it) and overheads and pairs each stage of
+    a run with the simulator's same stage."""
     from experiments import stage_agreement
 
-    command = ["/x/.venv/bin/python", "/x/scripts/run_testbed.py", "--policy", "fair", "beamer",
-               "--seeds", "4", "--hosts", "6", "--tasks", "2", "--configs", "3",
+    command = ["/x/.venv/bin/python", started_as, "--policy", "fair", "beamer", "--seeds", "4",
+               "--hosts", "6", "--tasks", "2", "--configs", "3",
                "--min-iterations", "2"]  # fmt: skip
     summary = {"provenance": {"command": command},
                "overheads": {"job_startup_s": 1.0, "goodput": 0.9}}  # fmt: skip

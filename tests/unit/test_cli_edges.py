@@ -3,9 +3,13 @@ Mininet or Ryu is one line naming the set-up script, not a traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -15,7 +19,7 @@ def python(code: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)  # fmt: skip
 
 
-def test_the_usage_names_the_console_script_the_launcher_or_the_module():
+def test_the_usage_names_the_console_script_or_the_module():
     as_script = python(
         "import sys; sys.argv[0] = '/venv/bin/hpo-sim'; "
         "from simulator.__main__ import main; main(['hpo', '--hosts', '0'])"
@@ -28,10 +32,21 @@ def test_the_usage_names_the_console_script_the_launcher_or_the_module():
                                timeout=120)  # fmt: skip
     assert as_module.returncode == 2
     assert as_module.stderr.startswith("usage: python -m experiments.reproduce")
-    launcher = subprocess.run([sys.executable, "scripts/reproduce.py", "--seeds", "1",
-                               "--simulator-only"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
-    assert launcher.stderr.startswith("usage: reproduce.py")
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="CI's .venv comes from scripts/setup.sh")
+def test_the_set_up_installs_every_console_script_running_this_checkout():
+    """``scripts/setup.sh`` installs the checkout into ``.venv``, editable: every console script
+    of pyproject.toml is in ``.venv/bin`` and runs this checkout's code."""
+    from tests.conftest import installed_here
+
+    assert installed_here(), "the project is not installed editable from this checkout"
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    bin_dir = Path(sys.executable).parent
+    assert [name for name in scripts if not (bin_dir / name).is_file()] == []
+    usage = subprocess.run([str(bin_dir / "hpo-reproduce"), "--seeds", "0"], cwd="/",
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: hpo-reproduce")
 
 
 def test_a_missing_mininet_is_one_line_naming_the_set_up_script():

@@ -66,7 +66,7 @@ def test_trials_are_jobs_and_rungs_are_stages_and_pruned_trials_leave_nothing():
 
 def test_the_script_prints_the_best_trial_and_writes_the_result_files(tmp_path):
     out = tmp_path / "optuna"
-    argv = [sys.executable, "scripts/optuna_hpo.py", "--trials", "6", "--parallel", "3",
+    argv = [sys.executable, "-m", "experiments.optuna_hpo", "--trials", "6", "--parallel", "3",
             "--hosts", "6", "--min-iterations", "2", "--policy", "beamer",
             "--out", str(out)]  # fmt: skip
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -76,7 +76,7 @@ def test_the_script_prints_the_best_trial_and_writes_the_result_files(tmp_path):
         assert (out / "seed-1" / f"{name}-beamer.csv").stat().st_size > 0
     assert (out / "summary.json").is_file()
     assert "best trial at s" in done.stdout  # the seed table
-    bad = subprocess.run([*argv[:2], "--trials", "0"], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run([*argv[:3], "--trials", "0"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--trials" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -319,7 +319,7 @@ def test_a_testbed_retry_replaces_the_failed_attempts_studies_in_the_storage(tmp
 
 
 def test_the_testbed_run_gets_run_testbeds_own_flags(tmp_path):
-    """run_study(backend="testbed") hands its settings to scripts/run_testbed.py's parser (the
+    """run_study(backend="testbed") hands its settings to hpo-testbed's parser (the
     testbed itself needs root: tests/integration)."""
     from experiments import run_testbed
     from experiments.optuna_study import testbed_argv

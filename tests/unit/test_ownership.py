@@ -392,13 +392,13 @@ def test_run_testbed_turns_taken_names_into_one_line_and_status_1(
 ):
     from experiments import run_testbed
 
-    monkeypatch.setattr("sys.argv", ["scripts/run_testbed.py"])  # (the usage names the command)
+    monkeypatch.setattr("sys.argv", ["/x/.venv/bin/hpo-testbed"])  # (the usage names it)
     monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: argparse.Namespace())
     monkeypatch.setattr(run_testbed, "experiment", taken)
     assert run_testbed.main(["--hosts", "4"]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "run_testbed.py: error: names this run needs are taken: OVS bridge s1 exists and was not "
+        "hpo-testbed: error: names this run needs are taken: OVS bridge s1 exists and was not "
         "made by this project's runs: delete it if nothing uses it (ovs-vsctl del-br s1) or stop "
         "what uses it\n"
     )
@@ -410,12 +410,12 @@ def test_calibrate_turns_taken_names_into_one_line_and_status_1(
     from experiments import calibrate, run_testbed
 
     args = argparse.Namespace(out=tmp_path, calibration_iterations=1, calibration_repeats=1)
-    monkeypatch.setattr("sys.argv", ["scripts/calibrate.py"])
+    monkeypatch.setattr("sys.argv", ["/x/.venv/bin/hpo-calibrate"])
     monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: args)
     monkeypatch.setattr(calibrate, "calibrate", taken)
     assert calibrate.main([]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("calibrate.py: error: names this run needs are taken: OVS bridge s1")
+    assert err.startswith("hpo-calibrate: error: names this run needs are taken: OVS bridge s1")
     assert err.count("\n") == 1 and "Traceback" not in err
 
 

@@ -1,4 +1,4 @@
-"""scripts/reproduce.py: the verdict rule, and a short simulator-only run writing its report."""
+"""hpo-reproduce: the verdict rule, and a short simulator-only run writing its report."""
 
 from __future__ import annotations
 
@@ -67,10 +67,10 @@ def test_a_row_label_names_its_baseline_once():
 
 
 def run_reproduce(*args: str) -> subprocess.CompletedProcess:
-    """scripts/reproduce.py as a user runs it (sequentially: Ray's start-up is tested once, in
+    """hpo-reproduce as a user runs it (sequentially: Ray's start-up is tested once, in
     test_seed_stats)."""
     return subprocess.run(
-        [sys.executable, "scripts/reproduce.py", "--sequential", *args],
+        [sys.executable, "-m", "experiments.reproduce", "--sequential", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
@@ -226,7 +226,7 @@ def test_report_from_a_finished_testbed_experiment(tmp_path):
     testbed = tmp_path / "testbed"
     testbed.mkdir()
     summary = a_testbed_summary()
-    command = ["python", "scripts/run_testbed.py", "--seeds", "1"]
+    command = ["/x/.venv/bin/hpo-testbed", "--seeds", "1"]
     summary["provenance"] = {"git_commit": "a" * 40, "git_dirty": False, "command": command}
     runs = [{"policy": p, "seed": 1, "sct_s": {"mean": 30.0}}
             for p in ("beamer", "sincronia", "fifo-lm", "fair", "jpas")]  # fmt: skip

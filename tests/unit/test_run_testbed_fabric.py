@@ -1,4 +1,4 @@
-"""``run_testbed.py --topology leaf-spine`` without root: its flags, the network it lays out,
+"""``hpo-testbed --topology leaf-spine`` without root: its flags, the network it lays out,
 the simulator's matching fabric, and what a spine failure's record says."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Results over seeds: mean +/- 95 % CI, paired ratios against a baseline, no winner where
-intervals overlap; and scripts/sim_experiments.py's summary built from them."""
+intervals overlap; and hpo-sim-sweep's summary built from them."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 
 from controller.stats import Interval, clear_best, mean_ci, paired_ratio_ci, t975
+from tests.conftest import installed_here
 
 ROOT = Path(__file__).resolve().parents[2]
+# what pip writes as .venv/bin/hpo-sim-sweep: the module imported by name, its main called
+CONSOLE_SCRIPT = ("import sys; sys.argv[0] = 'hpo-sim-sweep'; "
+                  "from experiments.sim_experiments import main; sys.exit(main())")  # fmt: skip
 
 
 def test_t_quantiles():
@@ -75,8 +79,8 @@ def sweep_rows(path: Path) -> list[dict]:
 
 def test_sim_experiments_summarises_seeds_the_same_on_ray_and_sequentially(tmp_path):
     out = tmp_path / "sim"
-    command = [sys.executable, "scripts/sim_experiments.py", "--hosts", "13", "--loads", "0.5",
-               "--seeds", "1", "2", "3", "--policy", "fair", "sincronia"]  # fmt: skip
+    command = [sys.executable, "-m", "experiments.sim_experiments", "--hosts", "13", "--loads",
+               "0.5", "--seeds", "1", "2", "3", "--policy", "fair", "sincronia"]  # fmt: skip
     run = subprocess.run([*command, "--out", str(out), "--parallel", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
@@ -110,11 +114,11 @@ def test_sim_experiments_summarises_seeds_the_same_on_ray_and_sequentially(tmp_p
 
 
 def test_gpu_experiments_report_intervals(tmp_path):
-    """scripts/gpu_experiments.py: mean +/- 95 % CI per policy over the seeds, and the pairs
+    """hpo-gpu-sweep: mean +/- 95 % CI per policy over the seeds, and the pairs
     relative to (fair, fifo) paired per seed, recomputed here from its own per-run CSV."""
     out = tmp_path / "gpu"
     run = subprocess.run(
-        [sys.executable, "scripts/gpu_experiments.py", "--sequential", "--hosts", "13",
+        [sys.executable, "-m", "experiments.gpu_experiments", "--sequential", "--hosts", "13",
          "--tasks", "1",
          "--seeds", "1", "2", "--compute-seeds", "1", "2", "3", "--configs-alone", "16",
          "--out", str(out)],
@@ -148,28 +152,32 @@ def test_gpu_experiments_report_intervals(tmp_path):
 def test_sim_experiments_reads_its_trace_before_the_sweep(tmp_path):
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/sim_experiments.py"), "--trace", "/nonexistent",
+        [sys.executable, "-m", "experiments.sim_experiments", "--trace", "/nonexistent",
          "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "sim_experiments.py: error: --trace: /nonexistent: No such file or directory"
+        "python -m experiments.sim_experiments: error: --trace: /nonexistent: No such file or "
+        "directory"
     )
     assert time.monotonic() - started < 30 and not (tmp_path / "hpo.csv").exists()
 
 
 def test_every_documented_way_to_start_a_sweep_runs_on_ray(tmp_path):
-    """``python -m`` (whose point functions live in ``__main__``), the launcher script and the
-    console script's module all run their points as Ray tasks."""
+    """``python -m`` (whose point functions live in ``__main__``) and the console script (whose
+    live in the module) both run their points as Ray tasks; without the project installed, the
+    console script's own two lines stand in for it."""
     tiny = ["--hosts", "13", "--loads", "0.5", "--seeds", "1", "--policy", "fair",
             "--parallel", "1"]  # fmt: skip
-    for way, command in (
+    script = Path(sys.executable).parent / "hpo-sim-sweep"
+    for way, argv in (
         ("module", [sys.executable, "-m", "experiments.sim_experiments"]),
-        ("launcher", [sys.executable, "scripts/sim_experiments.py"]),
-    ):
+        ("console script", [str(script)] if installed_here() and script.is_file()
+         else [sys.executable, "-c", CONSOLE_SCRIPT]),
+    ):  # fmt: skip
         out = tmp_path / way
-        run = subprocess.run([*command, *tiny, "--out", str(out)], cwd=ROOT,
+        run = subprocess.run([*argv, *tiny, "--out", str(out)], cwd=ROOT,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
         assert run.returncode == 0, (way, run.stderr[-2000:])
         assert len(list((out / "points").glob("*.json"))) == 2, way

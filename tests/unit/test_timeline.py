@@ -186,12 +186,13 @@ def test_the_simulator_cli_draws_every_run_and_wants_a_folder_for_it(tmp_path):
         )
         assert (tmp_path / f"schedule-{policy}.png").stat().st_size > 10_000
     redraw = subprocess.run(
-        [sys.executable, "scripts/schedule_plot.py", str(tmp_path / "timeline-fair.json"),
+        [sys.executable, "-m", "simulator.schedule_plot", str(tmp_path / "timeline-fair.json"),
          str(tmp_path / "timeline-sincronia.json"), "-o", str(tmp_path / "both.png")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert redraw.returncode == 0 and (tmp_path / "both.png").exists(), redraw.stderr
-    bad = subprocess.run([sys.executable, "scripts/schedule_plot.py", str(tmp_path / "no.json")],
+    bad = subprocess.run([sys.executable, "-m", "simulator.schedule_plot",
+                          str(tmp_path / "no.json")],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "not a timeline" in bad.stderr
     assert "Traceback" not in bad.stderr
