@@ -64,7 +64,7 @@ def random_state(n_coflows: int, n_hosts: int, jobs_per_stage: int, seed: int) -
         budget = rng.randint(1, 20)
         jobs.append(Job(k, per_iter, budget, rng.randint(0, budget - 1), stage_id, arrival_s=k))
         stages.setdefault(stage_id, Stage(stage_id, [], arrival_s=stage_id)).job_ids.append(k)
-    return ClusterState.build(coflows, jobs, stages.values(), default_port_bps=1e9)
+    return ClusterState.build(coflows, jobs, stages.values(), link_bps=1e9)
 
 
 def index_of(state: ClusterState) -> CoflowIndex:

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--active and --registrations must be >= 1")
 
     registry = Registry(":memory:")
-    engine = Engine(registry, policy=args.policy, port_bps=1e9)
+    engine = Engine(registry, policy=args.policy, link_bps=1e9)
     rng = random.Random(args.seed)
     n_jobs = max(1, args.active // 2)
     for stage in range(1, n_jobs // 8 + 2):

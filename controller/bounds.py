@@ -170,29 +170,29 @@ class JobDemand:
         return total
 
 
-def job_lower_bound(job: JobDemand, port_bps: float) -> float:
+def job_lower_bound(job: JobDemand, link_bps: float) -> float:
     """``n (c + B_1 + ... + B_m) - (n - 1) (B_m - f)``: every iteration's compute and its
     phases' bottlenecks, less what consecutive iterations may overlap (see the module
     docstring)."""
     if job.iterations <= 0:
         return 0.0
-    bottlenecks = [8.0 * max(phase.values(), default=0.0) / port_bps for phase in job.phases]
+    bottlenecks = [8.0 * max(phase.values(), default=0.0) / link_bps for phase in job.phases]
     overlap = 0.0
     if bottlenecks and job.shortest_last_flow_bytes is not None:
-        shortest = 8.0 * job.shortest_last_flow_bytes / port_bps
+        shortest = 8.0 * job.shortest_last_flow_bytes / link_bps
         overlap = max(bottlenecks[-1] - shortest, 0.0)
     return job.iterations * (job.compute_s + sum(bottlenecks)) - (job.iterations - 1) * overlap
 
 
-def stage_lower_bound(jobs: Sequence[JobDemand], port_bps: float) -> float:
+def stage_lower_bound(jobs: Sequence[JobDemand], link_bps: float) -> float:
     """The larger of the stage's slowest job alone (:func:`job_lower_bound`) and, over its
     ports, the earliest any of its jobs can send there plus all its bytes there at line rate.
 
     Args:
         jobs: the stage's jobs, all starting with the stage.
-        port_bps: capacity of every port.
+        link_bps: capacity of every port.
     """
-    alone = max((job_lower_bound(job, port_bps) for job in jobs), default=0.0)
+    alone = max((job_lower_bound(job, link_bps) for job in jobs), default=0.0)
     load: dict[Hashable, float] = {}
     first_send: dict[Hashable, float] = {}
     for job in jobs:
@@ -200,12 +200,12 @@ def stage_lower_bound(jobs: Sequence[JobDemand], port_bps: float) -> float:
             if size > 0 and job.iterations > 0:
                 load[port] = load.get(port, 0.0) + job.iterations * size
                 first_send[port] = min(first_send.get(port, job.compute_s), job.compute_s)
-    busiest = max((first_send[p] + 8.0 * load[p] / port_bps for p in load), default=0.0)
+    busiest = max((first_send[p] + 8.0 * load[p] / link_bps for p in load), default=0.0)
     return max(alone, busiest)
 
 
 def staggered_stage_lower_bound(
-    joins: Sequence[tuple[float, JobDemand]], start_s: float, port_bps: float
+    joins: Sequence[tuple[float, JobDemand]], start_s: float, link_bps: float
 ) -> float:
     """A lower bound on the SCT of a stage whose jobs join it over time (ASHA's rungs).
 
@@ -217,10 +217,10 @@ def staggered_stage_lower_bound(
     Args:
         joins: ``(join time, job)`` of every job of the stage.
         start_s: the stage's start (its first join).
-        port_bps: capacity of every port.
+        link_bps: capacity of every port.
     """
     best = 0.0
     for t in sorted({join_s for join_s, _ in joins}):
         later = [job for join_s, job in joins if join_s >= t]
-        best = max(best, t - start_s + stage_lower_bound(later, port_bps))
+        best = max(best, t - start_s + stage_lower_bound(later, link_bps))
     return best

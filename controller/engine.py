@@ -221,8 +221,8 @@ class Engine:
         registry: the validated, persistent registry.
         policy: policy name (the registry's saved choice wins after a restart).
         policy_options: options for :func:`controller.policies.make_policy`.
-        port_bps: capacity of every host port (bit/s) unless ``host_bps`` names the host.
-        host_bps: per-host capacity overrides, by IPv4 address.
+        link_bps: capacity of every host port (bit/s) unless ``host_link_bps`` names the host.
+        host_link_bps: per-host capacity overrides, by IPv4 address.
         monotonic: clock for latencies.
         cpu_clock: the process's CPU time (for the slowest event's breakdown).
         preemptions: a count that grows each time the OS takes the core from the calling
@@ -244,8 +244,8 @@ class Engine:
         registry: Registry,
         policy: str = "beamer",
         policy_options: dict | None = None,
-        port_bps: float = 20e6,
-        host_bps: dict[str, float] | None = None,
+        link_bps: float = 20e6,
+        host_link_bps: dict[str, float] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         cpu_clock: Callable[[], float] = time.process_time,
         preemptions: Callable[[], int] = involuntary_switches,
@@ -256,8 +256,8 @@ class Engine:
         self.registry = registry
         self.edge_switch = edge_switch
         self.gc_pauses = gc_pauses
-        self.port_bps = port_bps
-        self.host_bps = dict(host_bps or {})
+        self.link_bps = link_bps
+        self.host_link_bps = dict(host_link_bps or {})
         self.monotonic = monotonic
         self.cpu_clock = cpu_clock
         self.preemptions = preemptions
@@ -343,7 +343,7 @@ class Engine:
         started, cpu_started = self.monotonic(), self.cpu_clock()
         preempted_before = self.preemptions()
         try:
-            state = self.registry.cluster_state(self.port_bps, self.host_bps)
+            state = self.registry.cluster_state(self.link_bps, self.host_link_bps)
             schedule = self.policy.schedule(state)
             table = self.marking.update(state, schedule, self.registry.job_tcp_ports())
         except Exception as exc:

@@ -31,7 +31,7 @@ JobId = int
 StageId = int
 FlowKey = tuple  # (coflow_id, flow_id)
 
-DEFAULT_PORT_BPS = 1e9
+DEFAULT_LINK_BPS = 1e9
 
 
 def egress(host: HostId) -> Port:
@@ -55,8 +55,8 @@ class Host:
     """
 
     name: HostId
-    egress_bps: float = DEFAULT_PORT_BPS
-    ingress_bps: float = DEFAULT_PORT_BPS
+    egress_bps: float = DEFAULT_LINK_BPS
+    ingress_bps: float = DEFAULT_LINK_BPS
 
 
 @dataclass
@@ -1014,12 +1014,12 @@ class ClusterState:
 
     Args:
         hosts: known hosts with their port capacities; ports of unknown hosts get
-            ``default_port_bps``.
+            ``link_bps``.
         coflows: active coflows by id.
         jobs: registered jobs by id.
         stages: registered stages by id.
         now_s: current time.
-        default_port_bps: capacity of ports of hosts missing from ``hosts``.
+        link_bps: capacity of ports of hosts missing from ``hosts``.
         loads: the active coflows of ``coflows`` with their loads read beforehand (a
             :class:`CoflowIndex`'s snapshot; the controller's registry keeps one index between
             reorders); the state then lists its active coflows and offers their loads as
@@ -1036,7 +1036,7 @@ class ClusterState:
     jobs: dict[JobId, Job] = field(default_factory=dict)
     stages: dict[StageId, Stage] = field(default_factory=dict)
     now_s: float = 0.0
-    default_port_bps: float = DEFAULT_PORT_BPS
+    link_bps: float = DEFAULT_LINK_BPS
     loads: CoflowLoads | None = None
     stages_version: object | None = None
 
@@ -1081,7 +1081,7 @@ class ClusterState:
         """Capacity of ``port`` in bit/s."""
         host = self.hosts.get(port[0])
         if host is None:
-            return self.default_port_bps
+            return self.link_bps
         return host.egress_bps if port[1] == EGRESS else host.ingress_bps
 
     def active_coflows(self) -> list[Coflow]:
@@ -1152,7 +1152,7 @@ class ClusterState:
         """Capacity in bit/s of each of ``sparse``'s columns."""
         n_hosts = sparse.n_hosts
         if not self.hosts:
-            return np.full(2 * n_hosts, float(self.default_port_bps))
+            return np.full(2 * n_hosts, float(self.link_bps))
         names = range(n_hosts) if sparse.hosts is None else sparse.hosts
         ports = ((names[k % n_hosts], k // n_hosts) for k in range(2 * n_hosts))
         return np.fromiter(map(self.port_bps, ports), float, 2 * n_hosts)
@@ -1203,7 +1203,7 @@ def port_bytes(flows: Iterable[Flow], remaining: bool = True) -> dict[Port, floa
 def port_seconds(state: ClusterState, load_bytes: Mapping[Port, float]) -> dict[Port, float]:
     """Convert per-port bytes into the seconds each port needs at its capacity."""
     if not state.hosts:  # every port at the default capacity (the simulator's states)
-        bps = state.default_port_bps
+        bps = state.link_bps
         return {port: 8.0 * size / bps for port, size in load_bytes.items()}
     return {port: 8.0 * size / state.port_bps(port) for port, size in load_bytes.items()}
 
@@ -1212,5 +1212,5 @@ def bottleneck_s(state: ClusterState, load_bytes: Mapping[Port, float]) -> float
     """Time the most loaded port needs alone (Varys' Gamma); 0 for no load."""
     if not state.hosts:
         # x -> 8 x / bps is monotone in floating point too, so this is the same maximum
-        return 8.0 * max(load_bytes.values(), default=0.0) / state.default_port_bps
+        return 8.0 * max(load_bytes.values(), default=0.0) / state.link_bps
     return max(port_seconds(state, load_bytes).values(), default=0.0)

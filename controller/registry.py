@@ -1023,7 +1023,7 @@ class Registry:
 
     # ---- scheduling view -----------------------------------------------------------------------
 
-    def cluster_state(self, port_bps: float, host_bps: Mapping[str, float] | None = None):
+    def cluster_state(self, link_bps: float, host_link_bps: Mapping[str, float] | None = None):
         """The scheduling core's view: active coflows (explicit and implicit), jobs, stages.
 
         The coflows with bytes left are the registered ones, and a running job's implicit
@@ -1044,9 +1044,9 @@ class Registry:
                 if rec.stage_id in stages:
                     stages[rec.stage_id].job_ids.append(rec.job_id)
             self._stages_view = stages
-        hosts = {ip: Host(ip, bps, bps) for ip, bps in (host_bps or {}).items()}
+        hosts = {ip: Host(ip, bps, bps) for ip, bps in (host_link_bps or {}).items()}
         return ClusterState(hosts, coflows, self._jobs_view, self._stages_view, self.clock(),
-                            port_bps, loads, self._stages_version)  # fmt: skip
+                            link_bps, loads, self._stages_version)  # fmt: skip
 
     def job_tcp_ports(self) -> dict[int, list[int]]:
         """Each job's TCP ports (the record's list), kept until a job changes; the dict is

@@ -91,7 +91,7 @@ class Settings:
     offered_policies: list[str] = field(default_factory=list)  # --load-policy
     db_path: str = "controller.sqlite"
     tick_s: float = 1.0
-    port_bps: float = 20e6
+    link_bps: float = 20e6
     hosts: list[HostPort] = field(default_factory=list)
     verbose: bool = False
     rest_host: str = "127.0.0.1"
@@ -134,7 +134,7 @@ class HpoScheduler(app_manager.RyuApp):
             self.registry,
             settings.policy,
             settings.policy_options,
-            settings.port_bps,
+            settings.link_bps,
             {h.ip: h.bps for h in settings.hosts if h.bps},
             gc_pauses=GcPauses().install(),
             offered_policies=settings.offered_policies,

@@ -60,7 +60,7 @@ class Timeline:
 
     Args:
         ports: the recorded ports' names, in the order of :meth:`ports_at`'s values.
-        port_bps: every port's line rate (what utilisation 1 means).
+        link_bps: every port's line rate (what utilisation 1 means).
         source: what recorded it (``"simulator"``, ``"testbed"``), shown on pictures.
         stages: a label per stage id (e.g. ``"task 0 stage 1"``): pictures group and name rows
             by it, so that runs whose ids differ (testbed and simulator) line up.
@@ -68,7 +68,7 @@ class Timeline:
     """
 
     ports: list[str]
-    port_bps: float
+    link_bps: float
     source: str = ""
     spans: list[LevelSpan] = field(default_factory=list)
     sample_s: list[float] = field(default_factory=list)
@@ -78,8 +78,8 @@ class Timeline:
     _open: dict[Hashable, tuple[CoflowLevel, float]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.port_bps) and self.port_bps > 0):
-            raise ValueError(f"port_bps must be a positive number, got {self.port_bps!r}")
+        if not (math.isfinite(self.link_bps) and self.link_bps > 0):
+            raise ValueError(f"link_bps must be a positive number, got {self.link_bps!r}")
 
     def levels_at(self, now_s: float, active: Iterable[CoflowLevel]) -> None:
         """A snapshot of every active coflow's level at ``now_s``: a coflow whose level
@@ -143,7 +143,7 @@ class Timeline:
             return [0.0], [[] for _ in self.ports]
         edges = np.linspace(0.0, end_s, n_bins + 1)
         counters = np.asarray(self.port_bytes, dtype=float)
-        scale = 8.0 / (self.port_bps * end_s / n_bins)
+        scale = 8.0 / (self.link_bps * end_s / n_bins)
         rows = [
             (np.diff(np.interp(edges, self.sample_s, counters[:, p])) * scale).tolist()
             for p in range(len(self.ports))
@@ -165,14 +165,14 @@ class Timeline:
         share = {}
         for p, name in enumerate(self.ports):
             at = np.interp(edges, self.sample_s, counters[:, p])
-            share[name] = float((at[:, 1] - at[:, 0]).sum() * 8.0 / (self.port_bps * length))
+            share[name] = float((at[:, 1] - at[:, 0]).sum() * 8.0 / (self.link_bps * length))
         return share
 
     def to_json(self) -> dict:
         """A JSON document (open spans are not included: :meth:`close` first)."""
         return {
             "source": self.source,
-            "port_bps": self.port_bps,
+            "port_bps": self.link_bps,
             "ports": self.ports,
             "spans": [asdict(s) for s in self.spans],
             "sample_s": self.sample_s,

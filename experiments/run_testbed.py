@@ -503,7 +503,6 @@ def run_policy(
         net = network.start(
             topo,
             ofp_port,
-            args.bw,
             host_priorities=args.host_priorities,
             tcp_rto_max_ms=args.tcp_rto_max_ms,
         )
@@ -544,7 +543,7 @@ def run_policy(
             hosts,
             ctl.client,
             tasks,
-            port_bps=args.bw * 1e6,
+            link_bps=args.bw * 1e6,
             progress=lambda m: print(f"  {m}"),
             gpus=gpus,
             log_dir=out / "logs",

@@ -181,11 +181,11 @@ def load_sweep_trace(key: str) -> Trace:
 
 
 @functools.cache
-def trace_and_bound(key: str, host_bps: float) -> tuple[Trace, float]:
+def trace_and_bound(key: str, link_bps: float) -> tuple[Trace, float]:
     """The trace of ``key`` (:func:`trace_key`) and its lower bound on the total CCT, read once
     per process (every policy's point uses them; ``install`` only reads the trace)."""
     trace = load_sweep_trace(key)
-    return trace, trace_lower_bound(trace, host_bps, offline=False)
+    return trace, trace_lower_bound(trace, link_bps, offline=False)
 
 
 def trace_point(point: dict) -> dict:
@@ -194,9 +194,9 @@ def trace_point(point: dict) -> dict:
     from simulator.engine import Fabric, Simulator, warm_up
 
     warm_up()
-    host_bps = point["link_gbps"] * 1e9
-    trace, bound = trace_and_bound(point["trace"], host_bps)
-    sim = Simulator(Fabric(trace.n_ports, host_bps), make_policy(point["policy"]))
+    link_bps = point["link_gbps"] * 1e9
+    trace, bound = trace_and_bound(point["trace"], link_bps)
+    sim = Simulator(Fabric(trace.n_ports, link_bps), make_policy(point["policy"]))
     trace.install(sim)
     sim.run()
     cct = [r["cct_s"] for r in coflow_rows(sim)]
@@ -437,13 +437,13 @@ def main(argv=None) -> int:
         parser.error(f"--hosts must be >= {WORKERS}, --loads and --link-gbps > 0")
     if args.baseline not in args.policy:
         parser.error(f"--baseline {args.baseline} is not among --policy")
-    args.host_bps = args.link_gbps * 1e9
+    args.link_bps = args.link_gbps * 1e9
     args.out.mkdir(parents=True, exist_ok=True)
     from simulator.traces import MB, TraceError
 
     try:  # read before the sweep: a bad trace must not cost the sweep's minutes first
         key = trace_key(args.trace)
-        trace, _ = trace_and_bound(key, args.host_bps)
+        trace, _ = trace_and_bound(key, args.link_bps)
     except (DataError, TraceError) as exc:
         parser.error(f"--trace: {exc}")
     if key == SYNTHETIC:  # what was generated, beside the results

@@ -220,7 +220,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
         "(hpo-testbed --link-gbps) (default: 1)",
     )
     parser.add_argument(  # the same in bit/s, the older spelling
-        "--host-bps", type=positive(float), default=None, help=argparse.SUPPRESS
+        "--host-bps", dest="link_bps", type=positive(float), default=None, help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--hosts-per-leaf",
@@ -259,14 +259,14 @@ def run_trace(args) -> int:
         f"{trace.n_ports} ports, {trace.total_bytes / 2**20:,.0f} MB",
         flush=True,
     )
-    fabric = Fabric(trace.n_ports, args.host_bps, args.hosts_per_leaf, args.oversubscription)
-    bound = trace_lower_bound(trace, args.host_bps, args.offline)
+    fabric = Fabric(trace.n_ports, args.link_bps, args.hosts_per_leaf, args.oversubscription)
+    bound = trace_lower_bound(trace, args.link_bps, args.offline)
     summary = {
         "trace": str(args.trace),
         "mode": args.mode,
         "offline": args.offline,
-        "link_gbps": args.host_bps / 1e9,
-        "host_bps": args.host_bps,
+        "link_gbps": args.link_bps / 1e9,
+        "host_bps": args.link_bps,
         "lower_bound_total_cct_s": bound,
         "policies": {},
     }
@@ -341,12 +341,12 @@ def run_hpo(args) -> int:
     if not 0 <= args.resume_cost < args.quantum:
         print(f"{program(__name__)}: error: need 0 <= --resume-cost < --quantum", file=sys.stderr)
         return 2
-    fabric = Fabric(args.hosts, args.host_bps, args.hosts_per_leaf, args.oversubscription)
+    fabric = Fabric(args.hosts, args.link_bps, args.hosts_per_leaf, args.oversubscription)
     summary = {
         "workload": dict(kwargs),
         "mode": args.mode,
-        "link_gbps": args.host_bps / 1e9,
-        "host_bps": args.host_bps,
+        "link_gbps": args.link_bps / 1e9,
+        "host_bps": args.link_bps,
         "policies": {},
     }
     if surrogate is not None:
@@ -432,7 +432,7 @@ def _timeline(args, fabric: Fabric, label: str, workload: str) -> Timeline | Non
     ``--schedule`` asked for one."""
     if not args.schedule:
         return None
-    return Timeline(port_names(fabric.n_hosts), fabric.host_bps, f"simulator, {label}",
+    return Timeline(port_names(fabric.n_hosts), fabric.link_bps, f"simulator, {label}",
                     workload=workload)  # fmt: skip
 
 
@@ -463,8 +463,8 @@ def hpo_summary(driver: HpoDriver) -> dict:
 def main(argv=None) -> int:
     """Run the simulator's command line; the exit status for the shell."""
     args = build_parser().parse_args(argv)
-    if args.host_bps is None:
-        args.host_bps = args.link_gbps * 1e9
+    if args.link_bps is None:
+        args.link_bps = args.link_gbps * 1e9
     if args.schedule and args.out is None:
         build_parser().error("--schedule needs --out DIR")
     if args.command == "trace":

@@ -87,23 +87,23 @@ class Fabric:
 
     Args:
         n_hosts: number of hosts (ids 0..n_hosts-1).
-        host_bps: capacity of every host's egress and ingress link.
+        link_bps: capacity of every host's egress and ingress link.
         hosts_per_leaf: ``None`` for a big switch; else hosts are grouped into leaves of this
             many, and traffic between leaves crosses the source leaf's uplink and the
             destination leaf's downlink.
-        oversubscription: leaf uplink capacity = hosts_per_leaf * host_bps / oversubscription.
+        oversubscription: leaf uplink capacity = hosts_per_leaf * link_bps / oversubscription.
     """
 
     n_hosts: int
-    host_bps: float = 1e9
+    link_bps: float = 1e9
     hosts_per_leaf: int | None = None
     oversubscription: float = 1.0
 
     def __post_init__(self) -> None:
         if self.n_hosts < 1:
             raise ValueError("n_hosts must be >= 1")
-        if not 0 < self.host_bps < math.inf:  # (NaN fails too)
-            raise ValueError("host_bps must be finite and > 0")
+        if not 0 < self.link_bps < math.inf:  # (NaN fails too)
+            raise ValueError("link_bps must be finite and > 0")
         if self.hosts_per_leaf is not None and self.hosts_per_leaf < 1:
             raise ValueError("hosts_per_leaf must be >= 1")
         if not 0 < self.oversubscription < math.inf:
@@ -123,8 +123,8 @@ class Fabric:
 
     def capacity(self) -> np.ndarray:
         """Capacity of every link: host egress, host ingress, leaf up, leaf down, padding."""
-        hosts = np.full(2 * self.n_hosts, float(self.host_bps))
-        uplink = (self.hosts_per_leaf or 0) * self.host_bps / self.oversubscription
+        hosts = np.full(2 * self.n_hosts, float(self.link_bps))
+        uplink = (self.hosts_per_leaf or 0) * self.link_bps / self.oversubscription
         leaves = np.full(2 * self.n_leaves, uplink)
         return np.concatenate([hosts, leaves, [np.inf]])
 
@@ -499,7 +499,7 @@ class Simulator:
             jobs,
             stages,
             self.now_s,
-            self.fabric.host_bps,
+            self.fabric.link_bps,
             stages_version=self.stages_version(),
             port_bits=port_bits,
             by_arrival=self._views.by_arrival(),

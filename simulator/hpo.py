@@ -70,7 +70,7 @@ class HpoDriver:
         self.job_startup_s = job_startup_s
         # stages, jobs and coflows share one id sequence
         self._ids = itertools.count(1)
-        self.core = HpoCore(tasks, sim.fabric.host_bps, gpus, fractions, self._ids.__next__)
+        self.core = HpoCore(tasks, sim.fabric.link_bps, gpus, fractions, self._ids.__next__)
         self.tasks, self.jobs, self.stages = self.core.tasks, self.core.jobs, self.core.stages
         self._ticking = False
         self._progress: dict[int, _Progress] = {}

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # (the engine loads numba: the commands' --help need not)
     from simulator.traces import Trace
 
 
-def trace_lower_bound(trace: Trace, host_bps: float, offline: bool) -> float:
+def trace_lower_bound(trace: Trace, link_bps: float, offline: bool) -> float:
     """Lower bound on the total CCT of ``trace`` on a big switch (controller.bounds).
 
     Demands are seconds of port time per host port; release times are the arrivals (zero when
@@ -32,7 +32,7 @@ def trace_lower_bound(trace: Trace, host_bps: float, offline: bool) -> float:
     """
     demands, releases = [], []
     for coflow in trace.coflows:
-        seconds = 8.0 * coflow.size_bytes / host_bps
+        seconds = 8.0 * coflow.size_bytes / link_bps
         out = np.bincount(coflow.src, weights=seconds, minlength=trace.n_ports)
         into = np.bincount(coflow.dst, weights=seconds, minlength=trace.n_ports)
         demand = {("out", int(p)): float(out[p]) for p in np.flatnonzero(out)}

@@ -154,7 +154,7 @@ MAX_COFLOWS = 7
 
 def state_of(coflows, jobs=(), stages=()) -> ClusterState:
     """A cluster state of ``coflows`` (and their jobs and stages) on 8 bit/s ports."""
-    return ClusterState.build(coflows, jobs, stages, default_port_bps=BYTE_PER_S)
+    return ClusterState.build(coflows, jobs, stages, link_bps=BYTE_PER_S)
 
 
 def random_coflows(rng: random.Random, n: int, n_hosts: int, weighted: bool) -> list[Coflow]:

@@ -89,12 +89,12 @@ def filter_batch(dev: str, filters: Iterable[HostFilter], pref: int) -> list[str
     return lines
 
 
-def host_batch(dev: str, rate_bps: float) -> list[str]:
+def host_batch(dev: str, link_bps: float) -> list[str]:
     """``tc -batch`` lines that give a host's egress ``dev`` the 8 priority classes, with the
     DSCP filters after the per-rule filters of :class:`HostPriorities`, each class queueing at
     most what the FIFO shaper it replaces would (:data:`HOST_QUEUE_PACKETS`)."""
     commands = htb_commands(
-        dev, rate_bps, dscp_pref=HOST_DSCP_PREF, queue_packets=HOST_QUEUE_PACKETS
+        dev, link_bps, dscp_pref=HOST_DSCP_PREF, queue_packets=HOST_QUEUE_PACKETS
     )
     return [" ".join(cmd[1:]) for cmd in commands]
 

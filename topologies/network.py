@@ -5,8 +5,8 @@
 - links: ``TCLink`` with the topology's ``bw``; on every switch port the root qdisc is then
   replaced by the 8 priority classes of :mod:`topologies.qos` at the link's rate (a fabric's
   uplinks included), and with
-  ``host_priorities`` on the hosts' side too (their filters follow the controller's rules, see
-  :mod:`topologies.host_qos`);
+  ``host_priorities`` on the hosts' side too, at their links' rate (their filters follow the
+  controller's rules, see :mod:`topologies.host_qos`);
 - hosts: TCP checksum offload off (TCP through the userspace datapath needs it), and TCP's
   retransmission timeout capped (``tcp_rto_max_ms``, see :data:`TCP_RTO_MAX_MS`);
 - controller: a remote one on 127.0.0.1.
@@ -45,10 +45,10 @@ from topologies import ownership
 from topologies.host_qos import TcRunner, host_batch
 from topologies.qos import apply_htb
 from topologies.testbed import (
-    DEFAULT_BW_MBPS,
     RTO_MAX_SYSCTL,
     TCP_RTO_MAX_MS,
     rto_cap_supported,
+    shaped_bps,
     tune_host,
 )
 
@@ -130,7 +130,6 @@ def tc_runner(host) -> TcRunner:
 def start(
     topo: Topo,
     controller_port: int = 6653,
-    bw_mbps: float = DEFAULT_BW_MBPS,
     host_priorities: bool = False,
     tcp_rto_max_ms: int | None = TCP_RTO_MAX_MS,
 ) -> Mininet:
@@ -147,7 +146,7 @@ def start(
     lock = testbed_lock()
     lock.acquire()
     try:
-        net = _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_ms)
+        net = _start_locked(topo, controller_port, host_priorities, tcp_rto_max_ms)
     except BaseException:
         lock.release()
         raise
@@ -155,7 +154,7 @@ def start(
     return net
 
 
-def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_ms) -> Mininet:
+def _start_locked(topo, controller_port, host_priorities, tcp_rto_max_ms) -> Mininet:
     owner = ownership.this_process("testbed")
     names = ownership.mininet_names(topo)
     # Under the lock no other testbed run is live, so a bridge or port marked by one is a
@@ -181,10 +180,11 @@ def _start_locked(topo, controller_port, bw_mbps, host_priorities, tcp_rto_max_m
         for sw in net.switches:
             for intf in sw.intfList():
                 if intf.name != "lo":  # every port at its own link's rate (a fabric's uplinks)
-                    apply_htb([intf.name], float(intf.params.get("bw") or bw_mbps) * 1e6)
+                    apply_htb([intf.name], shaped_bps(intf))
         if host_priorities:
             for host in net.hosts:
-                tc_runner(host)(host_batch(host.defaultIntf().name, bw_mbps * 1e6))
+                intf = host.defaultIntf()
+                tc_runner(host)(host_batch(intf.name, shaped_bps(intf)))
     except BaseException:
         _stop_unlocked(net)
         raise

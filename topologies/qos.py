@@ -31,17 +31,17 @@ def level_classid(level: int) -> str:
 
 
 def htb_commands(
-    dev: str, rate_bps: float, dscp_pref: int = 1, queue_packets: int | None = None
+    dev: str, link_bps: float, dscp_pref: int = 1, queue_packets: int | None = None
 ) -> list[list[str]]:
     """``tc`` commands (argument lists) that give ``dev`` the 8 priority classes.
 
     ``dscp_pref`` is the ``tc`` preference of the filters that choose a class by DSCP; a host's
     egress puts them after its per-job filters (:mod:`topologies.host_qos`). ``queue_packets``
     bounds every class's FIFO (default: the device's ``txqueuelen``, 1000 packets)."""
-    if rate_bps <= 0:
-        raise ValueError("rate_bps must be > 0")
-    rate = f"{int(rate_bps)}bit"
-    floor = f"{max(8000, int(rate_bps * GUARANTEED_FRACTION))}bit"
+    if link_bps <= 0:
+        raise ValueError("link_bps must be > 0")
+    rate = f"{int(link_bps)}bit"
+    floor = f"{max(8000, int(link_bps * GUARANTEED_FRACTION))}bit"
     control = f"1:{CONTROL_CLASS_MINOR:x}"
     cmds = [
         ["tc", "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb",
@@ -71,10 +71,10 @@ def htb_commands(
     return cmds
 
 
-def apply_htb(devs: Sequence[str], rate_bps: float) -> None:
+def apply_htb(devs: Sequence[str], link_bps: float) -> None:
     """Install the priority classes on every device in ``devs`` (root namespace, needs root)."""
     for dev in devs:
-        for cmd in htb_commands(dev, rate_bps):
+        for cmd in htb_commands(dev, link_bps):
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed: {result.stderr.strip()}")

@@ -198,6 +198,12 @@ class HpoHost(Host):
         return result
 
 
+def shaped_bps(intf) -> float:
+    """The rate Mininet shapes ``intf``'s link at, in bit/s (its ``bw`` is in Mbit/s; a link
+    without one runs at :data:`DEFAULT_BW_MBPS`)."""
+    return float(intf.params.get("bw") or DEFAULT_BW_MBPS) * 1e6
+
+
 def _repository_on_path() -> None:
     """Let this file import the repository's packages also under ``mn --custom``, which runs it
     with the system Python and without ``__file__`` (the code object still names the file)."""
@@ -235,8 +241,7 @@ class HpoSwitch(OVSSwitch):
 
         for intf in self.intfList():
             if intf.name != "lo":
-                rate_mbps = float(intf.params.get("bw") or DEFAULT_BW_MBPS)
-                apply_htb([intf.name], rate_mbps * 1e6)
+                apply_htb([intf.name], shaped_bps(intf))
 
 
 topos = {"testbed": OneSwitchTopo, "leafspine": LeafSpineTopo}

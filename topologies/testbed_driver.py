@@ -75,7 +75,7 @@ class TestbedDriver:
         hosts: the testbed hosts, host index i of the workload is ``hosts[i]``.
         client: REST client of the controller.
         tasks: the workload (``workloads.hpo.generate``; its profiles already scaled).
-        port_bps: the emulated capacity of every host link (for the lower bounds).
+        link_bps: the emulated capacity of every host link (for the lower bounds).
         progress: called with a one-line status now and then.
         gpus: the job manager sharing the hosts' GPUs (servers = ``hosts``), or ``None``: every
             job computes as soon as it starts.
@@ -94,7 +94,7 @@ class TestbedDriver:
         hosts: list,
         client: ControllerClient,
         tasks: list[HpoTask],
-        port_bps: float,
+        link_bps: float,
         progress=print,
         gpus: GpuManager | None = None,
         log_dir: Path | None = None,
@@ -111,7 +111,7 @@ class TestbedDriver:
         if gpus is not None and gpus.servers != len(hosts):
             raise ValueError(f"the job manager has {gpus.servers} servers for {len(hosts)} hosts")
         self.gpus = gpus
-        self.core = HpoCore(tasks, port_bps, gpus)
+        self.core = HpoCore(tasks, link_bps, gpus)
         self.tasks, self.jobs, self.stages = self.core.tasks, self.core.jobs, self.core.stages
         self.signals_sent = 0
         self.pauses = 0  # worker pauses that ended in a resume

@@ -199,7 +199,7 @@ class HpoCore:
 
     Args:
         tasks: the workload (:func:`workloads.hpo.generate`).
-        port_bps: capacity of every host port (for the lower bounds).
+        link_bps: capacity of every host port (for the lower bounds).
         gpus: the job manager sharing the GPUs, or ``None``: every job computes at once.
         fractions: accuracy fractions (of converged accuracy) whose time to reach is recorded.
         new_id: gives stage and job ids (default: 1, 2, ...); a driver that numbers more
@@ -209,15 +209,15 @@ class HpoCore:
     def __init__(
         self,
         tasks: Iterable[HpoTask],
-        port_bps: float,
+        link_bps: float,
         gpus: GpuManager | None = None,
         fractions: Iterable[float] = FRACTIONS,
         new_id: Callable[[], int] | None = None,
     ) -> None:
-        if not port_bps > 0:
-            raise ValueError(f"port_bps must be > 0, got {port_bps!r}")
+        if not link_bps > 0:
+            raise ValueError(f"link_bps must be > 0, got {link_bps!r}")
         self.tasks = {t.task_id: t for t in tasks}
-        self.port_bps = float(port_bps)
+        self.link_bps = float(link_bps)
         self.gpus = gpus
         self.fractions = tuple(fractions)
         self._new_id = new_id or itertools.count(1).__next__
@@ -412,7 +412,7 @@ class HpoCore:
         """The least time any one of the task's configurations needs to train alone through
         stages ``0..last``: one of them did, if stage ``last`` ran."""
         return min(
-            sum(job_lower_bound(self._job_demand(task, self._phases(task, c), n), self.port_bps)
+            sum(job_lower_bound(self._job_demand(task, self._phases(task, c), n), self.link_bps)
                 for _, n in task.plan[: last + 1])
             for c in range(task.n_configs)
         )  # fmt: skip
@@ -433,7 +433,7 @@ class HpoCore:
             trained = run.trained
             job = JobRun(
                 self._new_id(), task.task_id, stage.stage_id, config, hosts, phases, trained,
-                stage.iterations, now_s, demand.sync_bytes, job_lower_bound(demand, self.port_bps),
+                stage.iterations, now_s, demand.sync_bytes, job_lower_bound(demand, self.link_bps),
             )  # fmt: skip
             self.jobs[job.job_id] = job
             stage.job_ids.append(job.job_id)
@@ -449,7 +449,7 @@ class HpoCore:
                 )
         before = stage.bound_s
         stage.bound_s = staggered_stage_lower_bound(
-            self._joins[stage.stage_id], stage.start_s, self.port_bps
+            self._joins[stage.stage_id], stage.start_s, self.link_bps
         )
         if not task.asynchronous:
             sums = self._bracket_bounds[task.task_id]
@@ -492,7 +492,7 @@ class HpoCore:
         busy = {
             f"host{host}-{'out' if direction == EGRESS else 'in'}": 8.0
             * size
-            / self.port_bps
+            / self.link_bps
             / window
             for (host, direction), size in load.items()
         }
@@ -517,7 +517,7 @@ class HpoCore:
         result["best_identified_s"] = summarise([r["best_identified_s"] for r in tasks])
         result["stages"] = len(stages)
         result["gpu"] = self.gpu_stats(now_s)
-        result["port_bps"] = self.port_bps
+        result["port_bps"] = self.link_bps
         busiest, quarter = busiest_shares(self.port_busy().values())
         result["busiest_port_busy"], result["busiest_quarter_busy"] = busiest, quarter
         return result

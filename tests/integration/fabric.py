@@ -29,14 +29,14 @@ class NetnsFabric:
     """``n_hosts`` namespaces ``<prefix>h<i>`` (10.0.0.i) on bridge ``<prefix>br``.
 
     The switch-side veth of host i is ``<prefix>s<i>`` on OpenFlow port i, with the 8 HTB
-    priority classes at ``rate_bps``.
+    priority classes at ``link_bps``.
     """
 
-    def __init__(self, prefix: str, n_hosts: int, rate_bps: float = 20e6) -> None:
+    def __init__(self, prefix: str, n_hosts: int, link_bps: float = 20e6) -> None:
         self.prefix = prefix
         self.bridge = f"{prefix}br"
         self.n_hosts = n_hosts
-        self.rate_bps = rate_bps
+        self.link_bps = link_bps
         self.hosts = {f"h{i}": f"10.0.0.{i}" for i in range(1, n_hosts + 1)}
         self.procs: list[subprocess.Popen] = []
         self.owner: ownership.Owner | None = None
@@ -115,7 +115,7 @@ class NetnsFabric:
                 outside,
                 f"ofport_request={host[1:]}",
             )
-        apply_htb([self.switch_port(h) for h in self.hosts], self.rate_bps)
+        apply_htb([self.switch_port(h) for h in self.hosts], self.link_bps)
 
     def set_controller(self, port: int) -> None:
         """Point the bridge at the controller; a new record connects at once (no backoff)."""

@@ -104,7 +104,7 @@ def warm_up():
 
 
 class Fabric:
-    def __init__(self, hosts, rate_bps):
+    def __init__(self, hosts, link_bps):
         self.hosts = hosts
 
 

@@ -66,19 +66,19 @@ def named_hosts(state: ClusterState, seed: int) -> ClusterState:
             j.stage_id, j.task_id, j.arrival_s)
         for j in state.jobs.values()
     ]  # fmt: skip
-    scale = state.default_port_bps
+    scale = state.link_bps
     hosts = [
         Host(n, scale * rng.choice((0.5, 1, 2)), scale * rng.choice((1, 3))) for n in name.values()
     ]
     return ClusterState.build(coflows, jobs, state.stages.values(), hosts,
-                              default_port_bps=scale)  # fmt: skip
+                              link_bps=scale)  # fmt: skip
 
 
 def indexed(state: ClusterState) -> ClusterState:
     """``state`` with an index of its coflows (hosts of its jobs included)."""
     return ClusterState.build(state.coflows.values(), state.jobs.values(), state.stages.values(),
                               state.hosts.values(), indexed=True,
-                              default_port_bps=state.default_port_bps)  # fmt: skip
+                              link_bps=state.link_bps)  # fmt: skip
 
 
 def assert_same_view(plain: ClusterState, fast: ClusterState) -> None:
@@ -296,7 +296,7 @@ def test_a_kept_stage_structure_reads_the_jobs_stages_again_where_no_version_vou
                     99 if j.job_id == moved else j.stage_id, arrival_s=j.arrival_s)
                 for j in plain.jobs.values()]  # fmt: skip
         again = indexed(ClusterState.build(plain.coflows.values(), jobs, plain.stages.values(),
-                                           default_port_bps=1e3))  # fmt: skip
+                                           link_bps=1e3))  # fmt: skip
         ranks, still = _job_stage_ranks(
             again, again.active_coflows(), again.sparse_port_bytes(), kept
         )
@@ -393,7 +393,7 @@ def hpo_state(seed: int, change: str) -> ClusterState:
     elif change == "huge job stage":  # a job's own stage that no int64 holds, no stage lists
         jobs = [Job(j.job_id, j.bytes_per_iteration, 5, 0, 2**70) if j.job_id == last.job_id
                 else j for j in jobs]  # fmt: skip
-    return ClusterState.build(coflows, jobs, stages.values(), default_port_bps=1e3)
+    return ClusterState.build(coflows, jobs, stages.values(), link_bps=1e3)
 
 
 @pytest.mark.parametrize(

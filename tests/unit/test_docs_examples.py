@@ -134,7 +134,7 @@ def test_a_network_policy_runs_in_the_simulator(capsys):
             Coflow(1, [Flow("h1", "h3", 4e6)], weight=4.0),
             Coflow(2, [Flow("h2", "h3", 2e6)]),
         ],
-        default_port_bps=20e6,
+        link_bps=20e6,
     )
     assert SmallestFirst().schedule(state).order == [2, 1]
     assert SmallestFirst(**check_options_of(SmallestFirst, {"by_weight": True})).schedule(
@@ -331,7 +331,7 @@ def test_the_core_example_prints_what_its_comments_say(capsys):
 
     state = ClusterState.build(
         coflows=[Coflow(1, [Flow("h1", "h3", 4e6)]), Coflow(2, [Flow("h2", "h3", 2e6)])],
-        default_port_bps=20e6,
+        link_bps=20e6,
     )
     schedule = make_policy("sincronia").schedule(state)  # ranks of coflow ids, optional rates
     levels = coflow_levels(schedule)  # {2: 0, 1: 1}: first 7 ranks own a level

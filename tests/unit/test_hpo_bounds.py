@@ -149,7 +149,7 @@ workloads = st.fixed_dictionaries(
         "workers": st.integers(2, 3),
         "interarrival": st.sampled_from([0.0, 5.0, 60.0]),
         "scale": st.sampled_from([5.0, 50.0, 500.0]),
-        "host_bps": st.sampled_from([1e8, 1e9, 1e10]),
+        "link_bps": st.sampled_from([1e8, 1e9, 1e10]),
         "policy": st.sampled_from(sorted(POLICIES)),
         "mode": st.sampled_from(["levels", "ideal"]),
         "gpu": st.sampled_from(["none", *sorted(GPU_POLICIES)]),
@@ -167,7 +167,7 @@ def test_no_stage_job_or_task_beats_its_bound(w):
         min_iterations=w["min_iterations"], workers=w["workers"], scale=w["scale"],
         mean_interarrival_s=w["interarrival"], search=w["search"],
     )  # fmt: skip
-    sim = Simulator(Fabric(n_hosts, w["host_bps"]), make_policy(w["policy"]), mode=w["mode"])
+    sim = Simulator(Fabric(n_hosts, w["link_bps"]), make_policy(w["policy"]), mode=w["mode"])
     gpus = None
     if w["gpu"] != "none":
         gpus = GpuManager(make_gpu_policy(w["gpu"]), n_hosts, 1, 2.0, 0.1)
@@ -178,11 +178,11 @@ def test_no_stage_job_or_task_beats_its_bound(w):
 
 @pytest.mark.parametrize("mode", ["levels", "ideal"])
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-@pytest.mark.parametrize("host_bps", [1e9, 10e9])
-def test_default_workload_within_bounds(policy, mode, host_bps):
+@pytest.mark.parametrize("link_bps", [1e9, 10e9])
+def test_default_workload_within_bounds(policy, mode, link_bps):
     """The report's workload (13 hosts, 2 tasks): JPAS once came out at 0.898 of the old bound
     at 1 Gbit/s, FIFO-LM and JPAS at 0.96-0.99 at 10 Gbit/s."""
-    sim = Simulator(Fabric(13, host_bps), make_policy(policy), mode=mode)
+    sim = Simulator(Fabric(13, link_bps), make_policy(policy), mode=mode)
     driver = HpoDriver(sim, generate(13, 2, seed=1))
     sim.run()
     assert assert_within_bounds(driver) == 6 + 2 * (9 + 3 + 1) + 2  # stages, jobs, tasks

@@ -34,7 +34,7 @@ def run_job(core: HpoCore, job_id: int, now_s: float):
 
 
 def test_stages_follow_successive_halving_and_times_count_from_arrival():
-    core = HpoCore([task(arrival_s=100.0)], port_bps=1e9)
+    core = HpoCore([task(arrival_s=100.0)], link_bps=1e9)
     actions = core.arrive(7, now_s=100.0)
     assert [j.config for j in actions.started] == [0, 1, 2, 3]
     assert all(j.start_iteration == 0 and j.iterations == 2 for j in actions.started)
@@ -73,10 +73,10 @@ def test_stages_follow_successive_halving_and_times_count_from_arrival():
 
 
 def test_misuse_is_refused():
-    core = HpoCore([task()], port_bps=1e9)
+    core = HpoCore([task()], link_bps=1e9)
     job = core.arrive(7, 0.0).started[0]
     with pytest.raises(ValueError, match="before its arrival"):
-        HpoCore([task(arrival_s=5.0)], port_bps=1e9).arrive(7, 4.0)
+        HpoCore([task(arrival_s=5.0)], link_bps=1e9).arrive(7, 4.0)
     with pytest.raises(ValueError, match="arrived twice"):
         core.arrive(7, 1.0)
     with pytest.raises(ValueError, match="after 0 of 2 iterations"):
@@ -88,15 +88,15 @@ def test_misuse_is_refused():
         core.job_done(job.job_id, 2.0)
     with pytest.raises(ValueError, match="need a job manager"):
         core.quantum(3.0)
-    with pytest.raises(ValueError, match="port_bps must be > 0"):
-        HpoCore([task()], port_bps=0)
+    with pytest.raises(ValueError, match="link_bps must be > 0"):
+        HpoCore([task()], link_bps=0)
 
 
 def test_with_a_job_manager_jobs_wait_for_their_gpus():
     """One GPU per host, four 2-host jobs on 4 hosts: two run, two wait; a finished job's GPUs
     go to a waiting one."""
     gpus = GpuManager(make_gpu_policy("fifo"), servers=4, gpus_per_server=1, quantum_s=5.0)
-    core = HpoCore([task()], port_bps=1e9, gpus=gpus)
+    core = HpoCore([task()], link_bps=1e9, gpus=gpus)
     actions = core.arrive(7, 0.0)
     (decision,) = actions.gpu
     holding = [j.job_id for j in actions.started if j.holding]
@@ -111,7 +111,7 @@ def test_accuracy_comes_from_the_curve_object():
     curve = TabulatedCurve((0.2, 0.6, 0.65), iterations_per_epoch=2)
     t = task()
     t.curves[0] = curve
-    core = HpoCore([t], port_bps=1e9)
+    core = HpoCore([t], link_bps=1e9)
     job = core.arrive(7, 0.0).started[0]
     assert core.iteration_done(job.job_id, 1.0) == pytest.approx(curve.accuracy(1)) == 0.1
     assert core.iteration_done(job.job_id, 2.0) == pytest.approx(0.2)
@@ -145,7 +145,7 @@ def test_generated_workloads_run_on_the_core_alone():
     """Any workload runs through the core with a trivial event order (all jobs of a stage end
     at once), independent of any clock: the core needs no simulator."""
     tasks = generate(8, 3, seed=9, configs_per_task=5, eta=2, min_iterations=2)
-    core = HpoCore(tasks, port_bps=1e9)
+    core = HpoCore(tasks, link_bps=1e9)
     now = 0.0
     pending = []
     for t in tasks:
@@ -188,7 +188,7 @@ def test_one_definition_everywhere():
 def test_a_late_start_counts_from_the_arrival():
     """A driver busy elsewhere (the testbed launching another task's workers) starts a task
     late: its times still count from the workload's arrival, and the delay shows."""
-    core = HpoCore([task(arrival_s=10.0)], port_bps=1e9)
+    core = HpoCore([task(arrival_s=10.0)], link_bps=1e9)
     pending = core.arrive(7, now_s=12.5).started
     assert core.stages[pending[0].stage_id].start_s == 12.5
     now = 12.5
@@ -211,7 +211,7 @@ def test_asha_promotes_without_waiting_for_the_rung():
     """Rung 0 lets half of its completed configurations go on (2 of 4): the first goes when two
     have completed, while the others still train; a late leader joins the open rung; a rung
     ends with its last job once the rung below has ended, and the task with its last rung."""
-    core = HpoCore([asha_task()], port_bps=1e9)
+    core = HpoCore([asha_task()], link_bps=1e9)
     first = {j.config: j.job_id for j in core.arrive(7, now_s=0.0).started}
     assert run_job(core, first[0], 10.0).started == []  # 1 completed: none may go yet
     (promoted,) = run_job(core, first[1], 11.0).started  # 2 completed: the better one goes
@@ -245,7 +245,7 @@ def test_asha_promotes_without_waiting_for_the_rung():
 def test_an_asha_rung_ends_only_once_nothing_can_join_it():
     """Rung 1's jobs are all done before rung 0 has ended: it stays open, since another
     configuration may still be promoted into it."""
-    core = HpoCore([asha_task()], port_bps=1e9)
+    core = HpoCore([asha_task()], link_bps=1e9)
     first = {j.config: j.job_id for j in core.arrive(7, now_s=0.0).started}
     run_job(core, first[0], 1.0)
     (promoted,) = run_job(core, first[1], 2.0).started
@@ -306,7 +306,7 @@ def test_hyperband_runs_its_brackets_side_by_side():
     (t,) = generate(13, 1, seed=3, configs_per_task=9, eta=3, min_iterations=2,
                     search="hyperband")  # fmt: skip
     assert t.n_configs == 17 and len(t.all_brackets) == 3 and t.n_stages == 6
-    core = HpoCore([t], port_bps=1e9)
+    core = HpoCore([t], link_bps=1e9)
     started = core.arrive(0, now_s=0.0).started
     assert len(started) == 17  # every bracket's first stage starts at once
     now, pending = 0.0, [j.job_id for j in started]
@@ -351,7 +351,7 @@ def test_time_to_fraction_is_of_the_end_of_training_even_far_from_the_asymptote(
     # iterations, 10 trained: 1 % of its asymptote); 90 % of its end is first met at iteration 9
     slow = HpoTask(1, 5.0, PROFILES["resnet50"], "ring", [LearningCurve(0.9, 1000.0)], [[0, 1]],
                    [(1, 10)], eta=3)  # fmt: skip
-    core = HpoCore([slow], port_bps=1e9)
+    core = HpoCore([slow], link_bps=1e9)
     (job,) = core.arrive(1, now_s=5.0).started
     for i in range(10):
         core.iteration_done(job.job_id, 10.0 + i)

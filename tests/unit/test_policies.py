@@ -71,7 +71,7 @@ def test_varys_equal_bottlenecks_tie_whatever_the_float_noise():
         plain = state_of(coflows)
         fast = ClusterState.build(
             plain.coflows.values(), (), (), plain.hosts.values(), indexed=True,
-            default_port_bps=plain.default_port_bps,
+            link_bps=plain.link_bps,
         )  # fmt: skip
         return plain, fast
 
@@ -85,7 +85,7 @@ def test_varys_madd_slows_flows_to_the_bottleneck():
     # One coflow, two flows from h1: 6 B to h2 and 2 B to h3. Gamma = 8 B on h1.out = 8 s,
     # so the flows get 6 and 2 B/s: both end together and h1.out is full.
     state = state_of([Coflow(1, [Flow("h1", "h2", 6), Flow("h1", "h3", 2)])])
-    state.default_port_bps = 64.0  # 8 B/s
+    state.link_bps = 64.0  # 8 B/s
     rates = Varys().schedule(state).flow_rates_bps
     assert rates == {(1, 0): pytest.approx(48.0), (1, 1): pytest.approx(16.0)}
 
@@ -340,7 +340,7 @@ def cluster_states(draw) -> ClusterState:
                 weight=float(draw(st.integers(1, 3))),
             )
         )
-    return ClusterState.build(coflows, jobs, stages, default_port_bps=BYTE_PER_S)
+    return ClusterState.build(coflows, jobs, stages, link_bps=BYTE_PER_S)
 
 
 @settings(max_examples=60, deadline=None)

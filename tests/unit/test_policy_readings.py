@@ -123,7 +123,7 @@ def progress_state(indexed: bool = False) -> ClusterState:
         Job(3, {egress("h3"): 10, ingress("h0"): 10}, 4, 3, arrival_s=3.0),
     ]
     coflows = [Coflow(10 * j, [Flow(f"h{j}", "h0", 10)], float(j), j) for j in (1, 2, 3)]
-    return ClusterState.build(coflows, jobs, default_port_bps=8.0, indexed=indexed)
+    return ClusterState.build(coflows, jobs, link_bps=8.0, indexed=indexed)
 
 
 def test_jpas_service_reading_puts_the_job_that_synchronised_fewer_bytes_first():
@@ -165,7 +165,7 @@ def maif_state(indexed: bool = False) -> ClusterState:
             for name, value in accuracy_report(job, accuracy, at).items():
                 setattr(job, name, value)
     coflows = [Coflow(10 * j, [Flow(f"h{j}", "h0", 10)], float(j), j) for j in (1, 2, 3, 4)]
-    return ClusterState.build(coflows, jobs, default_port_bps=8.0, indexed=indexed)
+    return ClusterState.build(coflows, jobs, link_bps=8.0, indexed=indexed)
 
 
 def test_jpas_maif_reading_puts_unmeasured_jobs_then_the_most_gain_first():
@@ -245,7 +245,7 @@ def random_jobs_state(seed: int, jobless: bool, indexed: bool) -> ClusterState:
         size = float(rng.choice((4, 8)))
         flow = Flow(0, 1, size, size - rng.choice((0, 2, 4)))
         coflows.append(Coflow(cid, [flow], float(rng.choice((0, 1))), job_id))
-    return ClusterState.build(coflows, jobs, default_port_bps=8.0, indexed=indexed)
+    return ClusterState.build(coflows, jobs, link_bps=8.0, indexed=indexed)
 
 
 def jpas_by_definition(state: ClusterState, reading: str) -> list[tuple[int, ...]]:
@@ -338,7 +338,7 @@ def test_beamer_arrival_within_stage_drops_the_slowest_job_first_preference():
     # every coflow a job's of its stage, from arrays: the compiled path
     del state.coflows[99]
     coflows, jobs, stages = state.coflows.values(), state.jobs.values(), state.stages.values()
-    fast = ClusterState.build(coflows, jobs, stages, default_port_bps=8.0, indexed=True)
+    fast = ClusterState.build(coflows, jobs, stages, link_bps=8.0, indexed=True)
     active, sparse = fast.active_coflows(), fast.sparse_port_bytes()
     assert _job_stage_ranks(fast, active, sparse, None)[0] == ((210,), (110, 120))
     assert Beamer().schedule(fast).ranks == ((210,), (110, 120))
@@ -358,7 +358,7 @@ def stage_state(weights, demands, indexed: bool) -> ClusterState:
         jobs.append(Job(k, per_iteration, 1, 0, stage_id=k, arrival_s=float(k)))
         coflows.append(Coflow(10 * k, flows, float(k), k))
         stages.append(Stage(k, [k], weight=weight, arrival_s=float(k)))
-    return ClusterState.build(coflows, jobs, stages, default_port_bps=8.0, indexed=indexed)
+    return ClusterState.build(coflows, jobs, stages, link_bps=8.0, indexed=indexed)
 
 
 @pytest.mark.parametrize("indexed", [False, True])

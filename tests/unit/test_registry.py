@@ -169,7 +169,7 @@ def test_cluster_state_has_implicit_coflows_for_running_jobs(registry):
     registry.create("stages", {"stage_id": 3})
     registry.create("jobs", job_body(1, stage_id=3))
     registry.create("jobs", job_body(2, iterations_done=10))  # finished: no traffic
-    state = registry.cluster_state(port_bps=20e6)
+    state = registry.cluster_state(link_bps=20e6)
     assert set(state.coflows) == {IMPLICIT_COFLOW_BASE + 1}
     assert state.stages[3].job_ids == [1]
     assert state.jobs[1].bytes_per_iteration == {("10.0.0.1", 0): 1e6, ("10.0.0.2", 1): 1e6}
@@ -186,7 +186,7 @@ def test_a_job_s_implicit_coflow_arrives_when_its_current_iteration_began(regist
     registry.create("jobs", job_body(2))  # clock 1
 
     def fifo_order():
-        state = registry.cluster_state(port_bps=20e6)
+        state = registry.cluster_state(link_bps=20e6)
         order = make_policy("fifo-lm").schedule(state).order
         return [state.coflows[c].job_id for c in order]
 
@@ -233,7 +233,7 @@ def test_churn_does_not_grow_the_model_cache():
     assert registry.records["coflows"] == {} and registry._models == {}
 
 
-def rebuilt_state(registry: Registry, port_bps: float = 20e6):
+def rebuilt_state(registry: Registry, link_bps: float = 20e6):
     """The scheduling view made from the records alone, as nothing were kept: every registered
     coflow with bytes left, the implicit coflow of a running job without one, every job, and
     every stage listing its jobs in registration order."""
@@ -260,7 +260,7 @@ def rebuilt_state(registry: Registry, port_bps: float = 20e6):
     for job in jobs.values():
         if job.stage_id in stages:
             stages[job.stage_id].job_ids.append(job.job_id)
-    return ClusterState({}, coflows, jobs, stages, 0.0, port_bps)
+    return ClusterState({}, coflows, jobs, stages, 0.0, link_bps)
 
 
 _last_version = VersionCheck()

@@ -80,7 +80,7 @@ def _one_coflow_per_job_and_stage(n: int) -> ClusterState:
         coflows.append(Coflow(k, [Flow(src, dst, 1e6 * (1 + k % 7))], arrival_s=k, job_id=k))
         jobs.append(Job(k, {}, iteration_budget=2, iterations_done=k % 2, stage_id=k))
         stages.append(Stage(k, [k], arrival_s=k))
-    return ClusterState.build(coflows, jobs, stages, default_port_bps=1e9, indexed=True)
+    return ClusterState.build(coflows, jobs, stages, link_bps=1e9, indexed=True)
 
 
 @pytest.mark.parametrize("name", ["sincronia", "varys", "jpas", "fifo-lm", "beamer"])

@@ -104,7 +104,7 @@ def test_ideal_mode_matches_the_reference_fluid_schedule(policy):
             for s in specs
         ]
         want = greedy_completion_times(
-            ClusterState.build(coflows, default_port_bps=BPS), [s.coflow_id for s in specs]
+            ClusterState.build(coflows, link_bps=BPS), [s.coflow_id for s in specs]
         )
         sim = run(specs, policy, fabric=Fabric(4, BPS), mode="ideal")
         assert {c: r.finish_s for c, r in sim.coflows.items()} == pytest.approx(want)
@@ -140,9 +140,9 @@ def test_bytes_conserved_and_runs_deterministic(policy, mode):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"host_bps": 0.0}, "host_bps must be finite and > 0"),
-        ({"host_bps": float("inf")}, "host_bps must be finite and > 0"),
-        ({"host_bps": float("nan")}, "host_bps must be finite and > 0"),
+        ({"link_bps": 0.0}, "link_bps must be finite and > 0"),
+        ({"link_bps": float("inf")}, "link_bps must be finite and > 0"),
+        ({"link_bps": float("nan")}, "link_bps must be finite and > 0"),
         ({"oversubscription": float("inf")}, "oversubscription must be finite and > 0"),
         ({"oversubscription": -1.0}, "oversubscription must be finite and > 0"),
     ],

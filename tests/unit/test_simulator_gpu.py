@@ -22,11 +22,11 @@ def run(
     gpus_per_host=1,
     quantum_s=5.0,
     resume_cost_s=0.0,
-    host_bps=1e12,
+    link_bps=1e12,
     network="fair",
     job_startup_s=0.0,
 ):
-    sim = Simulator(Fabric(hosts, host_bps), make_policy(network))
+    sim = Simulator(Fabric(hosts, link_bps), make_policy(network))
     gpus = None
     if gpu_policy is not None:
         gpus = GpuManager(
@@ -95,13 +95,13 @@ def test_hermes_runs_the_fast_converging_job_first():
 
 def test_enough_gpus_change_nothing():
     tasks = generate(13, 2, seed=3, min_iterations=4)
-    plain = run(tasks, None, hosts=13, host_bps=1e9)
+    plain = run(tasks, None, hosts=13, link_bps=1e9)
     shared = run(
         generate(13, 2, seed=3, min_iterations=4),
         "hermes",
         hosts=13,
         gpus_per_host=20,
-        host_bps=1e9,
+        link_bps=1e9,
     )
     assert [s["sct_s"] for s in shared.stage_rows()] == pytest.approx(
         [s["sct_s"] for s in plain.stage_rows()], rel=1e-6
@@ -112,7 +112,7 @@ def test_enough_gpus_change_nothing():
 @pytest.mark.parametrize("name", sorted(GPU_POLICIES))
 def test_every_policy_completes_the_hpo_and_keeps_progress(name):
     tasks = generate(6, 2, seed=5, configs_per_task=6, min_iterations=4, workers=2)
-    driver = run(tasks, name, hosts=6, quantum_s=2.0, resume_cost_s=0.1, host_bps=1e9)
+    driver = run(tasks, name, hosts=6, quantum_s=2.0, resume_cost_s=0.1, link_bps=1e9)
     assert len(driver.task_finish_s) == 2
     for job in driver.jobs.values():
         assert job.done == job.iterations and job.finish_s is not None

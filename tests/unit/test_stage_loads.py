@@ -63,9 +63,7 @@ def mapping_state(state: ClusterState) -> ClusterState:
         cid: Coflow(cid, [], c.arrival_s, c.job_id, c.stage_id, c.weight, summary(c))
         for cid, c in state.coflows.items()
     }
-    return ClusterState(
-        state.hosts, coflows, state.jobs, state.stages, state.now_s, state.default_port_bps
-    )
+    return ClusterState(state.hosts, coflows, state.jobs, state.stages, state.now_s, state.link_bps)
 
 
 def tied_instance(seed: int, jobs_only: bool = False) -> ArrayState:

@@ -121,7 +121,7 @@ def _extreme_state(size: float, per_iteration: float, indexed: bool) -> ClusterS
         Coflow(12, [Flow(3, 1, size)], arrival_s=2.0, job_id=3),
         Coflow(13, [Flow(2, 1, size), Flow(3, 2, 1.0)], arrival_s=3.0),
     ]
-    return ClusterState.build(coflows, jobs, stages, indexed=indexed, default_port_bps=20e6)
+    return ClusterState.build(coflows, jobs, stages, indexed=indexed, link_bps=20e6)
 
 
 def _order(name: str, options: dict, state: ClusterState) -> list:

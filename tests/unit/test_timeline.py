@@ -67,7 +67,7 @@ def test_bad_samples_are_refused_and_a_bad_file_is_named(tmp_path):
     timeline.ports_at(1.0, [1])
     with pytest.raises(ValueError, match="after one at 1.0 s"):
         timeline.ports_at(0.5, [1])
-    with pytest.raises(ValueError, match="port_bps"):
+    with pytest.raises(ValueError, match="link_bps"):
         Timeline(["a"], float("nan"))
     bad = tmp_path / "t.json"
     bad.write_text("{}")
