@@ -55,9 +55,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -75,6 +74,7 @@ from cli.argtypes import (  # noqa: E402
     program,
 )
 from cli.progress import Progress  # noqa: E402
+from controller.cluster import ONE_SWITCH, Cluster  # noqa: E402
 from controller.metrics import summarise  # noqa: E402
 from controller.stats import (  # noqa: E402
     Interval,
@@ -93,7 +93,7 @@ from simulator.schedule_plot import draw as draw_schedule  # noqa: E402
 
 try:  # the testbed's own layer needs Mininet (the simulator-only install has none)
     from topologies import network
-    from topologies.testbed import SPINE_BASE, LeafSpineTopo, OneSwitchTopo, host_table
+    from topologies.testbed import ClusterTopo
 except ModuleNotFoundError as missing:
     if (missing.name or "").split(".")[0] not in ("mininet", "ryu"):
         raise
@@ -115,9 +115,6 @@ from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, describe_workload, gene
 from workloads.launcher import ControllerProcess, free_port  # noqa: E402
 from workloads.profiles import PROFILES  # noqa: E402
 from workloads.yahpo import LcBench, YahpoError  # noqa: E402
-
-if TYPE_CHECKING:
-    from simulator.engine import Fabric
 
 # the checkout this runs from (the OVS start-up script)
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,44 +154,14 @@ def workload(args) -> list:
     )
 
 
-@dataclass(frozen=True)
-class Layout:
-    """The testbed's network as the run needs it: the Mininet topology, its bridges, each
-    host's switch port (interface name, in host order), the fabric's inter-switch ports, and the
-    links discovery must find before traffic starts (each direction counts once)."""
-
-    topo: object
-    switches: list[str]
-    host_ports: list[str]
-    fabric_ports: list[str]
-    links: int
-    spines: list[str]
-    leaves: list[str]
-
-
-def layout(args) -> Layout:
-    """The one-switch testbed, or the leaf-spine fabric of ``--topology leaf-spine``."""
-    if args.topology == "one-switch":
-        topo = OneSwitchTopo(n=args.hosts, bw=args.bw, switch="s1")
-        ports = [f"s1-eth{i}" for i in range(1, args.hosts + 1)]
-        return Layout(topo, ["s1"], ports, [], 0, [], [])
-    topo = LeafSpineTopo(
-        leaves=args.leaves,
-        hosts_per_leaf=args.hosts_per_leaf,
-        spines=args.spines,
-        bw=args.bw,
-        oversubscription=args.oversubscription,
-    )
-    leaves = [f"s{leaf}" for leaf in range(1, args.leaves + 1)]
-    spines = [f"s{SPINE_BASE + k}" for k in range(1, args.spines + 1)]
-    table = host_table(topo)
-    host_ports = [f"s{row['switch']}-eth{row['port']}" for row in table]
-    fabric_ports = [
-        f"{leaf}-eth{args.hosts_per_leaf + k}" for leaf in leaves for k in range(1, args.spines + 1)
-    ] + [f"{spine}-eth{leaf}" for spine in spines for leaf in range(1, args.leaves + 1)]
-    return Layout(
-        topo, leaves + spines, host_ports, fabric_ports, len(fabric_ports), spines, leaves
-    )
+def cluster_of(args) -> Cluster:
+    """The run's network: the one switch, or the leaf-spine fabric of ``--topology
+    leaf-spine``, its links at ``--bw`` Mbit/s."""
+    link_bps = args.bw * 1e6
+    if getattr(args, "topology", ONE_SWITCH) == ONE_SWITCH:
+        return Cluster.one_switch(args.hosts, link_bps)
+    return Cluster.leaf_spine(args.leaves, args.hosts_per_leaf, args.spines, link_bps,
+                              args.oversubscription)  # fmt: skip
 
 
 # What one ovs-vswitchd thread of this machine forwards with 12 TCP senders (docs/testbed.md),
@@ -218,18 +185,7 @@ def forwarding_load_warning(args) -> str | None:
     )
 
 
-def fabric_of(args, host_bps: float) -> Fabric:
-    """The simulator's model of the run's network: a big switch, or leaves of
-    ``--hosts-per-leaf`` whose uplinks (all spines together) carry ``hosts_per_leaf *
-    host_bps / oversubscription``: ECMP taken as perfectly balanced."""
-    from simulator.engine import Fabric
-
-    if getattr(args, "topology", "one-switch") == "one-switch":
-        return Fabric(args.hosts, host_bps)
-    return Fabric(args.hosts, host_bps, args.hosts_per_leaf, args.oversubscription)
-
-
-def spine_failure(net, lay: Layout, ctl: ControllerProcess, at_s: float, record: dict):
+def spine_failure(net, cluster: Cluster, at_s: float, record: dict):
     """A ``sample`` wrapper's action: at ``at_s`` into the run, every link of the first spine
     goes down (both ends of each, as a dead spine's neighbours see it); what happened goes into
     ``record``: when, which spine, and how long the controller took to reroute."""
@@ -237,10 +193,10 @@ def spine_failure(net, lay: Layout, ctl: ControllerProcess, at_s: float, record:
     def fail(now_s: float) -> None:
         if record or now_s < at_s:
             return
-        spine = lay.spines[0]
+        spine = cluster.spine_switches[0].name
         failed_at = time.monotonic()
-        for leaf in lay.leaves:
-            net.configLinkStatus(leaf, spine, "down")
+        for leaf in cluster.leaf_switches:
+            net.configLinkStatus(leaf.name, spine, "down")
         record.update(spine=spine, at_s=now_s, monotonic_s=failed_at)
 
     return fail
@@ -332,11 +288,12 @@ def simulate(
     ``"<task>.<index>"`` (stage ids differ between testbed and simulator), for comparing stage by
     stage with the run's ``stages.csv``. Records the run's schedule into ``timeline`` if given."""
     from controller.policies import make_policy
-    from simulator.engine import Simulator
+    from simulator.engine import Fabric, Simulator
     from simulator.hpo import HpoDriver
 
     overheads = overheads or Overheads()
-    fabric = fabric_of(args, args.bw * 1e6 * overheads.goodput)
+    cluster = cluster_of(args)
+    fabric = Fabric.of(replace(cluster, link_bps=cluster.link_bps * overheads.goodput))
     sim = Simulator(fabric, make_policy(policy), timeline=timeline)
     driver = HpoDriver(
         sim, tasks, gpus=job_manager(args, gpu_policy), job_startup_s=overheads.job_startup_s
@@ -487,37 +444,36 @@ def run_policy(
 
     fresh = tasks if callable(tasks) else None
     out.mkdir(parents=True, exist_ok=True)
-    lay = layout(args)
-    topo = lay.topo
+    cluster = cluster_of(args)
     hosts_file = out / "hosts.json"
-    hosts_file.write_text(json.dumps(host_table(topo)))
+    hosts_file.write_text(json.dumps(cluster.host_table()))
     db = out / "controller.sqlite"
     db.unlink(missing_ok=True)
     ofp_port = free_port()
     ctl = ControllerProcess(
-        db, hosts_file, ofp_port, "--policy", policy, "--port-bps", str(args.bw * 1e6)
+        db, hosts_file, ofp_port, "--policy", policy, "--port-bps", str(cluster.link_bps)
     )
     net = None
     try:
         ctl.start()
         net = network.start(
-            topo,
+            ClusterTopo(cluster),
             ofp_port,
             host_priorities=args.host_priorities,
             tcp_rto_max_ms=args.tcp_rto_max_ms,
         )
-        if lay.links:
-            ctl.wait_fabric(len(lay.switches), lay.links, timeout_s=30)
+        if cluster.fabric_ports:  # (each direction of a link counts once)
+            ctl.wait_fabric(len(cluster.switches), len(cluster.fabric_ports), timeout_s=30)
         else:
             ctl.wait_switch(timeout_s=30)
-        ports = lay.host_ports
+        ports = cluster.host_ports
         before = {p: class_bytes(p) for p in ports}
-        fabric_before = {p: class_bytes(p) for p in lay.fabric_ports}
+        fabric_before = {p: class_bytes(p) for p in cluster.fabric_ports}
         if fresh is not None:
             tasks = fresh("testbed")
         elif tasks is None:
             tasks = workload(args)
-        hosts = [net.get(f"h{i}") for i in range(1, args.hosts + 1)]
+        hosts = [net.get(name) for name in cluster.host_names]
         host_before = {h.name: host_class_bytes(h) for h in hosts}
         tcp_before = {h.name: tcp_counters(h) for h in hosts}
         agent = None
@@ -527,12 +483,12 @@ def run_policy(
                 lambda: ctl.client.rules()["desired"]["flows"],
             )
         gpus = job_manager(args, gpu_policy)
-        watch = testbed_watch(ctl, lay.switches)
-        timeline = Timeline(port_names(args.hosts), args.bw * 1e6, "testbed")
+        watch = testbed_watch(ctl, [switch.name for switch in cluster.switches])
+        timeline = Timeline(port_names(cluster.hosts), cluster.link_bps, "testbed")
         recorder = testbed_recorder(ctl, timeline, ports)
         failure: dict = {}
         if args.fail_spine is not None:
-            fail = spine_failure(net, lay, ctl, args.fail_spine, failure)
+            fail = spine_failure(net, cluster, args.fail_spine, failure)
             record_levels = recorder
 
             def recorder(now_s: float, force: bool = False) -> None:
@@ -543,7 +499,7 @@ def run_policy(
             hosts,
             ctl.client,
             tasks,
-            link_bps=args.bw * 1e6,
+            link_bps=cluster.link_bps,
             progress=lambda m: print(f"  {m}"),
             gpus=gpus,
             log_dir=out / "logs",
@@ -568,7 +524,7 @@ def run_policy(
         timeline.close(driver.now())
         timeline.stages = driver.core.stage_labels()
         after = {p: class_bytes(p) for p in ports}
-        fabric_after = {p: class_bytes(p) for p in lay.fabric_ports}
+        fabric_after = {p: class_bytes(p) for p in cluster.fabric_ports}
         fabric_state = ctl.client.fabric()
         host_after = {h.name: host_class_bytes(h) for h in hosts}
         tcp_after = {h.name: tcp_counters(h) for h in hosts}
@@ -594,8 +550,8 @@ def run_policy(
         write_csv(out / f"{name}.csv", rows)
     label = run_label(policy, gpu_policy)
     predicted = Timeline(
-        port_names(args.hosts),
-        args.bw * 1e6,
+        port_names(cluster.hosts),
+        cluster.link_bps,
         "simulator, calibrated" if args.overheads else "simulator",
     )
     simulated = simulate(
@@ -627,7 +583,7 @@ def run_policy(
         "network_policy": policy,
         "gpu_policy": gpu_policy,
         "link_gbps": args.link_gbps,
-        "emulated_link_bps": args.bw * 1e6,
+        "emulated_link_bps": cluster.link_bps,
         "duration_s": duration,
         **driver.core.summary(driver.now()),
         "cct_s": summarise(driver.cct_s),
@@ -640,7 +596,7 @@ def run_policy(
         "worker_signals": driver.signals_sent,
         "worker_pauses": driver.pauses,
         "bytes_sent_while_paused": driver.bytes_while_paused,
-        "link_utilisation": 8.0 * total / (duration * args.bw * 1e6 * len(ports)),
+        "link_utilisation": 8.0 * total / (duration * cluster.link_bps * len(ports)),
         # the switch ports' own byte counters (headers and resent segments included) over the
         # stages' time: how busy the wire was, where busiest_port_busy counts the model's bytes
         "wire_busiest_port_busy": wire_busiest,
@@ -670,16 +626,10 @@ def run_policy(
 
 def topology_json(args) -> dict:
     """The run's network, as result.json and summary.json state it."""
-    if getattr(args, "topology", "one-switch") == "one-switch":
-        return {"kind": "one-switch", "hosts": args.hosts}
-    return {
-        "kind": "leaf-spine",
-        "leaves": args.leaves,
-        "spines": args.spines,
-        "hosts_per_leaf": args.hosts_per_leaf,
-        "oversubscription": args.oversubscription,
-        "fail_spine_s": args.fail_spine,
-    }
+    cluster = cluster_of(args)
+    if cluster.topology == ONE_SWITCH:
+        return cluster.to_json()
+    return {**cluster.to_json(), "fail_spine_s": args.fail_spine}
 
 
 BASELINE = "fair"

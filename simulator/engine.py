@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from controller.cluster import ONE_SWITCH, Cluster
 from controller.kernel_cache import warm_once
 from controller.model import (
     ClusterState,
@@ -108,6 +109,16 @@ class Fabric:
             raise ValueError("hosts_per_leaf must be >= 1")
         if not 0 < self.oversubscription < math.inf:
             raise ValueError("oversubscription must be finite and > 0")
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> Fabric:
+        """The model of ``cluster``'s network: a big switch, or its leaves with their uplinks
+        pooled (all spines together carry ``hosts_per_leaf * link_bps / oversubscription``:
+        ECMP taken as perfectly balanced)."""
+        if cluster.topology == ONE_SWITCH:
+            return cls(cluster.hosts, cluster.link_bps)
+        return cls(cluster.hosts, cluster.link_bps, cluster.hosts_per_leaf,
+                   cluster.oversubscription)  # fmt: skip
 
     @property
     def n_leaves(self) -> int:

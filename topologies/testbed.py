@@ -1,8 +1,10 @@
-"""Mininet topologies: the 13-server, one-switch testbed (default) and a leaf-spine fabric.
+"""The testbed's Mininet topology of a :class:`controller.cluster.Cluster`, and its switch and
+hosts for ``mn --custom``.
 
 A Topo is only a graph (Mininet's habit): no namespace is made until a ``Mininet`` object starts
-it, so the graph, and the controller's host table derived from it, are testable without root.
-From the command line (as root, from the repository's root)::
+it, so the graph is testable without root. The cluster it is built from also gives the
+controller's ``--hosts`` file (:meth:`controller.cluster.Cluster.host_table`), so the two
+cannot disagree. From the command line (as root, from the repository's root)::
 
     sudo mn --custom topologies/testbed.py --topo testbed,13 --switch hpo --host hpo \\
         --link tc --controller remote,ip=127.0.0.1,port=6653
@@ -14,12 +16,10 @@ priority classes on every port, and ``--host hpo`` (:class:`HpoHost`) turns TCP 
 offload off (the userspace datapath drops offloaded segments) and caps TCP's retransmission
 timeout as the experiments do: without them the controller's DSCP marks select no class.
 
-Every host ``hI`` has IP ``10.0.0.I`` and MAC ``00:00:00:00:00:I`` (hex), so one description
-gives both the Mininet topology and the controller's ``--hosts`` file
-(:func:`host_table`). Links are shaped with a token bucket (``use_tbf``: Mininet's HTB
-shaping warns at these rates); on switch ports :mod:`topologies.network` replaces it with the
-priority classes. Link rates default to 20 Mbit/s, the rate this 2-core machine's userspace
-datapath sustains for 12 simultaneous TCP senders (docs/testbed.md).
+Links are shaped with a token bucket (``use_tbf``: Mininet's HTB shaping warns at these
+rates); on switch ports :mod:`topologies.network` replaces it with the priority classes.
+``mn --custom`` runs this file with the system Python: it imports the repository's modules
+(standard library only) where it needs them, after putting the repository on the path.
 """
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mininet.node import Host, OVSSwitch
 from mininet.topo import Topo
 
-DEFAULT_BW_MBPS = 20
+if TYPE_CHECKING:
+    from controller.cluster import Cluster
+
 # TCP_RTO_MAX_MS: a flow that a higher level starves keeps timing out, and Linux doubles its
 # retransmission timeout each time, up to 120 s: once promoted it may then sit idle for as long
 # as it was starved, an idle time the fluid model (and a transport built for priorities, e.g.
@@ -51,106 +54,50 @@ MAX_SYN_RETRIES = 127
 RTO_MAX_SYSCTL = "/proc/sys/net/ipv4/tcp_rto_max_ms"
 
 
-def host_ip(index: int) -> str:
-    """IP address of host ``h<index>`` (1-based)."""
-    if not 1 <= index <= 65534:
-        raise ValueError("host index must be in 1..65534")
-    return f"10.0.{index // 256}.{index % 256}"
+class ClusterTopo(Topo):
+    """The Mininet graph of ``cluster``: its switches (OpenFlow 1.3, their datapath ids), every
+    host with its addresses on its switch port, and the leaves' uplinks; host links at the
+    cluster's link rate, uplinks at its uplink rate (Mininet's ``bw`` is in Mbit/s)."""
+
+    def build(self, cluster: Cluster) -> None:
+        """Switches, hosts and links as ``cluster`` describes them."""
+        for switch in cluster.switches:
+            self.addSwitch(switch.name, dpid=f"{switch.dpid:x}", protocols="OpenFlow13")
+        for host in cluster.host_links:
+            self.addHost(host.name, ip=f"{host.ip}/16", mac=host.mac)
+            self.addLink(host.name, host.switch.name, port2=host.port,
+                         bw=cluster.link_bps / 1e6, use_tbf=True)  # fmt: skip
+        for link in cluster.fabric_links:
+            self.addLink(link.leaf.name, link.spine.name, port1=link.leaf_port,
+                         port2=link.spine_port, bw=cluster.uplink_bps / 1e6,
+                         use_tbf=True)  # fmt: skip
 
 
-def host_mac(index: int) -> str:
-    """MAC address of host ``h<index>``."""
-    return ":".join(f"{(index >> (8 * k)) & 0xFF:02x}" for k in range(5, -1, -1))
+def one_switch_topo(n: int = 13, bw: float | None = None) -> ClusterTopo:
+    """``--topo testbed,N[,BW]``: ``n`` hosts on one switch, links of ``bw`` Mbit/s (default:
+    the testbed's rate)."""
+    _repository_on_path()
+    from controller.cluster import TESTBED_LINK_BPS, Cluster  # noqa: PLC0415 (path set above)
+
+    return ClusterTopo(Cluster.one_switch(n, TESTBED_LINK_BPS if bw is None else bw * 1e6))
 
 
-class OneSwitchTopo(Topo):
-    """``n`` hosts on one switch (the JPAS testbed: 13 servers, one switch).
+def leaf_spine_topo(
+    leaves: int = 2,
+    hosts_per_leaf: int = 4,
+    spines: int = 2,
+    bw: float | None = None,
+    oversubscription: float = 1.0,
+) -> ClusterTopo:
+    """``--topo leafspine,LEAVES,HOSTS_PER_LEAF,SPINES[,BW,OVERSUBSCRIPTION]``: the leaf-spine
+    fabric of :meth:`controller.cluster.Cluster.leaf_spine`, host links of ``bw`` Mbit/s
+    (default: the testbed's rate)."""
+    _repository_on_path()
+    from controller.cluster import TESTBED_LINK_BPS, Cluster  # noqa: PLC0415 (path set above)
 
-    Args:
-        n: number of hosts.
-        bw: link rate in Mbit/s (TCLink ``bw``).
-        switch: name of the switch (and of its OVS bridge); its datapath id is 1.
-    """
-
-    def build(self, n: int = 13, bw: float = DEFAULT_BW_MBPS, switch: str = "s1") -> None:
-        """``n`` hosts on one switch, every link at ``bw`` Mbit/s."""
-        if n < 2:
-            raise ValueError("the testbed needs at least 2 hosts")
-        s = self.addSwitch(switch, dpid="1", protocols="OpenFlow13")
-        for i in range(1, n + 1):
-            h = self.addHost(f"h{i}", ip=f"{host_ip(i)}/16", mac=host_mac(i))
-            # the switch-side port number equals the host index
-            self.addLink(h, s, port2=i, bw=bw, use_tbf=True)
-
-
-class LeafSpineTopo(Topo):
-    """A two-tier fabric: ``leaves`` leaf switches of ``hosts_per_leaf`` hosts, ``spines`` spines.
-
-    Leaf ``L`` is switch ``sL`` (datapath id L), spine ``S`` is ``s<100+S>`` (datapath id
-    100 + S). On a leaf, ports 1..hosts_per_leaf go to its hosts in order and the next ones to
-    the spines in order; on a spine, port L goes to leaf L. Hosts are numbered leaf by leaf
-    (``h1`` .. on leaf 1), as the simulator's :class:`simulator.engine.Fabric` groups them.
-
-    Args:
-        leaves: leaf switches.
-        hosts_per_leaf: hosts under each leaf.
-        spines: spine switches; every leaf links to every spine.
-        bw: host link rate in Mbit/s.
-        oversubscription: a leaf's hosts' rate over its uplinks' (each uplink runs at
-            ``hosts_per_leaf * bw / (spines * oversubscription)`` Mbit/s).
-    """
-
-    def build(
-        self,
-        leaves: int = 2,
-        hosts_per_leaf: int = 4,
-        spines: int = 2,
-        bw: float = DEFAULT_BW_MBPS,
-        oversubscription: float = 1.0,
-    ) -> None:
-        """Leaves with their hosts, every leaf linked to every spine."""
-        if leaves < 1 or hosts_per_leaf < 1 or spines < 1:
-            raise ValueError("leaves, hosts_per_leaf and spines must be >= 1")
-        if not oversubscription > 0:
-            raise ValueError("oversubscription must be > 0")
-        uplink_bw = hosts_per_leaf * bw / (spines * oversubscription)
-        spine_names = [
-            self.addSwitch(f"s{SPINE_BASE + k}", dpid=f"{SPINE_BASE + k:x}", protocols="OpenFlow13")
-            for k in range(1, spines + 1)
-        ]
-        index = 0
-        for leaf in range(1, leaves + 1):
-            s = self.addSwitch(f"s{leaf}", dpid=f"{leaf:x}", protocols="OpenFlow13")
-            for port in range(1, hosts_per_leaf + 1):
-                index += 1
-                h = self.addHost(f"h{index}", ip=f"{host_ip(index)}/16", mac=host_mac(index))
-                self.addLink(h, s, port2=port, bw=bw, use_tbf=True)
-            for k, spine in enumerate(spine_names, start=1):
-                self.addLink(
-                    s, spine, port1=hosts_per_leaf + k, port2=leaf, bw=uplink_bw, use_tbf=True
-                )
-
-
-SPINE_BASE = 100  # spine S is switch s<100+S>
-
-
-def host_table(topo: Topo, bw: float | None = None) -> list[dict]:
-    """The controller's ``--hosts`` description of ``topo``: name, ip, mac, bps, the port on
-    its switch and, when there are several switches, that switch's datapath id."""
-    single = len(topo.switches()) == 1
-    table = []
-    for name in sorted(topo.hosts(), key=lambda h: int(h[1:])):
-        info = topo.nodeInfo(name)
-        (switch,) = topo.g[name]  # a host has one link, to its switch
-        entry = {"name": name, "ip": info["ip"].split("/")[0], "mac": info["mac"]}
-        if not single:
-            entry["switch"] = int(topo.nodeInfo(switch)["dpid"], 16)
-        entry["port"] = topo.port(name, switch)[1]
-        link_bw = topo.linkInfo(name, switch).get("bw", bw)
-        if link_bw:
-            entry["bps"] = float(link_bw) * 1e6
-        table.append(entry)
-    return table
+    link_bps = TESTBED_LINK_BPS if bw is None else bw * 1e6
+    return ClusterTopo(Cluster.leaf_spine(leaves, hosts_per_leaf, spines, link_bps,
+                                          oversubscription))  # fmt: skip
 
 
 def rto_cap_supported() -> bool:
@@ -200,8 +147,12 @@ class HpoHost(Host):
 
 def shaped_bps(intf) -> float:
     """The rate Mininet shapes ``intf``'s link at, in bit/s (its ``bw`` is in Mbit/s; a link
-    without one runs at :data:`DEFAULT_BW_MBPS`)."""
-    return float(intf.params.get("bw") or DEFAULT_BW_MBPS) * 1e6
+    without one runs at the testbed's rate)."""
+    _repository_on_path()
+    from controller.cluster import TESTBED_LINK_BPS  # noqa: PLC0415 (the path is set above)
+
+    bw = intf.params.get("bw")
+    return float(bw) * 1e6 if bw else TESTBED_LINK_BPS
 
 
 def _repository_on_path() -> None:
@@ -244,6 +195,6 @@ class HpoSwitch(OVSSwitch):
                 apply_htb([intf.name], shaped_bps(intf))
 
 
-topos = {"testbed": OneSwitchTopo, "leafspine": LeafSpineTopo}
+topos = {"testbed": one_switch_topo, "leafspine": leaf_spine_topo}
 switches = {"hpo": HpoSwitch}
 hosts = {"hpo": HpoHost}

@@ -14,12 +14,13 @@ import time
 
 import pytest
 
+from controller.cluster import Cluster
 from controller.fabric import FabricGraph, Link, Location
 from controller.schedule import dscp_of_level
 from tests.conftest import needs_root_and
 from topologies import network
 from topologies.qos import class_bytes, level_classid
-from topologies.testbed import LeafSpineTopo, host_table
+from topologies.testbed import ClusterTopo
 
 from .fabric import ControllerProcess, free_port, sh, wait_for
 
@@ -49,8 +50,9 @@ def expected_graph(table: list[dict]) -> FabricGraph:
 @pytest.fixture
 def leaf_spine(tmp_path):
     sh("bash", "scripts/ovs.sh", "start")
-    topo = LeafSpineTopo(leaves=LEAVES, hosts_per_leaf=HOSTS_PER_LEAF, spines=SPINES, bw=20)
-    table = host_table(topo)
+    cluster = Cluster.leaf_spine(LEAVES, HOSTS_PER_LEAF, SPINES, 20e6)
+    topo = ClusterTopo(cluster)
+    table = cluster.host_table()
     hosts = tmp_path / "hosts.json"
     hosts.write_text(json.dumps(table))
     ofp_port = free_port()

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from controller.cluster import Cluster
 from tests.conftest import needs_root_and
 from topologies import network, ownership
 from topologies.qos import class_bytes, level_classid
-from topologies.testbed import OneSwitchTopo
+from topologies.testbed import ClusterTopo
 
 from .fabric import free_port, sh
 
@@ -27,8 +28,10 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-SWITCH = "tbown"  # not the experiments' s1: a live testbed run elsewhere is never in the way
-PORT = f"{SWITCH}-eth2"  # host 2's switch port in OneSwitchTopo
+# not the experiments' s1: a live testbed run elsewhere is never in the way
+CLUSTER = Cluster.one_switch(2, 20e6, switch_prefix="tbown")
+SWITCH = CLUSTER.switches[0].name  # tbown1
+PORT = CLUSTER.host_ports[1]  # host 2's switch port
 PEER = f"{SWITCH}-peer2"  # the other end of the veth standing in for PORT
 TEST_KEY = "ownership-test"  # the test's own mark: not the project's, so "foreign" to a run
 
@@ -81,7 +84,7 @@ def test_a_foreign_bridge_and_port_with_the_testbed_s_names_are_refused_and_kept
     someone else: the start stops with one line naming both and how to free them, and both
     are still there afterwards; nothing of the testbed is made."""
     sh("bash", "scripts/ovs.sh", "start")
-    topo = OneSwitchTopo(n=2, switch=SWITCH)
+    topo = ClusterTopo(CLUSTER)
     alias = f"{TEST_KEY}={token()}"
     with network.testbed_lock():  # (a testbed run elsewhere waits: it would hit these names)
         try:
@@ -150,7 +153,7 @@ def test_a_crashed_run_s_marked_leftovers_are_deleted_and_the_run_goes_on():
     crashed = ownership.Owner("testbed", ended.pid, 0)  # start 0: no live process matches
     assert not ownership.running(crashed)
     crashed_alias = f"{ownership.ALIAS_PREFIX}{crashed.tag}"
-    topo = OneSwitchTopo(n=2, switch=SWITCH)
+    topo = ClusterTopo(CLUSTER)
     net = None
     with network.testbed_lock():
         try:

@@ -7,10 +7,11 @@ import re
 
 import pytest
 
+from controller.cluster import Cluster
 from tests.conftest import needs_root_and
 from topologies import network
 from topologies.qos import class_bytes, level_classid
-from topologies.testbed import OneSwitchTopo, host_table
+from topologies.testbed import ClusterTopo
 
 from .fabric import ControllerProcess, free_port, sh, wait_for
 
@@ -19,16 +20,17 @@ pytestmark = [
     needs_root_and("ovs-vsctl", "mnexec", "iperf3", "tc", "ethtool"),
 ]
 
-SWITCH = "tbint"
+CLUSTER = Cluster.one_switch(4, 20e6, switch_prefix="tbint")
+SWITCH = CLUSTER.switches[0].name  # tbint1
 PORT = 5301
 
 
 @pytest.fixture
 def testbed(tmp_path):
     sh("bash", "scripts/ovs.sh", "start")
-    topo = OneSwitchTopo(n=4, switch=SWITCH)
+    topo = ClusterTopo(CLUSTER)
     hosts = tmp_path / "hosts.json"
-    hosts.write_text(json.dumps(host_table(topo)))
+    hosts.write_text(json.dumps(CLUSTER.host_table()))
     ofp_port = free_port()
     ctl = ControllerProcess(tmp_path / "ctl.sqlite", hosts, ofp_port, "--policy", "sincronia")
     ctl.start()
@@ -105,8 +107,9 @@ def test_the_mn_custom_switch_and_hosts_serve_the_levels(tmp_path):
             super().__init__(name, owner=owner, **params)
 
     sh("bash", "scripts/ovs.sh", "start")
-    switch = "tbmn"
-    topo = OneSwitchTopo(n=3, switch=switch)
+    cluster = Cluster.one_switch(3, 20e6, switch_prefix="tbmn")
+    switch = cluster.switches[0].name
+    topo = ClusterTopo(cluster)
     names = ownership.mininet_names(topo)
     with network.testbed_lock():
         ownership.claim(names, owner)  # a crashed run's marked leftovers go; others' are refused

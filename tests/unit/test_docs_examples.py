@@ -206,38 +206,23 @@ def test_a_gpu_policy_shares_the_gpus(capsys):
 def test_a_topology_gives_the_controller_its_hosts_and_the_simulator_its_fabric(capsys):
     pytest.importorskip("mininet")
     # example: topology
-    from mininet.topo import Topo
+    from controller.cluster import Cluster
+    from topologies.testbed import ClusterTopo
 
-    from topologies.testbed import host_ip, host_mac
-
-    class TwoRacksTopo(Topo):
-        """Two racks of ``hosts_per_rack`` hosts (Mbit/s links of ``bw``), their switches s1 and s2
-        joined by one link of ``core_bw`` Mbit/s; hosts numbered rack by rack."""
-
-        def build(self, hosts_per_rack: int = 4, bw: float = 20, core_bw: float = 40) -> None:
-            """Hosts on ports 1..hosts_per_rack of their rack's switch, the core link next."""
-            racks = [self.addSwitch(f"s{r}", dpid=f"{r:x}", protocols="OpenFlow13") for r in (1, 2)]
-            index = 0
-            for rack in racks:
-                for port in range(1, hosts_per_rack + 1):
-                    index += 1
-                    name, ip = f"h{index}", f"{host_ip(index)}/16"
-                    host = self.addHost(name, ip=ip, mac=host_mac(index))
-                    self.addLink(host, rack, port2=port, bw=bw, use_tbf=True)
-            core_port = hosts_per_rack + 1
-            self.addLink(*racks, port1=core_port, port2=core_port, bw=core_bw, use_tbf=True)
-
+    cluster = Cluster.leaf_spine(
+        leaves=2, hosts_per_leaf=4, spines=1, link_bps=20e6, oversubscription=2
+    )
+    topo = ClusterTopo(cluster)  # the Mininet graph: switches s1, s2 and s101, hosts h1..h8
     # end example
 
     # example: topology-use
     from simulator.engine import Fabric
-    from topologies.testbed import host_table
 
-    topo = TwoRacksTopo(hosts_per_rack=4, bw=20, core_bw=40)
-    hosts = host_table(topo)  # the controller's --hosts file, as JSON
+    hosts = cluster.host_table()  # the controller's --hosts file, as JSON
     print(hosts[0], hosts[-1])
-    # the simulator's model of it: leaves of 4 hosts whose uplink carries 40 Mbit/s
-    fabric = Fabric(8, 20e6, hosts_per_leaf=4, oversubscription=4 * 20 / 40)
+    # the simulator's model of it: leaves of 4 hosts whose uplinks carry 40 Mbit/s
+    fabric = Fabric.of(cluster)
+    print(cluster.host_ports, cluster.fabric_ports)  # where a run reads its byte counters
     # end example
 
     assert capsys.readouterr().out
@@ -250,8 +235,10 @@ def test_a_topology_gives_the_controller_its_hosts_and_the_simulator_its_fabric(
         "bps": 20e6,
     }
     assert [(h["switch"], h["port"]) for h in hosts[4:]] == [(2, p) for p in range(1, 5)]
-    assert topo.port("s1", "s2") == (5, 5)
-    assert list(fabric.capacity()[16:18]) == [40e6, 40e6]  # each rack's uplink: the core link
+    assert topo.switches() == ["s1", "s2", "s101"] and topo.port("s1", "s101") == (5, 1)
+    assert topo.linkInfo("s2", "s101")["bw"] == 40
+    assert list(fabric.capacity()[16:18]) == [40e6, 40e6]  # each rack's uplink
+    assert cluster.fabric_ports == ["s1-eth5", "s2-eth5", "s101-eth1", "s101-eth2"]
 
 
 # ---- a REST endpoint ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from controller.cluster import Cluster
 from topologies import ownership
 from topologies.ownership import (
     KEY,
@@ -28,7 +29,7 @@ from topologies.ownership import (
     parse_namespaces,
     plan,
 )
-from topologies.testbed import LeafSpineTopo, OneSwitchTopo
+from topologies.testbed import ClusterTopo
 
 ME = Owner("testbed", 4242, 1000)
 GONE = Owner("testbed", 977, 500)  # a crashed run
@@ -313,10 +314,10 @@ def test_confirm_finds_each_new_bridge_ours_or_says_what_went_wrong():
 
 
 def test_the_testbed_s_names_are_its_bridges_and_switch_ports():
-    assert ownership.mininet_names(OneSwitchTopo(n=3)) == Names(
+    assert ownership.mininet_names(ClusterTopo(Cluster.one_switch(3, 20e6))) == Names(
         bridges=("s1",), interfaces=("s1", "s1-eth1", "s1-eth2", "s1-eth3")
     )
-    fabric = ownership.mininet_names(LeafSpineTopo(leaves=2, hosts_per_leaf=1, spines=1))
+    fabric = ownership.mininet_names(ClusterTopo(Cluster.leaf_spine(2, 1, 1, 20e6)))
     assert fabric.bridges == ("s1", "s2", "s101")
     # hosts' ports live in their own namespaces; both ends of an uplink in the root one
     assert sorted(fabric.interfaces) == sorted(

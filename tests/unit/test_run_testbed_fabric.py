@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from controller.cluster import Cluster
 from experiments import run_testbed
+from simulator.engine import Fabric
 from workloads.hpo import generate
 
 
@@ -39,16 +41,10 @@ def leaf_spine_args(**overrides):
     return args
 
 
-def test_the_leaf_spine_layout_names_every_host_port_and_fabric_port():
-    lay = run_testbed.layout(leaf_spine_args())
-    assert lay.switches == ["s1", "s2", "s3", "s101", "s102"]
-    assert lay.host_ports == ["s1-eth1", "s1-eth2", "s2-eth1", "s2-eth2", "s3-eth1", "s3-eth2"]
-    # each leaf's two uplinks and each spine's three downlinks: every link's two directions
-    assert lay.fabric_ports == [
-        "s1-eth3", "s1-eth4", "s2-eth3", "s2-eth4", "s3-eth3", "s3-eth4",
-        "s101-eth1", "s101-eth2", "s101-eth3", "s102-eth1", "s102-eth2", "s102-eth3",
-    ]  # fmt: skip
-    assert lay.links == 12 and lay.spines == ["s101", "s102"]
+def test_the_flags_describe_the_cluster():
+    assert run_testbed.cluster_of(leaf_spine_args()) == Cluster.leaf_spine(3, 2, 2, 20e6)
+    one_switch = run_testbed.build_parser().parse_args(["--hosts", "6", "--bw", "50"])
+    assert run_testbed.cluster_of(one_switch) == Cluster.one_switch(6, 50e6)
 
 
 def test_the_prediction_models_the_fabric_s_oversubscribed_uplinks():
@@ -59,7 +55,7 @@ def test_the_prediction_models_the_fabric_s_oversubscribed_uplinks():
     thin = run_testbed.simulate("fair", leaf_spine_args(oversubscription=4.0), tasks)
     assert full == pytest.approx(flat)  # non-blocking uplinks: a big switch
     assert thin["sct_s"]["mean"] > 1.2 * flat
-    assert run_testbed.fabric_of(leaf_spine_args(), 20e6).hosts_per_leaf == 2
+    assert Fabric.of(run_testbed.cluster_of(leaf_spine_args())).hosts_per_leaf == 2
 
 
 def test_a_spine_failure_is_reported_with_the_first_reroute_after_it():

@@ -9,16 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from controller.cluster import Cluster, host_ip, host_mac
+from simulator.engine import Fabric
 from topologies import testbed
-from topologies.testbed import LeafSpineTopo, OneSwitchTopo, host_ip, host_mac, host_table, topos
+from topologies.testbed import ClusterTopo, topos
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_testbed_is_13_hosts_on_one_switch():
-    topo = OneSwitchTopo()
+    cluster = Cluster.one_switch(13, 20e6)
+    topo = ClusterTopo(cluster)
     assert len(topo.hosts()) == 13 and topo.switches() == ["s1"]
-    table = host_table(topo)
+    table = cluster.host_table()
     assert table[0] == {
         "name": "h1",
         "ip": "10.0.0.1",
@@ -28,34 +31,66 @@ def test_testbed_is_13_hosts_on_one_switch():
     }
     assert [row["port"] for row in table] == list(range(1, 14))
     assert len({row["mac"] for row in table}) == 13
+    assert cluster.host_ports == [f"s1-eth{i}" for i in range(1, 14)] and not cluster.fabric_ports
+    assert Fabric.of(cluster) == Fabric(13, 20e6)
 
 
 def test_addresses_and_options():
     assert host_ip(300) == "10.0.1.44" and host_mac(300) == "00:00:00:00:01:2c"
-    topo = OneSwitchTopo(n=4, bw=50, switch="tb7")
-    assert topo.switches() == ["tb7"] and host_table(topo)[3]["bps"] == 50e6
-    with pytest.raises(ValueError):
-        OneSwitchTopo(n=1)
+    cluster = Cluster.one_switch(4, 50e6, switch_prefix="tb")
+    topo = ClusterTopo(cluster)
+    assert topo.switches() == ["tb1"] and topo.linkInfo("h4", "tb1")["bw"] == 50
+    assert cluster.host_table()[3]["bps"] == 50e6 and cluster.host_ports[3] == "tb1-eth4"
+    for wrong in ({"hosts": 1}, {"link_bps": 0.0}, {"link_bps": float("nan")}):
+        with pytest.raises(ValueError):
+            Cluster.one_switch(**{"hosts": 4, "link_bps": 20e6, **wrong})
 
 
 def test_leaf_spine():
-    topo = LeafSpineTopo(leaves=3, hosts_per_leaf=2, spines=2, bw=20, oversubscription=2)
+    cluster = Cluster.leaf_spine(leaves=3, hosts_per_leaf=2, spines=2, link_bps=20e6,
+                                 oversubscription=2)  # fmt: skip
+    topo = ClusterTopo(cluster)
     assert len(topo.hosts()) == 6 and len(topo.switches()) == 5
     assert len(topo.links()) == 6 + 3 * 2
-    table = host_table(topo)
+    table = cluster.host_table()
     # several switches: every host names its leaf's datapath id and its port there
     assert [(row["switch"], row["port"]) for row in table] == [
         (1, 1), (1, 2), (2, 1), (2, 2), (3, 1), (3, 2)]  # fmt: skip
     assert topo.port("s2", "s102") == (4, 2)  # leaf 2's second uplink, spine 102's port 2
     assert topo.linkInfo("s2", "s102")["bw"] == 2 * 20 / (2 * 2)
     assert topo.nodeInfo("s101")["dpid"] == "65"
-    with pytest.raises(ValueError):
-        LeafSpineTopo(oversubscription=0)
+    assert Fabric.of(cluster) == Fabric(6, 20e6, hosts_per_leaf=2, oversubscription=2)
+    assert cluster.to_json() == {"kind": "leaf-spine", "leaves": 3, "spines": 2,
+                                 "hosts_per_leaf": 2, "oversubscription": 2}  # fmt: skip
+    for wrong in ({"oversubscription": 0}, {"spines": 0}, {"leaves": 0}):
+        with pytest.raises(ValueError):
+            Cluster.leaf_spine(**{"leaves": 2, "hosts_per_leaf": 4, "spines": 2,
+                                  "link_bps": 20e6, **wrong})  # fmt: skip
+
+
+def test_the_leaf_spine_names_every_host_port_and_fabric_port():
+    cluster = Cluster.leaf_spine(leaves=3, hosts_per_leaf=2, spines=2, link_bps=20e6)
+    assert [s.name for s in cluster.switches] == ["s1", "s2", "s3", "s101", "s102"]
+    assert cluster.host_ports == ["s1-eth1", "s1-eth2", "s2-eth1", "s2-eth2", "s3-eth1", "s3-eth2"]
+    # each leaf's two uplinks and each spine's three downlinks: every link's two directions
+    assert cluster.fabric_ports == [
+        "s1-eth3", "s1-eth4", "s2-eth3", "s2-eth4", "s3-eth3", "s3-eth4",
+        "s101-eth1", "s101-eth2", "s101-eth3", "s102-eth1", "s102-eth2", "s102-eth3",
+    ]  # fmt: skip
+    # the names Mininet gives the topology built from the same cluster
+    topo = ClusterTopo(cluster)
+    switch_ports = {f"{node}-eth{info[f'port{end}']}"
+                    for _src, _dst, info in topo.links(withInfo=True) for end in "12"
+                    if topo.isSwitch(node := info[f"node{end}"])}  # fmt: skip
+    assert switch_ports == set(cluster.host_ports + cluster.fabric_ports)
 
 
 def test_mn_custom_contract():
     assert set(topos) == {"testbed", "leafspine"}
     assert len(topos["testbed"](5).hosts()) == 5
+    assert topos["testbed"](4, 50).linkInfo("h1", "s1")["bw"] == 50
+    assert topos["testbed"](4).linkInfo("h1", "s1")["bw"] == 20  # the testbed's rate
+    assert len(topos["leafspine"](3, 4, 2).switches()) == 5
 
 
 TRY_LOCK = """
