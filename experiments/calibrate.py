@@ -29,45 +29,47 @@ so that ``--help`` and a bad flag answer at once.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from cli.argtypes import program
 from controller.stats import format_interval, mean_ci
-from experiments import run_testbed
+from experiments.testbed_network import network
+from experiments.testbed_run import Run, run_with_retries
+from experiments.testbed_settings import TestbedSettings, parse, testbed_parser
 from simulator.calibration import Overheads
 from simulator.metrics import provenance, write_json
-from workloads.hpo import generate
+from workloads.hpo import HpoTask, generate
 
 POLICY = "fair"
-LONE_ITERATIONS = 20  # hpo-testbed --calibration-iterations
-LONE_REPEATS = 3  # hpo-testbed --calibration-repeats
 
 
-def lone_job(args, pattern: str) -> list:
-    """One task of one configuration: a single job of ``args.iterations`` iterations."""
+def lone_job(settings: TestbedSettings, seed: int, pattern: str, iterations: int) -> list[HpoTask]:
+    """One task of one configuration: a single job of ``iterations`` iterations."""
     return generate(
-        args.hosts,
+        settings.cluster.hosts,
         1,
-        seed=args.seed,
+        seed=seed,
         configs_per_task=1,
-        eta=args.eta,
-        min_iterations=args.iterations,
-        workers=args.workers,
+        eta=settings.workload.eta,
+        min_iterations=iterations,
+        workers=settings.workload.workers,
         patterns=(pattern,),
-        link_scale=args.link_scale,
+        link_scale=settings.link_scale,
     )
 
 
-def simulated_iteration_s(args, tasks: list) -> float:
-    """The simulator's iteration time of the lone job at the full line rate."""
+def simulated_iteration_s(settings: TestbedSettings, tasks: list[HpoTask]) -> float:
+    """The simulator's iteration time of the lone job at the full line rate, its hosts on one
+    big switch."""
     from controller.policies import make_policy
     from simulator.engine import Fabric, Simulator
     from simulator.hpo import HpoDriver
 
-    sim = Simulator(Fabric(args.hosts, args.bw * 1e6), make_policy(POLICY))
+    fabric = Fabric(settings.cluster.hosts, settings.cluster.link_bps)
+    sim = Simulator(fabric, make_policy(POLICY))
     driver = HpoDriver(sim, tasks)
     sim.run()
     (job,) = driver.jobs.values()
@@ -83,22 +85,23 @@ def measured_iteration_s(out: Path) -> float:
     return (times[-1] - times[0]) / (len(times) - 1)
 
 
-def lone_goodput(args, pattern: str, out: Path, repeats: int) -> dict:
-    """Run the lone ``pattern`` job ``repeats`` times on the testbed (``out/lone-<pattern>-<n>``)
-    and measure its goodput each time; the mean of the repeats and each repeat's measurement."""
-    tasks = lone_job(args, pattern)
+def lone_goodput(settings: TestbedSettings, seed: int, pattern: str, out: Path) -> dict:
+    """Run the lone ``pattern`` job of the settings' calibration runs on the testbed
+    (``out/lone-<pattern>-<n>``) and measure its goodput each time; the mean of the repeats
+    and each repeat's measurement."""
+    runs = settings.calibration_runs
+    tasks = lone_job(settings, seed, pattern, runs.iterations)
     compute_s = tasks[0].model.compute_s
-    simulated = simulated_iteration_s(args, tasks)
+    simulated = simulated_iteration_s(settings, tasks)
     measured = []
-    for repeat in range(1, repeats + 1):
-        print(f"== calibration: a lone {pattern} job, {args.iterations} iterations "
-              f"(repeat {repeat} of {repeats})", flush=True)  # fmt: skip
-        run = out / f"lone-{pattern}-{repeat}"
-        run_testbed.run_with_retries(
-            POLICY, args, run, tasks=lone_job(args, pattern),
-            workload_title=f"calibration: a lone {pattern} job of {args.iterations} iterations",
-        )  # fmt: skip
-        measured.append(measured_iteration_s(run))
+    for repeat in range(1, runs.repeats + 1):
+        print(f"== calibration: a lone {pattern} job, {runs.iterations} iterations "
+              f"(repeat {repeat} of {runs.repeats})", flush=True)  # fmt: skip
+        title = f"calibration: a lone {pattern} job of {runs.iterations} iterations"
+        tasks = lone_job(settings, seed, pattern, runs.iterations)
+        run = Run(POLICY, out / f"lone-{pattern}-{repeat}", seed, tasks=tasks, title=title)
+        run_with_retries(settings, run)
+        measured.append(measured_iteration_s(run.out))
         goodput = (simulated - compute_s) / (measured[-1] - compute_s)
         print(f"  iteration {measured[-1]:.3f} s on the testbed, {simulated:.3f} s simulated "
               f"(compute {compute_s:.3f} s): goodput {goodput:.3f}")  # fmt: skip
@@ -117,30 +120,27 @@ def lone_goodput(args, pattern: str, out: Path, repeats: int) -> dict:
     }
 
 
-def calibrate(
-    args,
-    out: Path,
-    argv: list[str],
-    iterations: int = LONE_ITERATIONS,
-    repeats: int = LONE_REPEATS,
-) -> dict:
-    """Measure the overheads on the testbed of ``args`` (run_testbed's, after ``parse``) into
-    ``out`` (``calibration.json`` and each measurement's run); returns what it wrote."""
-    args = argparse.Namespace(**{**vars(args), "iterations": iterations, "overheads": None})
-    args.seed = args.seeds[0]
-    lone = {pattern: lone_goodput(args, pattern, out, repeats) for pattern in args.patterns}
-    print(f"== calibration: {args.tasks} x {args.configs} jobs started at once", flush=True)
-    burst_args = argparse.Namespace(**{**vars(args), "min_iterations": 1})
-    burst, _ = run_testbed.run_with_retries(POLICY, burst_args, out / "burst")
-    startup = burst["job_startup_s"]
+def calibrate(settings: TestbedSettings, out: Path, argv: list[str]) -> dict:
+    """Measure the overheads on the testbed of ``settings`` (its calibration runs, the first
+    seed) into ``out`` (``calibration.json`` and each measurement's run); returns what it
+    wrote. ``argv``: the command line, for the provenance."""
+    settings = replace(settings, overheads=None)
+    seed = settings.seeds[0]
+    lone = {pattern: lone_goodput(settings, seed, pattern, out)
+            for pattern in settings.workload.patterns}  # fmt: skip
+    w = settings.workload
+    print(f"== calibration: {w.tasks} x {w.configs} jobs started at once", flush=True)
+    burst = replace(settings, workload=replace(w, min_iterations=1))
+    measured, _ = run_with_retries(burst, Run(POLICY, out / "burst", seed))
+    startup = measured["job_startup_s"]
     goodput = sum(entry["goodput"] for entry in lone.values()) / len(lone)
     overheads = Overheads(job_startup_s=startup["mean"], goodput=goodput)
     calibration = {
         "provenance": provenance(argv),
-        "link_gbps": args.link_gbps,
-        "emulated_link_bps": args.bw * 1e6,
-        "host_priorities": args.host_priorities,
-        "tcp_rto_max_ms": args.tcp_rto_max_ms,
+        "link_gbps": settings.modelled_link_bps / 1e9,
+        "emulated_link_bps": settings.cluster.link_bps,
+        "host_priorities": settings.host_priorities,
+        "tcp_rto_max_ms": settings.tcp_rto_max_ms,
         "overheads": overheads.to_json(),
         "lone_jobs": lone,
         "burst_job_startup_s": startup,
@@ -153,27 +153,28 @@ def calibrate(
     )
     print(f"  job start-up {overheads.job_startup_s:.2f} s (mean of {startup['count']} jobs, p95 "
           f"{startup['p95']:.2f} s); goodput {overheads.goodput:.3f} of the line rate"
-          + (f" (over {repeats} repeats: {spreads})" if spreads else ""))  # fmt: skip
+          + (f" (over {settings.calibration_runs.repeats} repeats: {spreads})"
+             if spreads else ""))  # fmt: skip
     return calibration
 
 
 def main(argv=None) -> int:
     """Measure the overheads and write ``calibration.json``; the exit status."""
-    parser = run_testbed.build_parser(__doc__.split("\n\n")[0], program(__name__))
+    parser = testbed_parser(__doc__.split("\n\n")[0], program(__name__))
     parser.set_defaults(policy=[POLICY], out="results/calibration")
-    args = run_testbed.parse(parser, argv)
+    settings = parse(parser, argv)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        with run_testbed.network.testbed_lock():
-            calibrate(args, args.out, argv, args.calibration_iterations, args.calibration_repeats)
-    except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
+        with network.testbed_lock():
+            calibrate(settings, settings.out, argv)
+    except (network.TestbedBusy, network.NamesTaken) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # (each run's network and controller stop in its own finally)
         print(f"\n{parser.prog}: interrupted: the network and the controller were stopped",
               file=sys.stderr)  # fmt: skip
         return 130
-    path = args.out / "calibration.json"
+    path = settings.out / "calibration.json"
     print(f"wrote {path}; use: hpo-testbed --calibration {path}")
     return 0
 

@@ -256,7 +256,7 @@ def main(argv=None) -> int:
             sampler=args.sampler, pruner=args.pruner, storage=storage, n_trials=args.trials,
             parallel=args.parallel, studies=args.studies, seed=seed, hosts=args.hosts,
             workers=args.workers, eta=args.eta, min_iterations=args.min_iterations,
-            model=args.model, pattern=args.pattern, link_gbps=args.link_gbps,
+            model=args.model, pattern=args.pattern, link_bps=args.link_gbps * 1e9,
             gpus_per_host=args.gpus_per_host, quantum=args.quantum, **more,
         )  # fmt: skip
 
@@ -354,8 +354,8 @@ def on_testbed(args, argv, study) -> int:
     testbed, as ``hpo-testbed`` runs one (its files in ``<out>/<run>/seed-<k>/``),
     plus each run's ``trials.csv``, Optuna's plots and best trials, and the seed table; the
     exit status. ``study(seed, policy, gpu_policy, **more)`` runs one (:func:`run_study`)."""
-    from experiments import run_testbed  # Mininet and the controller: only on this path
     from experiments.optuna_study import write_plots
+    from experiments.testbed_network import network  # Mininet: only on this path
 
     out = args.out or Path("results") / "optuna-testbed"
     summary = {"provenance": provenance(argv), "settings": {**vars(args), "out": str(out)}}
@@ -363,15 +363,15 @@ def on_testbed(args, argv, study) -> int:
     summary["runs"] = {}
     notes: list[str] = []
     try:
-        with run_testbed.network.testbed_lock():
+        with network.testbed_lock():
             for seed, name, gpu_policy in itertools.product(
                 args.seed, args.policy, args.gpu_policy
             ):
                 label = run_label(name, gpu_policy)
                 run_dir = out / label / f"seed-{seed}"
                 print(f"== {label}, seed {seed}", flush=True)
-                run = study(seed, name, gpu_policy, out=run_dir, bw=args.bw,
-                            timeout=args.timeout)  # fmt: skip
+                run = study(seed, name, gpu_policy, out=run_dir,
+                            emulated_link_bps=args.bw * 1e6, timeout=args.timeout)  # fmt: skip
                 result = run.result
                 write_csv(run_dir / "trials.csv", run.rows["trials"])
                 if not args.no_plots:
@@ -391,7 +391,7 @@ def on_testbed(args, argv, study) -> int:
                     f"{result['simulated']['hpo_completion_s']['mean']:.2f} s)"
                 )
                 _print_best(run.best)
-    except (run_testbed.network.TestbedBusy, run_testbed.network.NamesTaken) as exc:
+    except (network.TestbedBusy, network.NamesTaken) as exc:
         print(f"{program(__name__)}: error: {exc}", file=sys.stderr)
         return 1
     summary["table"] = seed_table(summary["runs"], args.baseline)

@@ -46,8 +46,8 @@ class StudyRun:
         seed: the seed the studies and the workload were drawn with.
         tasks: the HPO tasks, one per study (``task.search.study`` is the study).
         result: the run's stage and HPO metrics (``hpo-sim hpo``'s summary in the
-            simulator, the testbed run's in ``run_testbed``) plus ``trials``, ``pruned`` and
-            ``best_trial``.
+            simulator, the testbed run's in :mod:`experiments.testbed_run`) plus ``trials``,
+            ``pruned`` and ``best_trial``.
         best: per study (task id), its best completed trial (number, value, params, when it
             completed), or ``None`` if every trial was pruned.
         rows: result tables by name (``trials``, ``jobs``, and in the simulator ``stages``,
@@ -88,12 +88,12 @@ def run_study(
     min_iterations: int = 10,
     model: str | ModelProfile = "resnet50",
     pattern: str = "ring",
-    link_gbps: float = 1.0,
+    link_bps: float = 1e9,
     gpus_per_host: int = 1,
     quantum: float = 5.0,
     label: str | None = None,
     out: Path | None = None,
-    bw: float = 20.0,
+    emulated_link_bps: float = 20e6,
     timeout: float = 1800.0,
 ) -> StudyRun:
     """Run ``studies`` concurrent Optuna studies of ``n_trials`` trials each on the cluster.
@@ -107,9 +107,9 @@ def run_study(
 
     Args:
         space: the search space (see above).
-        backend: ``"simulator"`` (hosts on a big switch of ``link_gbps`` Gbit/s links) or
-            ``"testbed"`` (root and Open vSwitch: the Mininet testbed at ``bw`` Mbit/s per
-            link standing for ``link_gbps``, files in ``out``, ``timeout`` s per attempt).
+        backend: ``"simulator"`` (hosts on a big switch of ``link_bps`` bit/s links) or
+            ``"testbed"`` (root and Open vSwitch: the Mininet testbed at ``emulated_link_bps``
+            per link standing for ``link_bps``, files in ``out``, ``timeout`` s per attempt).
         policy: the network policy's name (or ``package.module:Class``).
         gpu_policy: the GPU time-sharing policy's name (``none``: a GPU per worker), with
             ``gpus_per_host`` GPUs per host and a ``quantum`` of that many seconds.
@@ -144,14 +144,15 @@ def run_study(
         )  # fmt: skip
 
     if backend == "testbed":
-        settings = {"hosts": hosts, "workers": workers, "eta": eta,
-                    "min_iterations": min_iterations, "link_gbps": link_gbps, "bw": bw,
-                    "timeout": timeout, "gpus_per_host": gpus_per_host,
-                    "quantum": quantum}  # fmt: skip
-        return _on_testbed(label, seed, policy, gpu_policy, make_tasks, settings, out, storage)
+        # hpo-testbed's flags, in their units
+        flags = {"hosts": hosts, "workers": workers, "eta": eta,
+                 "min_iterations": min_iterations, "link_gbps": link_bps / 1e9,
+                 "bw": emulated_link_bps / 1e6, "timeout": timeout,
+                 "gpus_per_host": gpus_per_host, "quantum": quantum}  # fmt: skip
+        return _on_testbed(label, seed, policy, gpu_policy, make_tasks, flags, out, storage)
 
     warm_up()
-    sim = Simulator(Fabric(hosts, link_gbps * 1e9), make_policy(policy))
+    sim = Simulator(Fabric(hosts, link_bps), make_policy(policy))
     gpus = None
     if gpu_policy != "none":
         gpus = GpuManager(make_gpu_policy(gpu_policy), hosts, gpus_per_host, quantum, 0.0)
@@ -172,8 +173,9 @@ def run_study(
 
 
 class StudiesMade:
-    """Fresh studies for each use of a testbed run (``run_testbed.Tasks``): the testbed's go to
-    the storage, replacing a failed attempt's; the simulator's prediction's stay in memory.
+    """Fresh studies for each use of a testbed run (``experiments.testbed_run.Tasks``): the
+    testbed's go to the storage, replacing a failed attempt's; the simulator's prediction's
+    stay in memory.
 
     ``make(link_scale, keep)`` builds the tasks (``keep``: into the storage)."""
 
@@ -199,10 +201,10 @@ class StudiesMade:
         return self.testbed
 
 
-def testbed_argv(settings: dict, out: Path) -> list[str]:
-    """``hpo-testbed``'s command line for ``settings`` (its flags' names, with ``_``
-    for ``-``) and the folder ``out``."""
-    return [*(f"--{key.replace('_', '-')}={value}" for key, value in settings.items()),
+def testbed_argv(flags: dict, out: Path) -> list[str]:
+    """``hpo-testbed``'s command line for ``flags`` (their names, with ``_`` for ``-``) and
+    the folder ``out``."""
+    return [*(f"--{key.replace('_', '-')}={value}" for key, value in flags.items()),
             "--out", str(out)]  # fmt: skip
 
 
@@ -212,25 +214,26 @@ def _on_testbed(
     policy: str,
     gpu_policy: str,
     make_tasks: Callable[[float, bool], list[HpoTask]],
-    settings: dict,
+    flags: dict,
     out: Path | None,
     storage: optuna.storages.BaseStorage | None,
 ) -> StudyRun:
-    """The run on the Mininet testbed as ``hpo-testbed`` runs one (its files in
+    """The run on the Mininet testbed as ``hpo-testbed`` runs one with ``flags`` (its files in
     ``out``), the simulator's prediction beside it."""
-    from experiments import run_testbed  # Mininet and the controller: only on this path
+    # Mininet and the controller: only on this path
+    from experiments import run_testbed
+    from experiments.testbed_network import network
+    from experiments.testbed_run import Run, run_with_retries
+    from experiments.testbed_settings import parse
 
     if out is None:
         raise ValueError("the testbed backend needs out, the folder for its files")
-    testbed = run_testbed.parse(run_testbed.build_parser(), testbed_argv(settings, out))
-    testbed.seed = seed
-    made = StudiesMade(make_tasks, testbed.link_scale, storage)
+    settings = parse(run_testbed.build_parser(), testbed_argv(flags, out))
+    made = StudiesMade(make_tasks, settings.link_scale, storage)
+    run = Run(policy, out, seed, gpu_policy, made, f"Optuna studies {label}, seed {seed}")
     started = time.perf_counter()
-    with run_testbed.network.testbed_lock():  # (re-entrant: hpo-optuna holds it for all runs)
-        result, _ = run_testbed.run_with_retries(
-            policy, testbed, out, gpu_policy, tasks=made,
-            workload_title=f"Optuna studies {label}, seed {seed}",
-        )  # fmt: skip
+    with network.testbed_lock():  # (re-entrant: hpo-optuna holds it for all runs)
+        result, _ = run_with_retries(settings, run)
     wall = time.perf_counter() - started
     trials = [row for task in made.testbed for row in trial_rows(task)]
     with open(out / "jobs.csv", newline="") as f:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from cli.argtypes import program
 from experiments import run_testbed
+from experiments.testbed_prediction import simulate
+from experiments.testbed_settings import settings_of, workload
 from simulator.calibration import Overheads
 
 
@@ -31,21 +33,18 @@ def predictions(folder: Path, raw: bool = False):
     script = next(i for i, arg in enumerate(command) if Path(arg).name == "hpo-testbed"
                   or arg.endswith("run_testbed.py")
                   or arg == "experiments.run_testbed")  # fmt: skip
-    args = run_testbed.build_parser().parse_args(command[script + 1 :])
-    args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
-    args.surrogate = None
+    settings = settings_of(run_testbed.build_parser().parse_args(command[script + 1 :]))
     measured = summary.get("overheads")
     overheads = None
     if measured and not raw:
         overheads = Overheads(measured["job_startup_s"], measured["goodput"])
-    for seed in args.seeds:
-        args.seed = seed
-        for policy in args.policy:
+    for seed in settings.seeds:
+        for policy in settings.policies:
             stages = folder / policy / f"seed-{seed}" / "stages.csv"
             if not stages.exists():
                 continue  # a failed run
-            predicted = run_testbed.simulate(policy, args, run_testbed.workload(args), "none",
-                                             overheads)["stage_sct_s"]  # fmt: skip
+            tasks = workload(settings, seed)
+            predicted = simulate(policy, settings, tasks, "none", overheads)["stage_sct_s"]
             with open(stages, newline="") as f:
                 measured_rows = list(csv.DictReader(f))
             measured_rows.sort(key=lambda r: (int(r["task_id"]), int(r["index"])))

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from controller.policies import make_policy
-from experiments import run_testbed
+from experiments import run_testbed, testbed_run
+from experiments.testbed_counters import TCP_COUNTERS, parse_tcp_counters
+from experiments.testbed_prediction import simulate
+from experiments.testbed_results import seed_summary
+from experiments.testbed_settings import settings_of, workload
 from simulator.calibration import Overheads
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
@@ -39,9 +43,9 @@ def test_overheads_load_and_refuse_nonsense(tmp_path):
 def test_overheads_slow_the_prediction_by_what_they_say():
     # a lone ring job: goodput g stretches only its network time, start-up adds once
     tasks = generate(6, 1, seed=3, configs_per_task=1, min_iterations=10, patterns=("ring",))
-    args = Namespace(hosts=6, bw=20, gpus_per_host=1, quantum=5.0)
-    raw = run_testbed.simulate("fair", args, tasks)
-    calibrated = run_testbed.simulate("fair", args, tasks, overheads=Overheads(2.0, 0.8))
+    settings = settings_of(run_testbed.build_parser().parse_args(["--hosts", "6", "--bw", "20"]))
+    raw = simulate("fair", settings, tasks)
+    calibrated = simulate("fair", settings, tasks, overheads=Overheads(2.0, 0.8))
     sim = Simulator(Fabric(6, 20e6), make_policy("fair"))
     driver = HpoDriver(sim, tasks)
     sim.run()
@@ -61,8 +65,8 @@ def test_tcp_counters_are_read_from_proc_text():
         "Tcp: RtoAlgorithm OutSegs RetransSegs\nTcp: 1 1000 12\n"
         "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes TCPAbortOnMemory\nTcpExt: 0 3 7 2\n"
     )
-    counters = run_testbed.parse_tcp_counters(text)
-    assert set(counters) == set(run_testbed.TCP_COUNTERS)
+    counters = parse_tcp_counters(text)
+    assert set(counters) == set(TCP_COUNTERS)
     assert {k: v for k, v in counters.items() if v} == {
         "RetransSegs": 12,
         "OutSegs": 1000,
@@ -88,13 +92,9 @@ def test_the_seed_summary_reports_the_calibrated_prediction_beside_the_raw_one()
 
     results = [run("fair", 1, 10.0, 8.0, 9.5), run("fair", 2, 20.0, 16.0, 19.0),
                run("beamer", 1, 9.0, 7.0, 9.5), run("beamer", 2, 18.0, 14.0, 17.1)]  # fmt: skip
-    args = Namespace(
-        link_gbps=1.0, bw=20, host_priorities=True, tcp_rto_max_ms=1000,
-        overheads=Overheads(1.0, 0.9), hosts=13,
-        tasks=2, configs=9, eta=3, search="halving", min_iterations=3, workers=3,
-        patterns=["ring"], models=["resnet50"], interarrival=0.0, seeds=[1, 2], yahpo=None,
-    )  # fmt: skip
-    summary = run_testbed.seed_summary(results, args, ["--seeds", "1", "2"])
+    argv = ["--seeds", "1", "2", "--models", "resnet50", "--tcp-rto-max-ms", "1000"]
+    settings = settings_of(run_testbed.build_parser().parse_args(argv), None, Overheads(1.0, 0.9))
+    summary = seed_summary(results, settings, argv)
     fair = summary["policies"]["fair"]
     assert fair["sim_over_testbed_avg_sct"]["mean"] == pytest.approx(0.8)
     assert fair["calibrated_sim_over_testbed_avg_sct"]["mean"] == pytest.approx(0.95)
@@ -126,11 +126,9 @@ def test_stage_agreement_matches_stages_by_task_and_index(tmp_path, started_as):
     summary = {"provenance": {"command": command},
                "overheads": {"job_startup_s": 1.0, "goodput": 0.9}}  # fmt: skip
     (tmp_path / "summary.json").write_text(json.dumps(summary))
-    args = run_testbed.build_parser().parse_args(command[2:])
-    args.seed, args.surrogate = 4, None
-    args.link_scale = args.link_gbps * 1e9 / (args.bw * 1e6)
-    predicted = run_testbed.simulate("fair", args, run_testbed.workload(args), "none",
-                                     Overheads(1.0, 0.9))["stage_sct_s"]  # fmt: skip
+    settings = settings_of(run_testbed.build_parser().parse_args(command[2:]))
+    predicted = simulate("fair", settings, workload(settings, 4), "none",
+                         Overheads(1.0, 0.9))["stage_sct_s"]  # fmt: skip
     run = tmp_path / "fair" / "seed-4"
     run.mkdir(parents=True)
     with open(run / "stages.csv", "w") as f:  # the testbed twice as slow, stages out of order
@@ -149,22 +147,24 @@ def test_stage_agreement_matches_stages_by_task_and_index(tmp_path, started_as):
 def test_a_failed_run_is_tried_again_in_a_fresh_testbed_and_its_files_kept(tmp_path, monkeypatch):
     attempts = []
 
-    def flaky(policy, args, out, gpu_policy="none", tasks=None, workload_title=None):
-        attempts.append(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "tcp.json").write_text(str(len(attempts)))
+    def flaky(settings, run):
+        attempts.append(run.out)
+        run.out.mkdir(parents=True, exist_ok=True)
+        (run.out / "tcp.json").write_text(str(len(attempts)))
         if len(attempts) == 1:
             raise RuntimeError("job 3 rank 1: [Errno 104] Connection reset by peer")
-        return {"policy": policy}
+        return {"policy": run.policy}
 
-    monkeypatch.setattr(run_testbed, "run_policy", flaky)
+    monkeypatch.setattr(testbed_run, "run_policy", flaky)
     out = tmp_path / "fair" / "seed-1"
-    result, failed = run_testbed.run_with_retries("fair", Namespace(retries=1), out)
+    run = testbed_run.Run("fair", out, seed=1)
+    result, failed = testbed_run.run_with_retries(Namespace(retries=1), run)
     assert result == {"policy": "fair"} and attempts == [out, out]
     assert failed == ["job 3 rank 1: [Errno 104] Connection reset by peer"]
     assert (out / "tcp.json").read_text() == "2"  # the retry's own files
     assert (tmp_path / "fair" / "seed-1-failed-1" / "tcp.json").read_text() == "1"
     attempts.clear()
     with pytest.raises(RuntimeError, match="Connection reset"):
-        run_testbed.run_with_retries("fair", Namespace(retries=0), tmp_path / "other")
+        run = testbed_run.Run("fair", tmp_path / "other", seed=1)
+        testbed_run.run_with_retries(Namespace(retries=0), run)
     assert len(attempts) == 1

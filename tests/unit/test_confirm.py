@@ -11,7 +11,8 @@ import pytest
 from experiments import atlas, confirm, reproduce
 from experiments.atlas import ClaimMap, Dimension, Level, Metric, Reading
 from experiments.claims import CLAIMS, MAPS, TESTBED_MAPS
-from experiments.run_testbed import build_parser, workload
+from experiments.run_testbed import build_parser
+from experiments.testbed_settings import settings_of
 from workloads.hpo import generate
 
 
@@ -26,15 +27,15 @@ def test_every_cell_of_a_testbed_map_runs_its_own_workload_on_the_testbed(key, t
     for cell in small.cells():
         command = confirm.testbed_command(small, cell, confirm.SEEDS, tmp_path)
         assert command[1:3] == ["-m", "experiments.run_testbed"] and "--calibrate" in command
-        args = build_parser().parse_args(command[3:])
-        assert args.seeds == list(confirm.SEEDS) and args.out == tmp_path
-        assert args.policy == [r.policy for r in small.policies_of(cell)]
+        testbed = settings_of(build_parser().parse_args(command[3:]))
+        assert testbed.seeds == tuple(confirm.SEEDS) and testbed.out == tmp_path
+        assert testbed.policies == tuple(r.policy for r in small.policies_of(cell))
         settings = small.settings(cell)
-        args.link_scale, args.surrogate, args.seed = 1.0, None, 2  # (the bytes as modelled)
-        assert args.link_gbps * 1e9 == settings["link_bps"]
+        assert testbed.modelled_link_bps == settings["link_bps"]
         simulated = {k: v for k, v in settings.items() if k not in ("link_bps", "mode")}
         simulated = {k: tuple(v) if isinstance(v, list) else v for k, v in simulated.items()}
-        mine = workload(args)
+        # (the bytes as modelled: a link scale of 1)
+        mine = testbed.workload.generate(testbed.cluster.hosts, 2, 1.0)
         assert mine == generate(seed=2, **simulated)
         generated.append(mine)
     assert all(a != b for i, a in enumerate(generated) for b in generated[i + 1 :])

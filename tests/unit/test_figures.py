@@ -12,8 +12,9 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from controller.stats import Interval, mean_ci
-from experiments import gpu_experiments, run_testbed, sim_experiments
+from experiments import gpu_experiments, run_testbed, sim_experiments, testbed_results
 from experiments.figures import error_bars, spread_note
+from experiments.testbed_settings import settings_of, workload_name
 from workloads.hpo import describe_workload
 
 
@@ -73,7 +74,7 @@ def test_the_workload_title_says_synthetic_and_names_its_size():
     )
 
 
-# ---- run_testbed.py: testbed.png and the schedule's title -----------------------------------
+# ---- the testbed: testbed.png and the schedule's title -----------------------------------
 
 
 def a_testbed_summary(seeds: list[int], missing: str | None = None) -> dict:
@@ -87,7 +88,7 @@ def a_testbed_summary(seeds: list[int], missing: str | None = None) -> dict:
     policies = {}
     for k, name in enumerate(["fair", "fifo-lm", "sincronia", "jpas", "beamer"]):
         values = [30.0 + 3 * k + seed for seed in seeds]
-        policies[name] = {key: entry(values) for _, key, _ in run_testbed.PANELS}
+        policies[name] = {key: entry(values) for _, key, _ in testbed_results.PANELS}
         policies[name]["sim_avg_sct_s"] = entry([0.9 * v for v in values])
     if missing:
         policies[missing]["avg_time_to_90pct_s"] = None
@@ -100,7 +101,7 @@ def a_testbed_summary(seeds: list[int], missing: str | None = None) -> dict:
 
 
 def test_testbed_figure_of_one_seed_has_no_error_bars_and_says_one_seed():
-    fig = run_testbed.figure(a_testbed_summary([1], missing="jpas"))
+    fig = testbed_results.figure(a_testbed_summary([1], missing="jpas"))
     title = fig.get_suptitle()
     assert "95 % CI" not in title and title.endswith("; one seed")
     assert "synthetic HPO workload: 13 hosts, 2 tasks of 9 configs, halving, ring" in title
@@ -115,9 +116,9 @@ def test_testbed_figure_of_one_seed_has_no_error_bars_and_says_one_seed():
 
 def test_testbed_figure_of_three_seeds_has_an_interval_per_policy():
     summary = a_testbed_summary([1, 2, 3])
-    fig = run_testbed.figure(summary)
+    fig = testbed_results.figure(summary)
     assert fig.get_suptitle().endswith("; 95 % CI over 3 seeds")
-    for ax, (_, key, _) in zip(fig.axes, run_testbed.PANELS, strict=True):
+    for ax, (_, key, _) in zip(fig.axes, testbed_results.PANELS, strict=True):
         assert whiskers(ax) == 5
         segment = error_containers(ax)[0].lines[2][0].get_segments()[0]
         fair = summary["policies"]["fair"][key]
@@ -125,13 +126,13 @@ def test_testbed_figure_of_three_seeds_has_an_interval_per_policy():
 
 
 def test_the_testbed_s_schedule_is_titled_by_its_workload():
-    args = Namespace(configs=9, search="halving", patterns=["ring"], hosts=13, tasks=2, seed=4,
-                     yahpo=None, yahpo_task="3945")  # fmt: skip
-    assert run_testbed.workload_name(args) == (
+    parse_args = run_testbed.build_parser().parse_args
+    settings = settings_of(parse_args(["--configs", "9", "--hosts", "13", "--tasks", "2"]))
+    assert workload_name(settings, 4) == (
         "synthetic HPO workload, seed 4: 13 hosts, 2 tasks of 9 configs, halving, ring"
     )
-    args.yahpo = "bundled"
-    assert "(LCBench task 3945 curves)" in run_testbed.workload_name(args)
+    settings = settings_of(parse_args(["--yahpo"]))  # (the surrogate itself is not needed)
+    assert "(LCBench task 3945 curves)" in workload_name(settings, 4)
 
 
 # ---- sim_experiments.py: hpo-<metric>.png and trace-cct.png ---------------------------------

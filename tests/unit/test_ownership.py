@@ -212,7 +212,7 @@ def test_the_error_is_one_line_naming_each_name_and_how_to_free_it():
 
 def test_the_error_passes_the_experiments_run_loops():
     # they retry, or go on with the next run, on these; every later run would be refused too
-    from experiments.run_testbed import RUN_FAILURES
+    from experiments.testbed_run import RUN_FAILURES
 
     assert not isinstance(NamesTaken([Taken("OVS bridge", "s1")]), RUN_FAILURES)
 
@@ -408,11 +408,10 @@ def test_run_testbed_turns_taken_names_into_one_line_and_status_1(
 def test_calibrate_turns_taken_names_into_one_line_and_status_1(
     monkeypatch, capsys, no_machine_lock, tmp_path
 ):
-    from experiments import calibrate, run_testbed
+    from experiments import calibrate
 
-    args = argparse.Namespace(out=tmp_path, calibration_iterations=1, calibration_repeats=1)
     monkeypatch.setattr("sys.argv", ["/x/.venv/bin/hpo-calibrate"])
-    monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: args)
+    monkeypatch.setattr(calibrate, "parse", lambda parser, argv: argparse.Namespace(out=tmp_path))
     monkeypatch.setattr(calibrate, "calibrate", taken)
     assert calibrate.main([]) == 1
     err = capsys.readouterr().err
@@ -436,8 +435,7 @@ def test_ctrl_c_in_the_testbed_is_one_line_and_status_130(monkeypatch, capsys, n
     err = capsys.readouterr().err
     assert err == (f"\nhpo-testbed: interrupted: the network and the controller were stopped; "
                    f"the runs that finished are in {tmp_path}\n")  # fmt: skip
-    args = argparse.Namespace(out=tmp_path, calibration_iterations=1, calibration_repeats=1)
-    monkeypatch.setattr(run_testbed, "parse", lambda parser, argv: args)
+    monkeypatch.setattr(calibrate, "parse", lambda parser, argv: argparse.Namespace(out=tmp_path))
     monkeypatch.setattr(calibrate, "calibrate", interrupted)
     assert calibrate.main([]) == 130
     assert "interrupted: the network and the controller were stopped" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``hpo-testbed --topology leaf-spine`` without root: its flags, the network it lays out,
+"""``hpo-testbed --topology leaf-spine`` without root: its flags, the network they describe,
 the simulator's matching fabric, and what a spine failure's record says."""
 
 from __future__ import annotations
@@ -7,12 +7,15 @@ import pytest
 
 from controller.cluster import Cluster
 from experiments import run_testbed
+from experiments.testbed_network import reroute_summary
+from experiments.testbed_prediction import simulate
+from experiments.testbed_settings import forwarding_load_warning, parse, settings_of
 from simulator.engine import Fabric
 from workloads.hpo import generate
 
 
-def parse(argv: list[str]):
-    return run_testbed.parse(run_testbed.build_parser(), argv)
+def settings(*argv: str):
+    return settings_of(run_testbed.build_parser().parse_args(list(argv)))
 
 
 @pytest.mark.parametrize(
@@ -26,36 +29,31 @@ def parse(argv: list[str]):
 )  # fmt: skip
 def test_bad_fabric_flags_are_one_line_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        parse(argv)
+        parse(run_testbed.build_parser(), argv)
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
 
 
-def leaf_spine_args(**overrides):
-    argv = ["--topology", "leaf-spine", "--leaves", "3", "--spines", "2", "--hosts-per-leaf", "2"]
-    args = run_testbed.build_parser().parse_args(argv)
-    args.hosts = 6
-    for key, value in overrides.items():
-        setattr(args, key, value)
-    return args
+LEAF_SPINE = ("--topology", "leaf-spine", "--leaves", "3", "--spines", "2",
+              "--hosts-per-leaf", "2")  # fmt: skip
 
 
 def test_the_flags_describe_the_cluster():
-    assert run_testbed.cluster_of(leaf_spine_args()) == Cluster.leaf_spine(3, 2, 2, 20e6)
-    one_switch = run_testbed.build_parser().parse_args(["--hosts", "6", "--bw", "50"])
-    assert run_testbed.cluster_of(one_switch) == Cluster.one_switch(6, 50e6)
+    assert settings(*LEAF_SPINE).cluster == Cluster.leaf_spine(3, 2, 2, 20e6)
+    assert settings("--hosts", "6", "--bw", "50").cluster == Cluster.one_switch(6, 50e6)
+    # the bytes are scaled by the modelled rate over the emulated one
+    assert settings("--link-gbps", "10", "--bw", "20").link_scale == 500
 
 
 def test_the_prediction_models_the_fabric_s_oversubscribed_uplinks():
     tasks = generate(6, 1, seed=4, configs_per_task=3, min_iterations=3, patterns=("ring",))
-    one_switch = run_testbed.build_parser().parse_args(["--hosts", "6"])
-    flat = run_testbed.simulate("fair", one_switch, tasks)["sct_s"]["mean"]
-    full = run_testbed.simulate("fair", leaf_spine_args(), tasks)["sct_s"]["mean"]
-    thin = run_testbed.simulate("fair", leaf_spine_args(oversubscription=4.0), tasks)
+    flat = simulate("fair", settings("--hosts", "6"), tasks)["sct_s"]["mean"]
+    full = simulate("fair", settings(*LEAF_SPINE), tasks)["sct_s"]["mean"]
+    thin = simulate("fair", settings(*LEAF_SPINE, "--oversubscription", "4"), tasks)
     assert full == pytest.approx(flat)  # non-blocking uplinks: a big switch
     assert thin["sct_s"]["mean"] > 1.2 * flat
-    assert Fabric.of(run_testbed.cluster_of(leaf_spine_args())).hosts_per_leaf == 2
+    assert Fabric.of(settings(*LEAF_SPINE).cluster).hosts_per_leaf == 2
 
 
 def test_a_spine_failure_is_reported_with_the_first_reroute_after_it():
@@ -68,14 +66,14 @@ def test_a_spine_failure_is_reported_with_the_first_reroute_after_it():
             {"at_s": 100.02, "what": "port 2/3 down", "rules_changed": 5},
         ]
     }
-    summary = run_testbed.reroute_summary(record, fabric)
+    summary = reroute_summary(record, fabric)
     assert summary["reroute_s"] == pytest.approx(0.012)
     assert summary["rules_changed"] == 12
     assert summary["changes"] == ["port 1/3 down", "port 2/3 down"]
-    assert run_testbed.reroute_summary({}, fabric) is None
+    assert reroute_summary({}, fabric) is None
 
 
 def test_a_fabric_too_big_for_this_machine_s_switch_is_warned_about():
-    assert run_testbed.forwarding_load_warning(leaf_spine_args()) is None  # 6 x 20 x 3
-    big = leaf_spine_args(hosts=24)
-    assert "need up to 1440 Mbit/s of forwarding" in run_testbed.forwarding_load_warning(big)
+    assert forwarding_load_warning(settings(*LEAF_SPINE).cluster) is None  # 6 x 20 x 3
+    big = Cluster.leaf_spine(12, 2, 2, 20e6)
+    assert "need up to 1440 Mbit/s of forwarding" in forwarding_load_warning(big)
