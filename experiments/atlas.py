@@ -1,11 +1,12 @@
 """The claims atlas: each paper's claim mapped over the regimes that decide it.
 
-A claim (:class:`ClaimMap`) names its policy, its baselines, the metrics of its paper and the
-**dimensions** that decide it, each with its levels and the reason it is there. Its cells are
-the product of its ``grid`` dimensions, and again with each ``variations`` level alone (the
-others at their first level, the report's setting); ``--quick`` varies only the dimensions
-marked ``quick``. In every cell every policy runs on the same seeds (the same workload per
-seed), and each baseline comparison is one paired comparison over the seeds, decided by
+A claim (:class:`experiments.claim_map.ClaimMap`) names its policy, its baselines, the metrics
+of its paper and the **dimensions** that decide it, each with its levels and the reason it is
+there. Its cells are the product of its ``grid`` dimensions, and again with each
+``variations`` level alone (the others at their first level, the report's setting);
+``--quick`` varies only the dimensions marked ``quick``. In every cell every policy runs on the
+same seeds (the same workload per seed), and each baseline comparison is one paired comparison
+over the seeds, decided by
 :func:`experiments.verdicts.decide`: reproduced, opposite, equivalent (within the margin) or
 inconclusive (with the seeds a power estimate says it would need).
 
@@ -21,7 +22,7 @@ stay inconclusive and report the number. Two looks at the data make the stated l
 (the second look is only taken where the first decided nothing).
 
 A point is one policy on one seed in one cell (a task of :mod:`cli.sweep`, so a map is
-resumable and runs on a Ray cluster); :func:`run_point` runs it.
+resumable and runs on a Ray cluster); :func:`experiments.atlas_points.run_point` runs it.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from controller.stats import mean_ci
+from experiments.atlas_points import run_point
+from experiments.claim_map import ClaimMap, cell_key, points
+from experiments.claims import MAPS
 from experiments.verdicts import MARGIN, Decision, Verdict, decide
 
 # the short mark of each verdict in figures and tables
@@ -45,269 +48,6 @@ MARKS = {
     Verdict.EQUIVALENT: "=",
     Verdict.INCONCLUSIVE: "?",
 }
-
-
-@dataclass(frozen=True)
-class Level:
-    """One level of a dimension: its label and the settings it overrides."""
-
-    label: str
-    settings: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Dimension:
-    """A dimension of a claim's map: why it decides the claim, and its levels (the first is the
-    report's setting); ``quick``: varied in the quick atlas (else held at its first level)."""
-
-    name: str
-    why: str
-    levels: tuple[Level, ...]
-    quick: bool = True
-
-    def level(self, label: str) -> Level:
-        """The level called ``label``."""
-        for level in self.levels:
-            if level.label == label:
-                return level
-        raise KeyError(f"{self.name} has no level {label!r}")
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A paper's metric: the key of a point's result that holds it."""
-
-    key: str
-    label: str
-    lower_is_better: bool = True
-
-
-@dataclass(frozen=True)
-class Reading:
-    """A policy as the atlas runs it: a label, the policy's name, its options and why."""
-
-    label: str
-    policy: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class ClaimMap:
-    """One claim and its map.
-
-    Attributes:
-        key: the claim's short name (points and files carry it).
-        kind: how a point runs (a key of :data:`RUNNERS`).
-        base: the settings every cell starts from.
-        grid: dimensions whose levels are crossed (the heat maps' axes).
-        variations: dimensions whose levels are each run alone over the grid.
-        readings: the claimed policy's readings; the first is the default (the claim's verdict
-            is its). The others run on the grid cells only (every variation at its first level).
-        baselines: what each reading is compared with.
-        metrics: the paper's metrics; the first decides the seed rule and the figure.
-        context: keys of a point's result shown beside a cell (from :attr:`regime_policy`'s
-            runs).
-    """
-
-    key: str
-    name: str
-    paper: str
-    statement: str
-    kind: str
-    base: Mapping[str, Any]
-    grid: tuple[Dimension, ...]
-    variations: tuple[Dimension, ...]
-    readings: tuple[Reading, ...]
-    baselines: tuple[Reading, ...]
-    metrics: tuple[Metric, ...]
-    context: tuple[str, ...] = ()
-    note: str = ""
-
-    @property
-    def regime_policy(self) -> str:
-        """The runs a cell's context comes from: fair sharing's if it is a baseline (the
-        regime is stated as fair's busy share), else the first baseline's."""
-        labels = [b.label for b in self.baselines]
-        return "fair" if "fair" in labels else labels[0]
-
-    @property
-    def dimensions(self) -> tuple[Dimension, ...]:
-        """Every dimension, grid first."""
-        return self.grid + self.variations
-
-    def dimension(self, name: str) -> Dimension:
-        """The dimension called ``name``."""
-        for d in self.dimensions:
-            if d.name == name:
-                return d
-        raise KeyError(f"{self.key} has no dimension {name!r}")
-
-    def reading(self, label: str) -> Reading:
-        """The reading or baseline called ``label``."""
-        for r in self.readings + self.baselines:
-            if r.label == label:
-                return r
-        raise KeyError(f"{self.key} has no policy {label!r}")
-
-    def settings(self, cell: Mapping[str, str]) -> dict[str, Any]:
-        """The base settings with each of the cell's levels applied, in dimension order."""
-        settings = dict(self.base)
-        for d in self.dimensions:
-            settings.update(d.level(cell[d.name]).settings)
-        return settings
-
-    def cells(self, quick: bool = False) -> list[dict[str, str]]:
-        """Every cell of the map: the grid's product, for the report's variations and each
-        other variation level alone."""
-
-        def varied(d: Dimension) -> tuple[Level, ...]:
-            return d.levels if d.quick or not quick else d.levels[:1]
-
-        default = {d.name: d.levels[0].label for d in self.variations}
-        variants = [default] + [{**default, d.name: level.label} for d in self.variations
-                                for level in varied(d)[1:]]  # fmt: skip
-        names = [d.name for d in self.grid]
-        combos = list(itertools.product(*[[lv.label for lv in varied(d)] for d in self.grid]))
-        return [{**dict(zip(names, combo, strict=True)), **v} for v in variants for combo in combos]
-
-    def is_default_variant(self, cell: Mapping[str, str]) -> bool:
-        """Whether every variation of ``cell`` is at its first level (a grid cell)."""
-        return all(cell[d.name] == d.levels[0].label for d in self.variations)
-
-    def policies_of(self, cell: Mapping[str, str]) -> list[Reading]:
-        """What runs in ``cell``: every reading on grid cells, the default one elsewhere, and
-        the baselines."""
-        readings = self.readings if self.is_default_variant(cell) else self.readings[:1]
-        return [*readings, *self.baselines]
-
-
-def cell_key(cell: Mapping[str, str]) -> str:
-    """A cell as one string (``dim=level, ...``), stable across runs."""
-    return ", ".join(f"{k}={v}" for k, v in cell.items())
-
-
-def points(claim: ClaimMap, cells: Iterable[Mapping[str, str]], seeds: Iterable[int]) -> list[dict]:
-    """The sweep points of ``cells`` for ``seeds``: every policy of each cell on every seed."""
-    seeds = list(seeds)
-    return [
-        {"claim": claim.key, "cell": dict(cell), "policy": reading.label, "seed": seed}
-        for cell in cells for reading in claim.policies_of(cell) for seed in seeds
-    ]  # fmt: skip
-
-
-# ---- running a point ------------------------------------------------------------------------
-
-
-def run_network_hpo(reading: Reading, seed: int, settings: Mapping[str, Any]) -> dict:
-    """Concurrent HPO tasks on a big switch in the simulator (:mod:`simulator.hpo`): the HPO
-    core's metrics and the regime (the busiest quarter of ports' busy share)."""
-    from controller.policies import make_policy
-    from simulator.engine import Fabric, Simulator, warm_up
-    from simulator.hpo import HpoDriver
-    from workloads.hpo import generate
-
-    warm_up()
-    workload = {k: v for k, v in settings.items() if k not in ("link_bps", "mode")}
-    for key in ("models", "patterns"):
-        if key in workload:
-            workload[key] = tuple(workload[key])
-    sim = Simulator(
-        Fabric(workload["n_hosts"], settings["link_bps"]),
-        make_policy(reading.policy, **reading.options),
-        mode=settings.get("mode", "levels"),
-    )
-    driver = HpoDriver(sim, generate(seed=seed, **workload))
-    sim.run()
-    summary = driver.core.summary(sim.now_s)
-    return {
-        "avg_sct_s": summary["sct_s"]["mean"],
-        "p95_sct_s": summary["sct_s"]["p95"],
-        "time_to_90pct_s": summary["time_to_90pct_s"].get("mean"),
-        "time_to_95pct_s": summary["time_to_95pct_s"].get("mean"),
-        "configs_counted": summary["time_to_90pct_s"].get("count", 0),
-        "avg_jct_s": summary["jct_s"].get("mean"),
-        "hpo_completion_s": summary["hpo_completion_s"].get("mean"),
-        "busiest_quarter_busy": summary["busiest_quarter_busy"],
-    }
-
-
-def run_gpu_hpo(reading: Reading, seed: int, settings: Mapping[str, Any]) -> dict:
-    """HPO on time-shared GPUs, compute only (:func:`workloads.gpu_hpo.gpu_hpo_point`),
-    every metric the mean over the seed's random submission orders."""
-    from workloads.gpu_hpo import gpu_hpo_point
-
-    return gpu_hpo_point(seed=seed, policy=reading.policy, **settings)
-
-
-def run_trace(reading: Reading, seed: int, settings: Mapping[str, Any]) -> dict:
-    """Average CCT of one window of a coflow trace (the seed picks the window) with its
-    arrivals compressed by the load factor (:func:`trace_window`)."""
-    from controller.policies import make_policy
-    from experiments.claims import trace_path
-    from simulator.engine import Fabric, Simulator, warm_up
-    from simulator.metrics import coflow_rows
-
-    warm_up()
-    trace = trace_window(trace_path(settings["trace"]), seed, settings["windows"], settings["load"])
-    sim = Simulator(Fabric(trace.n_ports, settings["link_bps"]),
-                    make_policy(reading.policy, **reading.options))  # fmt: skip
-    trace.install(sim)
-    sim.run()
-    cct = [r["cct_s"] for r in coflow_rows(sim)]
-    return {"avg_cct_s": sum(cct) / len(cct), "coflows": len(cct)}
-
-
-def trace_window(path: str, window: int, windows: int, load: float):
-    """Window ``window`` (1 .. ``windows``) of the trace at ``path``: its coflows split into
-    ``windows`` runs of consecutive arrivals, each an independent sample of the trace's traffic
-    (a replicate), its arrivals shifted to start at 0 and divided by ``load`` (2: twice the
-    offered load)."""
-    from simulator.traces import Trace, TraceCoflow, load_trace
-
-    if not 1 <= window <= windows:
-        raise ValueError(f"window must be in 1..{windows}, got {window}")
-    trace = load_trace(path)
-    ordered = sorted(trace.coflows, key=lambda c: (c.arrival_s, c.coflow_id))
-    size = len(ordered) // windows
-    chosen = ordered[(window - 1) * size : window * size]
-    start = chosen[0].arrival_s
-    return Trace(trace.n_ports, [
-        TraceCoflow(c.coflow_id, (c.arrival_s - start) / load, c.src, c.dst, c.size_bytes)
-        for c in chosen
-    ])  # fmt: skip
-
-
-RUNNERS: dict[str, Callable[[Reading, int, Mapping[str, Any]], dict]] = {
-    "network-hpo": run_network_hpo,
-    "gpu-hpo": run_gpu_hpo,
-    "trace": run_trace,
-}
-
-
-def run_point(point: dict) -> dict:
-    """One point of the atlas (a sweep point, see :mod:`cli.sweep`): its metrics."""
-    from experiments.claims import MAPS
-
-    claim = MAPS[point["claim"]]
-    settings = claim.settings(point["cell"])
-    known = {r.label for r in claim.readings + claim.baselines}
-    label = point["policy"]  # (a policy of the user's is its own reading, see with_policies)
-    reading = claim.reading(label) if label in known else Reading(label, label)
-    return RUNNERS[claim.kind](reading, point["seed"], settings)
-
-
-def with_policies(
-    claim: ClaimMap, network: Sequence[str] = (), gpu: Sequence[str] = ()
-) -> ClaimMap:
-    """``claim`` with policies of the user's (names or ``package.module:Class``) as further
-    readings: on the grid cells, against the same baselines, reported beside the paper's;
-    network policies join the network claims, GPU policies the GPU claim."""
-    refs = gpu if claim.kind == "gpu-hpo" else network
-    known = {r.label for r in claim.readings + claim.baselines}
-    extra = tuple(Reading(ref, ref, {}, "a policy given with --policy / --gpu-policy")
-                  for ref in dict.fromkeys(refs) if ref not in known)  # fmt: skip
-    return replace(claim, readings=claim.readings + extra) if extra else claim
 
 
 # ---- verdicts -------------------------------------------------------------------------------
@@ -648,8 +388,6 @@ class ClaimOutcome:
 
 def point_cost(point: dict) -> float:
     """A rough relative run time of a point (the sweep starts the longest first)."""
-    from experiments.claims import MAPS
-
     claim = MAPS[point["claim"]]
     settings = claim.settings(point["cell"])
     if claim.kind == "network-hpo":

@@ -1,8 +1,8 @@
-"""The papers' claims as maps (:class:`experiments.atlas.ClaimMap`): the dimensions that decide
+"""The papers' claims as maps (:class:`experiments.claim_map.ClaimMap`): the dimensions that decide
 each, their levels, and why each is there.
 
 The Beamer, JPAS and Hermes algorithms are reconstructions from the papers' abstracts; where an
-abstract allows several readings, each is a :class:`~experiments.atlas.Reading` of the claim,
+abstract allows several readings, each is a :class:`~experiments.claim_map.Reading` of the claim,
 run side by side with the default one (the claim's verdict is the default's; the others are
 reported beside it, whichever wins).
 """
@@ -10,7 +10,7 @@ reported beside it, whichever wins).
 from __future__ import annotations
 
 import netsched_data
-from experiments.atlas import ClaimMap, Dimension, Level, Metric, Reading
+from experiments.claim_map import ClaimMap, Dimension, Level, Metric, Reading
 from netsched_data import FULL_TRACE
 
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments import atlas
-from experiments.atlas import Cell, ClaimMap, cell_key
+from experiments.atlas import Cell
+from experiments.claim_map import ClaimMap, cell_key
 
 # the checkout this runs from (the testbed experiment runs from it)
 ROOT = Path(__file__).resolve().parents[1]

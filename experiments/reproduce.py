@@ -63,7 +63,7 @@ from controller.stats import (  # noqa: E402
     mean_ci,
     paired_ratio_ci,
 )
-from experiments import atlas, confirm  # noqa: E402
+from experiments import atlas, claim_map, confirm  # noqa: E402
 from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
@@ -886,7 +886,7 @@ def main(argv=None) -> int:
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    maps = [atlas.with_policies(CLAIMS[name], args.policy, args.gpu_policy)
+    maps = [claim_map.with_policies(CLAIMS[name], args.policy, args.gpu_policy)
             for name in args.claims if name in MAP_CLAIMS]  # fmt: skip
     claims: list[Claim] = []
     try:

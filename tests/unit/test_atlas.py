@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from experiments import atlas, claims
-from experiments.atlas import ClaimMap, Dimension, Level, Metric, Reading
+from experiments import atlas, atlas_points, claim_map, claims
+from experiments.claim_map import ClaimMap, Dimension, Level, Metric, Reading
 from experiments.verdicts import Verdict
 
 
@@ -24,7 +24,7 @@ def test_the_maps_cover_their_grids_and_each_variation_alone():
     assert len(claims.JPAS.cells()) == 3 * 2 * 2 and len(claims.JPAS.cells(quick=True)) == 6
     assert len(claims.HERMES.cells()) == 3 * 3 * 2 * 2 and len(claims.HERMES.cells(quick=True)) == 9
     cells = beamer.cells()
-    assert len({atlas.cell_key(c) for c in cells}) == len(cells)
+    assert len({claim_map.cell_key(c) for c in cells}) == len(cells)
     # the first cell is the report's setting
     assert beamer.settings(cells[0]) == dict(claims.BEAMER_BASE)
     heavy_ring = {**cells[0], "load": "heavy", "pattern": "ring"}
@@ -42,7 +42,7 @@ def test_other_readings_run_on_the_grid_cells_only():
     ]  # fmt: skip
     assert [r.label for r in beamer.policies_of(varied)] == ["beamer", "sincronia", "fifo-lm",
                                                              "fair"]  # fmt: skip
-    pts = atlas.points(beamer, [grid_cell, varied], [1, 2])
+    pts = claim_map.points(beamer, [grid_cell, varied], [1, 2])
     assert len(pts) == 6 * 2 + 4 * 2
     assert pts[0] == {"claim": "beamer", "cell": grid_cell, "policy": "beamer", "seed": 1}
 
@@ -67,7 +67,7 @@ def toy_claim(**kw) -> ClaimMap:
 def constructed(per_cell: dict[str, dict[str, list[float]]]) -> dict:
     """Results of the toy claim: per cell, per policy, the metric on seeds 1, 2, ..."""
     return {
-        (atlas.cell_key({"size": cell}), policy, seed): {"t": value}
+        (claim_map.cell_key({"size": cell}), policy, seed): {"t": value}
         for cell, policies in per_cell.items()
         for policy, values in policies.items()
         for seed, value in enumerate(values, start=1)
@@ -87,7 +87,7 @@ def test_each_cell_gets_its_own_verdict_per_baseline():
     })  # fmt: skip
     toy = toy_claim()
     cells = toy.cells()
-    seeds = {atlas.cell_key(c): [1, 2, 3, 4, 5] for c in cells}
+    seeds = {claim_map.cell_key(c): [1, 2, 3, 4, 5] for c in cells}
     small, big = atlas.judge(toy, cells, results, seeds)
     verdict = {(c.cell["size"], b): d.verdict for c in (small, big)
                for (_, b, _), d in c.decisions.items()}  # fmt: skip
@@ -125,14 +125,14 @@ def test_trace_windows_partition_the_trace_and_scale_the_load(tmp_path):
     path = tmp_path / "trace.txt"
     write_flow_trace(path, 4, [(i, 10_000 * i, [(0, 1, 1.0)]) for i in range(1, 13)])  # 10 s apart
     whole = load_trace(path)
-    windows = [atlas.trace_window(str(path), w, 3, 2.0) for w in (1, 2, 3)]
+    windows = [atlas_points.trace_window(str(path), w, 3, 2.0) for w in (1, 2, 3)]
     ids = [c.coflow_id for w in windows for c in w.coflows]
     assert sorted(ids) == sorted(c.coflow_id for c in whole.coflows) and len(set(ids)) == 12
     for w in windows:
         arrivals = [c.arrival_s for c in w.coflows]
         assert arrivals[0] == 0.0 and arrivals[1:] == pytest.approx([5.0, 10.0, 15.0])
     with pytest.raises(ValueError, match="window must be in 1..3"):
-        atlas.trace_window(str(path), 4, 3, 1.0)
+        atlas_points.trace_window(str(path), 4, 3, 1.0)
 
 
 def test_a_tiny_atlas_end_to_end(tmp_path, monkeypatch):
@@ -229,17 +229,17 @@ def test_a_users_policies_join_the_maps_as_readings():
         "examples.smallest_first:SmallestFirst",
         "examples.shortest_remaining:ShortestRemaining",
     )
-    beamer = atlas.with_policies(claims.BEAMER, [network, "beamer", network], [gpu])
+    beamer = claim_map.with_policies(claims.BEAMER, [network, "beamer", network], [gpu])
     assert [r.label for r in beamer.readings] == [
         *(r.label for r in claims.BEAMER.readings), network,  # once; beamer is there already
     ]  # fmt: skip
     assert beamer.baselines == claims.BEAMER.baselines
-    hermes = atlas.with_policies(claims.HERMES, [network], [gpu])
+    hermes = claim_map.with_policies(claims.HERMES, [network], [gpu])
     assert [r.label for r in hermes.readings] == ["hermes", gpu]
-    assert atlas.with_policies(claims.VARYS) is claims.VARYS
+    assert claim_map.with_policies(claims.VARYS) is claims.VARYS
     # on the grid cells only, like the other readings
     cells = hermes.cells()
-    assert {p["policy"] for p in atlas.points(hermes, cells[:1], [1])} == {
+    assert {p["policy"] for p in claim_map.points(hermes, cells[:1], [1])} == {
         "hermes",
         gpu,
         "fifo",
@@ -249,7 +249,7 @@ def test_a_users_policies_join_the_maps_as_readings():
     # a worker knows only the paper's map: the point names the policy, and it is loaded there
     small = next(c for c in cells if c["per-gpu"] == "2" and c["search"] == "halving")
     point = {"claim": "hermes", "cell": small, "policy": gpu, "seed": 1}
-    mine = atlas.run_point(point)
-    fifo = atlas.run_point({**point, "policy": "fifo"})
+    mine = atlas_points.run_point(point)
+    fifo = atlas_points.run_point({**point, "policy": "fifo"})
     assert set(mine) == set(fifo) and mine["best_identified_s"] > 0
     assert mine != fifo  # (it ran a policy of its own)

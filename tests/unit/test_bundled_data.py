@@ -34,7 +34,7 @@ def test_no_code_reads_data_beside_the_checkout():
 
 
 def test_the_claims_find_their_trace_by_name():
-    from experiments.atlas import trace_window
+    from experiments.atlas_points import trace_window
     from experiments.claims import CLAIMS, trace_path
 
     assert CLAIMS["varys"].base["trace"] == FULL_TRACE  # (points are keyed by the name)

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from experiments import atlas, confirm, reproduce
-from experiments.atlas import ClaimMap, Dimension, Level, Metric, Reading
+from experiments.claim_map import ClaimMap, Dimension, Level, Metric, Reading, cell_key
 from experiments.claims import CLAIMS, MAPS, TESTBED_MAPS
 from experiments.run_testbed import build_parser
 from experiments.testbed_settings import settings_of
@@ -69,12 +69,12 @@ def judged(ratios: dict[str, tuple[float, float]], wiggle: float = 0.003) -> lis
     for size, (to_p, to_q) in ratios.items():
         for seed in range(1, 7):
             noise = 1 + wiggle * (-1) ** seed
-            key = atlas.cell_key({"size": size})
+            key = cell_key({"size": size})
             results[(key, "p", seed)] = {"t": 100.0 + seed}
             results[(key, "x", seed)] = {"t": (100.0 + seed) * to_p * noise}
             results[(key, "q", seed)] = {"t": (100.0 + seed) * to_p / to_q}
     cells = claim.cells()
-    return atlas.judge(claim, cells, results, {atlas.cell_key(c): range(1, 7) for c in cells})
+    return atlas.judge(claim, cells, results, {cell_key(c): range(1, 7) for c in cells})
 
 
 def test_the_cells_chosen_are_the_largest_effect_and_the_least():
@@ -136,12 +136,12 @@ def test_the_report_sets_the_predicted_verdicts_against_the_measured(tmp_path):
            "sincronia": base, "fifo-lm": base, "fair": base}  # fmt: skip
     sim = {**bed, "fifo-lm": [0.9 * b for b in base]}
     results = {
-        (atlas.cell_key(c), r.label, s): {"avg_sct_s": s * w, "p95_sct_s": 2 * s * w}
+        (cell_key(c), r.label, s): {"avg_sct_s": s * w, "p95_sct_s": 2 * s * w}
         for c in small.cells() for r in small.policies_of(c)
         for s, w in zip(seeds, wiggle if r.label == "beamer" else [1.0] * 5, strict=True)
     }  # fmt: skip
     cells = atlas.judge(small, small.cells(), results,
-                        {atlas.cell_key(c): seeds for c in small.cells()})  # fmt: skip
+                        {cell_key(c): seeds for c in small.cells()})  # fmt: skip
     c = confirm.Confirmation(
         CLAIMS["beamer"], atlas.ClaimOutcome(small, cells, {}),
         {"largest": cells[0], "none": cells[-1]},

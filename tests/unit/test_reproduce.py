@@ -13,7 +13,7 @@ import pytest
 
 from controller.stats import Interval, mean_ci
 from experiments import atlas, reproduce
-from experiments.atlas import Reading
+from experiments.claim_map import Reading
 from experiments.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[2]
