@@ -144,7 +144,6 @@ def run_study(
         )  # fmt: skip
 
     if backend == "testbed":
-        # hpo-testbed's flags, in their units
         flags = {"hosts": hosts, "workers": workers, "eta": eta,
                  "min_iterations": min_iterations, "link_gbps": link_bps / 1e9,
                  "bw": emulated_link_bps / 1e6, "timeout": timeout,
