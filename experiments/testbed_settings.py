@@ -524,17 +524,22 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace, given: list
     """Refuse flags that contradict each other or this kernel (``parser.error``, status 2);
     warn of a fabric this machine's switch cannot forward at line rate. ``given``: the
     arguments as typed (``--hosts`` is derived with ``--topology leaf-spine``)."""
-    hosts = args.hosts
-    if args.topology == LEAF_SPINE:
-        hosts = args.leaves * args.hosts_per_leaf
-        if any(a == "--hosts" or a.startswith("--hosts=") for a in given) and args.hosts != hosts:
-            parser.error(f"--hosts {args.hosts} but --leaves x --hosts-per-leaf is {hosts}"
-                         " (leave --hosts out with --topology leaf-spine)")  # fmt: skip
-        if (warning := forwarding_load_warning(cluster_of(args))) is not None:
+    try:
+        cluster = cluster_of(args)
+    except ValueError as exc:  # (a one-switch testbed of one host)
+        parser.error(str(exc))
+    if cluster.topology == LEAF_SPINE:
+        given_hosts = any(a == "--hosts" or a.startswith("--hosts=") for a in given)
+        if given_hosts and args.hosts != cluster.hosts:
+            parser.error(
+                f"--hosts {args.hosts} but --leaves x --hosts-per-leaf is {cluster.hosts} "
+                "(leave --hosts out with --topology leaf-spine)"
+            )
+        if (warning := forwarding_load_warning(cluster)) is not None:
             print(f"warning: {warning}", flush=True)
     elif args.fail_spine is not None:
         parser.error("--fail-spine needs --topology leaf-spine")
-    if args.workers > hosts or args.eta < 2:
+    if args.workers > cluster.hosts or args.eta < 2:
         parser.error("--workers must be <= --hosts and --eta >= 2")
     if args.tcp_rto_max_ms == AUTO_RTO_CAP:
         if not network.rto_cap_supported():

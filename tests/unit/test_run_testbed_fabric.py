@@ -25,6 +25,7 @@ def settings(*argv: str):
         (["--fail-spine", "10"], "--fail-spine needs --topology leaf-spine"),
         (["--topology", "leaf-spine", "--oversubscription", "nan"], "--oversubscription"),
         (["--topology", "ring"], "invalid choice"),
+        (["--hosts", "1", "--workers", "1"], "at least 2 hosts"),
     ],
 )  # fmt: skip
 def test_bad_fabric_flags_are_one_line_errors(argv, message, capsys):
