@@ -489,8 +489,10 @@ def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
     ]  # fmt: skip
     rows = confirmation_rows(c)
     if not c.testbeds:
-        return lines + ["Not run: the testbed needs root (`sudo .venv/bin/hpo-reproduce`).",
-                        ""]  # fmt: skip
+        chosen = "; ".join(f"{confirm.ROLES[role]}: {', '.join(cell.cell.values())}"
+                           for role, cell in c.chosen.items())  # fmt: skip
+        return lines + [f"Cells chosen ({chosen}) not run on the testbed yet: "
+                        "`sudo .venv/bin/hpo-reproduce` runs them.", ""]  # fmt: skip
     if (figure := confirmation_plot(c, rows, out)) is not None:
         lines += [f"![{claim.name} on the testbed]({figure.name})", ""]
     lines += ["| cell | chosen as | metric | baseline | simulator's map | predicted | measured "
