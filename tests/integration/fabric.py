@@ -7,8 +7,10 @@ veths, bridge), or by PID (processes); nothing is cleaned by broad name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from topologies import ownership
@@ -121,6 +123,20 @@ class NetnsFabric:
         """Point the bridge at the controller; a new record connects at once (no backoff)."""
         sh("ovs-vsctl", "del-controller", self.bridge)
         sh("ovs-vsctl", "set-controller", self.bridge, f"tcp:127.0.0.1:{port}")
+
+    @contextlib.contextmanager
+    def controlled_by(self, folder: Path, *arguments: str) -> Iterator[ControllerProcess]:
+        """A controller of this fabric (its registry and hosts file in ``folder``,
+        ``arguments`` on its command line), connected to the bridge; stopped on leaving."""
+        ctl = ControllerProcess(folder / "ctl.sqlite", self.hosts_file(folder / "hosts.json"),
+                                self.ofp_port, *arguments)  # fmt: skip
+        ctl.start()
+        self.set_controller(self.ofp_port)
+        try:
+            ctl.wait_switch()
+            yield ctl
+        finally:
+            ctl.stop()
 
     def mac(self, host: str) -> str:
         inside = self.host_dev(host)
