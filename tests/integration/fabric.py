@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,17 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()}")
     return result
+
+
+def switch_ports(*switches: str) -> set[str]:
+    """The interfaces in this namespace named as a port of one of ``switches`` (``s1-eth3``).
+
+    Tests compare this set before and after what they run: what another run on the machine
+    holds under these names is then neither blamed on the test nor touched by it."""
+    lines = sh("ip", "-o", "link").stdout.splitlines()
+    names = {line.split(": ")[1].split("@")[0] for line in lines}
+    pattern = re.compile(rf"({'|'.join(map(re.escape, switches))})-eth\d+")
+    return {name for name in names if pattern.fullmatch(name)}
 
 
 class NetnsFabric:

@@ -21,7 +21,7 @@ from topologies import network
 from topologies.qos import class_bytes, level_classid
 from topologies.testbed import LeafSpineTopo, host_table
 
-from .fabric import ControllerProcess, free_port, sh, wait_for
+from .fabric import ControllerProcess, free_port, sh, switch_ports, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -49,6 +49,7 @@ def expected_graph(table: list[dict]) -> FabricGraph:
 @pytest.fixture
 def leaf_spine(tmp_path):
     sh("bash", "scripts/ovs.sh", "start")
+    ports_before = switch_ports(*SWITCHES)
     topo = LeafSpineTopo(leaves=LEAVES, hosts_per_leaf=HOSTS_PER_LEAF, spines=SPINES, bw=20)
     table = host_table(topo)
     hosts = tmp_path / "hosts.json"
@@ -69,7 +70,7 @@ def leaf_spine(tmp_path):
     # nothing left behind: no bridge, no interface, no controller process
     for switch in SWITCHES:
         assert sh("ovs-vsctl", "br-exists", switch, check=False).returncode == 2
-        assert f"{switch}-eth" not in sh("ip", "-o", "link").stdout
+    assert switch_ports(*SWITCHES) <= ports_before
     if pid is not None:
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
 
