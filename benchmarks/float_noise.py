@@ -61,7 +61,7 @@ def compare(fast: np.ndarray, general: np.ndarray) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from cli.argtypes import policy_help, policy_name
+    from cli.argtypes import add_policy_argument
     from controller.policies import POLICIES
     from simulator.engine import warm_up
 
@@ -69,14 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=size, nargs="+", default=[(60, 10), (130, 20)],
                         metavar="HOSTSxTASKS")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument(
-        "--policy",
-        nargs="+",
-        default=sorted(POLICIES),
-        type=policy_name,
-        metavar="POLICY",
-        help=f"network policies (default: every built-in): {policy_help(POLICIES)}",
-    )
+    add_policy_argument(parser, sorted(POLICIES), "network policies (default: every built-in)")
     args = parser.parse_args(argv)
     warm_up()
     print(f"HPO workloads in levels mode, 1 Gbit/s big switch: pair levels against the general "

@@ -193,19 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--one"]:  # (before anything imports this checkout's packages)
         return run_child(argv[1:])
-    from cli.argtypes import policy_help, policy_name
+    from cli.argtypes import add_policy_argument
     from controller.policies import POLICIES
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=size, nargs="+", default=[(130, 20), (260, 40), (520, 80)])
-    parser.add_argument(
-        "--policy",
-        nargs="+",
-        default=sorted(POLICIES),
-        type=policy_name,
-        metavar="POLICY",
-        help=f"network policies (default: every built-in): {policy_help(POLICIES)}",
-    )
+    add_policy_argument(parser, sorted(POLICIES), "network policies (default: every built-in)")
     parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per point")
     parser.add_argument("--repeat", type=int, default=1,

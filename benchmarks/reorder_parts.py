@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from controller_latency import coflow_body  # noqa: E402
 from pace import measure  # noqa: E402
 
-from cli.argtypes import policy_help, policy_name  # noqa: E402
+from cli.argtypes import add_policy_argument  # noqa: E402
 from controller.engine import Engine, collections_after  # noqa: E402
 from controller.metrics import percentile  # noqa: E402
-from controller.policies import POLICIES  # noqa: E402
 from controller.registry import Registry  # noqa: E402
 from controller.rules import MarkingTable  # noqa: E402
 
@@ -54,12 +53,7 @@ class _Timed:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--policy",
-        default="beamer",
-        type=policy_name,
-        help=f"the network policy (default: beamer): {policy_help(POLICIES)}",
-    )
+    add_policy_argument(parser, "beamer", "the network policy (default: beamer)", many=False)
     parser.add_argument("--active", type=int, default=1000)
     parser.add_argument("--registrations", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)

@@ -58,7 +58,7 @@ def run_one(trace_path: str, policy: str, mode: str = "levels", offline: bool = 
 
 
 def main(argv=None) -> int:
-    from cli.argtypes import policy_help, policy_name
+    from cli.argtypes import add_policy_argument
     from controller.policies import POLICIES
     from netsched_data import DataError, find_trace
 
@@ -68,14 +68,7 @@ def main(argv=None) -> int:
         default=DEFAULT_TRACE,
         help=f"a trace file or a bundled trace's name (default: {DEFAULT_TRACE})",
     )
-    parser.add_argument(
-        "--policy",
-        nargs="+",
-        default=sorted(POLICIES),
-        type=policy_name,
-        metavar="POLICY",
-        help=f"network policies (default: every built-in): {policy_help(POLICIES)}",
-    )
+    add_policy_argument(parser, sorted(POLICIES), "network policies (default: every built-in)")
     parser.add_argument("--mode", nargs="+", default=["levels"], choices=["levels", "ideal"])
     parser.add_argument("--arrivals", nargs="+", default=["online"], choices=["online", "offline"])
     parser.add_argument(

@@ -136,6 +136,20 @@ def named(load: Callable[[str], object], also: tuple[str, ...] = ()) -> Callable
     return parse
 
 
+def add_policy_argument(parser: argparse.ArgumentParser, default, what: str,
+                        many: bool = True) -> None:  # fmt: skip
+    """A ``--policy`` flag taking network policies as :func:`policy_name` does (``many``: one
+    or more); its help says ``what`` they are for, then every way to name one."""
+    parser.add_argument(
+        "--policy",
+        nargs="+" if many else None,
+        default=default,
+        type=policy_name,
+        metavar="POLICY",
+        help=f"{what}: {policy_help(POLICY_NAMES)}",
+    )
+
+
 def policy_help(builtins) -> str:
     """How a ``--policy`` flag's help names the choices: the built-ins, and the other ways."""
     return (

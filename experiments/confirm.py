@@ -120,12 +120,18 @@ def testbed_command(claim: ClaimMap, cell: Mapping[str, str], seeds: Sequence[in
     ]  # fmt: skip
 
 
+def load_testbed_experiment(out: Path) -> dict:
+    """A finished testbed experiment's ``summary.json`` with its runs under ``"runs"``."""
+    summary = json.loads((out / "summary.json").read_text())
+    summary["runs"] = json.loads((out / "results.json").read_text())
+    return summary
+
+
 def finished(out: Path, seeds: Sequence[int], policies: Sequence[str]) -> dict | None:
     """A cell's finished testbed experiment in ``out`` if it ran ``seeds`` under ``policies``
-    (its ``summary.json``, the runs under ``"runs"``), else None."""
+    (:func:`load_testbed_experiment`), else None."""
     try:
-        summary = json.loads((out / "summary.json").read_text())
-        summary["runs"] = json.loads((out / "results.json").read_text())
+        summary = load_testbed_experiment(out)
     except (OSError, ValueError):
         return None
     if summary["workload"]["seeds"] != list(seeds) or set(summary["policies"]) != set(policies):
@@ -149,15 +155,6 @@ def run_cell(claim: ClaimMap, cell: Mapping[str, str], seeds: Sequence[int], out
         raise SystemExit(f"the testbed experiment of {cell_key(cell)} failed (exit "
                          f"{run.returncode}); see above")  # fmt: skip
     return done
-
-
-# an atlas metric and where a testbed run (and the simulator beside it) holds it
-RUN_METRICS = {
-    "avg_sct_s": ("sct_s", "mean"),
-    "p95_sct_s": ("sct_s", "p95"),
-    "time_to_90pct_s": ("time_to_90pct_s", "mean"),
-    "time_to_95pct_s": ("time_to_95pct_s", "mean"),
-}
 
 
 @dataclass

@@ -29,7 +29,6 @@ that ``--help`` and a bad flag answer at once.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess
@@ -63,7 +62,7 @@ from controller.stats import (  # noqa: E402
     mean_ci,
     paired_ratio_ci,
 )
-from experiments import atlas, claim_map, confirm  # noqa: E402
+from experiments import atlas, atlas_points, claim_map, confirm  # noqa: E402
 from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
@@ -267,13 +266,6 @@ def against_brute_force(results: dict[str, dict]) -> list[Claim]:
     ]  # fmt: skip
 
 
-def load_testbed_experiment(out: Path) -> dict:
-    """A finished testbed experiment's ``summary.json`` with its runs under ``"runs"``."""
-    summary = json.loads((out / "summary.json").read_text())
-    summary["runs"] = json.loads((out / "results.json").read_text())
-    return summary
-
-
 def run_testbed_experiment(seeds: list[int], out: Path, progress) -> dict:
     """The main testbed experiment, calibrated, as ``hpo-testbed`` runs it (root);
     returns its ``summary.json`` with the per-run results under ``"runs"``."""
@@ -285,7 +277,7 @@ def run_testbed_experiment(seeds: list[int], out: Path, progress) -> dict:
     run = subprocess.run(command, cwd=ROOT, text=True)
     if run.returncode != 0 and not (out / "summary.json").exists():
         raise SystemExit(f"the testbed experiment failed (exit {run.returncode}); see above")
-    testbed = load_testbed_experiment(out)
+    testbed = confirm.load_testbed_experiment(out)
     for failure in testbed.get("failures", []):  # the report is made of the runs that finished
         progress(f"testbed: {failure['policy']} seed {failure['seed']} failed: {failure['error']}")
     return testbed
@@ -446,7 +438,7 @@ def confirmation_rows(c: confirm.Confirmation) -> list[dict]:
     for role, cell in c.chosen.items():
         testbed = c.testbeds.get(role)
         for metric in small.metrics:
-            key, statistic = confirm.RUN_METRICS[metric.key]
+            key, statistic = atlas_points.RUN_METRICS[metric.key]
             measured = {} if testbed is None else {
                 r["baseline"]: r for r in predicted_against_measured(
                     testbed, small.readings[0].policy, [b.policy for b in small.baselines],
@@ -489,8 +481,10 @@ def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
     ]  # fmt: skip
     rows = confirmation_rows(c)
     if not c.testbeds:
-        return lines + ["Not run: the testbed needs root (`sudo .venv/bin/hpo-reproduce`).",
-                        ""]  # fmt: skip
+        chosen = "; ".join(f"{confirm.ROLES[role]}: {', '.join(cell.cell.values())}"
+                           for role, cell in c.chosen.items())  # fmt: skip
+        return lines + [f"Cells chosen ({chosen}) not run on the testbed yet: "
+                        "`sudo .venv/bin/hpo-reproduce` runs them.", ""]  # fmt: skip
     if (figure := confirmation_plot(c, rows, out)) is not None:
         lines += [f"![{claim.name} on the testbed]({figure.name})", ""]
     lines += ["| cell | chosen as | metric | baseline | simulator's map | predicted | measured "
@@ -514,7 +508,7 @@ def confirmation_lines(c: confirm.Confirmation, out: Path) -> list[str]:
               "comparisons.", "", f"{primary.label} per policy, mean +/- 95 % CI over the seeds "
               "(s):", "", "| cell | policy | testbed | simulator | calibrated | calibrated / "
               "testbed |", "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    key, statistic = confirm.RUN_METRICS[primary.key]
+    key, statistic = atlas_points.RUN_METRICS[primary.key]
     for role, testbed in c.testbeds.items():
         cell = ", ".join(c.chosen[role].cell.values())
         for policy, values in per_policy(testbed, key, statistic).items():
@@ -905,7 +899,7 @@ def main(argv=None) -> int:
         return 1
     testbed = None
     if args.testbed_results is not None:
-        testbed = load_testbed_experiment(args.testbed_results)
+        testbed = confirm.load_testbed_experiment(args.testbed_results)
         args.testbed_seeds = testbed["workload"]["seeds"]
     elif mode == "with the testbed":
         testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)

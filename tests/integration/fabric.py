@@ -7,8 +7,11 @@ veths, bridge), or by PID (processes); nothing is cleaned by broad name.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from topologies import ownership
@@ -23,6 +26,17 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()}")
     return result
+
+
+def switch_ports(*switches: str) -> set[str]:
+    """The interfaces in this namespace named as a port of one of ``switches`` (``s1-eth3``).
+
+    Tests compare this set before and after what they run: what another run on the machine
+    holds under these names is then neither blamed on the test nor touched by it."""
+    lines = sh("ip", "-o", "link").stdout.splitlines()
+    names = {line.split(": ")[1].split("@")[0] for line in lines}
+    pattern = re.compile(rf"({'|'.join(map(re.escape, switches))})-eth\d+")
+    return {name for name in names if pattern.fullmatch(name)}
 
 
 class NetnsFabric:
@@ -121,6 +135,20 @@ class NetnsFabric:
         """Point the bridge at the controller; a new record connects at once (no backoff)."""
         sh("ovs-vsctl", "del-controller", self.bridge)
         sh("ovs-vsctl", "set-controller", self.bridge, f"tcp:127.0.0.1:{port}")
+
+    @contextlib.contextmanager
+    def controlled_by(self, folder: Path, *arguments: str) -> Iterator[ControllerProcess]:
+        """A controller of this fabric (its registry and hosts file in ``folder``,
+        ``arguments`` on its command line), connected to the bridge; stopped on leaving."""
+        ctl = ControllerProcess(folder / "ctl.sqlite", self.hosts_file(folder / "hosts.json"),
+                                self.ofp_port, *arguments)  # fmt: skip
+        ctl.start()
+        self.set_controller(self.ofp_port)
+        try:
+            ctl.wait_switch()
+            yield ctl
+        finally:
+            ctl.stop()
 
     def mac(self, host: str) -> str:
         inside = self.host_dev(host)

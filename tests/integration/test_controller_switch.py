@@ -18,7 +18,7 @@ from topologies.host_qos import GENERATION_PREFS, HostPriorities, host_batch
 from topologies.qos import class_bytes, level_classid, parse_class_bytes
 from workloads.launcher import parse_marks, wanted_marks
 
-from .fabric import ControllerProcess, NetnsFabric, free_port, sh, wait_for
+from .fabric import NetnsFabric, free_port, sh, wait_for
 
 pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "ovs-ofctl", "iperf3", "tc")]
 
@@ -45,20 +45,8 @@ def fabric():
 
 @pytest.fixture
 def controller(fabric, tmp_path):
-    ctl = ControllerProcess(
-        tmp_path / "ctl.sqlite",
-        fabric.hosts_file(tmp_path / "hosts.json"),
-        fabric.ofp_port,
-        "--policy",
-        "varys",
-    )
-    ctl.start()
-    fabric.set_controller(fabric.ofp_port)
-    try:
-        ctl.wait_switch()
+    with fabric.controlled_by(tmp_path, "--policy", "varys") as ctl:
         yield ctl
-    finally:
-        ctl.stop()
 
 
 def marks(fabric) -> dict[tuple, tuple]:

@@ -22,7 +22,7 @@ from topologies import network
 from topologies.qos import class_bytes, level_classid
 from topologies.testbed import ClusterTopo
 
-from .fabric import ControllerProcess, free_port, sh, wait_for
+from .fabric import ControllerProcess, free_port, sh, switch_ports, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -50,6 +50,7 @@ def expected_graph(table: list[dict]) -> FabricGraph:
 @pytest.fixture
 def leaf_spine(tmp_path):
     sh("bash", "scripts/ovs.sh", "start")
+    ports_before = switch_ports(*SWITCHES)
     cluster = Cluster.leaf_spine(LEAVES, HOSTS_PER_LEAF, SPINES, 20e6)
     topo = ClusterTopo(cluster)
     table = cluster.host_table()
@@ -71,7 +72,7 @@ def leaf_spine(tmp_path):
     # nothing left behind: no bridge, no interface, no controller process
     for switch in SWITCHES:
         assert sh("ovs-vsctl", "br-exists", switch, check=False).returncode == 2
-        assert f"{switch}-eth" not in sh("ip", "-o", "link").stdout
+    assert switch_ports(*SWITCHES) <= ports_before
     if pid is not None:
         assert subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode != 0
 

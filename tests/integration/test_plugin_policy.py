@@ -17,7 +17,7 @@ from tests.conftest import needs_root_and
 from workloads.client import ControllerError
 from workloads.launcher import parse_marks, wanted_marks
 
-from .fabric import ControllerProcess, NetnsFabric, free_port, sh, wait_for
+from .fabric import NetnsFabric, free_port, sh, wait_for
 
 pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "ovs-ofctl", "tc", "ip")]
 
@@ -41,20 +41,8 @@ def fabric():
 
 @pytest.fixture
 def controller(fabric, tmp_path):
-    ctl = ControllerProcess(
-        tmp_path / "ctl.sqlite",
-        fabric.hosts_file(tmp_path / "hosts.json"),
-        fabric.ofp_port,
-        "--policy",
-        SMALLEST,
-    )
-    ctl.start()
-    fabric.set_controller(fabric.ofp_port)
-    try:
-        ctl.wait_switch()
+    with fabric.controlled_by(tmp_path, "--policy", SMALLEST) as ctl:
         yield ctl
-    finally:
-        ctl.stop()
 
 
 def marks(fabric) -> dict[tuple, tuple]:

@@ -36,7 +36,7 @@ from tests.conftest import needs_root_and
 from topologies.qos import GUARANTEED_FRACTION, htb_commands
 from workloads.launcher import parse_marks
 
-from .fabric import ControllerProcess, NetnsFabric, free_port, sh, stop_process, wait_for
+from .fabric import NetnsFabric, free_port, sh, stop_process, wait_for
 
 pytestmark = [pytest.mark.integration, needs_root_and("ovs-vsctl", "ovs-ofctl", "iperf3", "tc")]
 
@@ -189,22 +189,8 @@ def level_queues(fabric):
 def controller(fabric, tmp_path, monkeypatch):
     # (the controller takes its token from the environment, as does the test's client)
     monkeypatch.setenv("HPO_API_TOKEN", TOKEN)
-    ctl = ControllerProcess(
-        tmp_path / "ctl.sqlite",
-        fabric.hosts_file(tmp_path / "hosts.json"),
-        fabric.ofp_port,
-        "--policy",
-        "sincronia",
-        "--stats-interval",
-        "1",
-    )
-    ctl.start()
-    fabric.set_controller(fabric.ofp_port)
-    try:
-        ctl.wait_switch()
+    with fabric.controlled_by(tmp_path, "--policy", "sincronia", "--stats-interval", "1") as ctl:
         yield ctl
-    finally:
-        ctl.stop()
 
 
 def received_bytes(iperf_json: str) -> int:

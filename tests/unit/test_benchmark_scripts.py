@@ -118,12 +118,17 @@ class Simulator:
 """
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
 def _fake_checkout(root: Path, bssi_source: str) -> Path:
     """A directory that passes for another checkout: the HPO point's modules as stubs whose
     run reports 12,345 reorders, and ``bssi_source`` as the pace reference's code."""
     files = {
         "controller/__init__.py": "",
         "controller/bssi.py": bssi_source,
+        # (the kernels take numba's decorator from the cache module that points numba's cache)
+        "controller/kernel_cache.py": (CHECKOUT / "controller" / "kernel_cache.py").read_text(),
         "controller/policies.py": "def make_policy(name):\n    return name\n",
         "simulator/__init__.py": "",
         "simulator/engine.py": _FAKE_SIMULATOR,

@@ -180,6 +180,6 @@ def test_the_report_sets_the_predicted_verdicts_against_the_measured(tmp_path):
     assert sum(len(ax.get_lines()) for ax in fig.axes) > 5  # the ratios, without bars
     assert "| models=zoo" not in text and "| zoo, together, ring | beamer |" in text
     not_run = confirm.Confirmation(CLAIMS["beamer"], c.small, c.chosen, {})
-    assert "Not run: the testbed needs root" in "\n".join(
+    assert "not run on the testbed yet: `sudo .venv/bin/hpo-reproduce` runs them" in "\n".join(
         reproduce.confirmation_lines(not_run, tmp_path)
     )
