@@ -1060,12 +1060,27 @@ class ClusterState:
             **kwargs,
         )
         if indexed:
-            index = CoflowIndex(state.coflows.values())
-            for job in state.jobs.values():
-                index.put_job(job)
-            index.mirror(state.jobs)
-            state.loads = index.snapshot()
+            state.loads = state._index_snapshot()
         return state
+
+    def indexed(self) -> ClusterState:
+        """This state if it offers its loads as arrays (:meth:`sparse_port_bytes`), else the
+        same state (its very dicts) with its coflows and its jobs' loads per iteration in a
+        :class:`CoflowIndex`: what the policies that compute on arrays order, so that a plain
+        state and the controller's or the simulator's take one path."""
+        if self.sparse_port_bytes() is not None:
+            return self
+        return ClusterState(self.hosts, self.coflows, self.jobs, self.stages, self.now_s,
+                            self.default_port_bps, self._index_snapshot(),
+                            self.stages_version)  # fmt: skip
+
+    def _index_snapshot(self) -> CoflowLoads:
+        """A snapshot of a new :class:`CoflowIndex` of the coflows and the jobs."""
+        index = CoflowIndex(self.coflows.values())
+        for job in self.jobs.values():
+            index.put_job(job)
+        index.mirror(self.jobs)
+        return index.snapshot()
 
     def job_table(self) -> JobTable | None:
         """The jobs' numbers as arrays, if the state's maker keeps them for its very
