@@ -389,6 +389,10 @@ class Varys(Policy):
 def _id_array(ids: list[CoflowId | None]) -> np.ndarray:
     """``ids`` as int64 (0 for ``None``), or as the ids themselves where one is not an int64."""
     try:
+        return np.asarray(ids, dtype=np.int64)  # (the usual case, the quickest)
+    except (OverflowError, TypeError):
+        pass
+    try:
         return int64_ids(ids)
     except (OverflowError, TypeError):
         return np.array([0 if i is None else i for i in ids], dtype=object)
@@ -752,8 +756,8 @@ class _JobStages:
         self.version: object | None = None  # the state's stages_version it was checked at
         stage_ids, (listed, per_stage), arrivals, weights, _ = key
         n_stages = len(stage_ids)
-        by_arrival = np.lexsort((np.asarray(stage_ids, dtype=np.int64), np.asarray(arrivals)))
-        order = np.asarray(stage_ids, dtype=np.int64)[by_arrival]
+        stage_id_array = np.asarray(stage_ids, dtype=np.int64)
+        by_arrival = np.lexsort((stage_id_array, np.asarray(arrivals)))
         self.weights = np.asarray(weights, dtype=float)[by_arrival]
         # every (stage position, listed job), sorted, each once: a stage's units in id order
         position = np.empty(n_stages, dtype=np.int64)
@@ -765,36 +769,26 @@ class _JobStages:
         first = np.ones(len(by_stage), dtype=bool)
         first[1:] = np.diff(listing_stage) != 0
         first[1:] |= np.diff(listing_job) != 0
-        unit_jobs = listing_job[first]
-        units_by_job = np.argsort(unit_jobs, kind="stable")
-        by_job = unit_jobs[units_by_job]
-        if not (by_job[1:] == by_job[:-1]).any():
-            # every job listed by one stage (HPO workloads): a unit per listing, in order
-            self.units = unit_jobs.tolist()
-            self.unit_jobs, self.units_by_job, self.sorted_jobs = unit_jobs, units_by_job, by_job
-            self.unit_position = listing_stage[first]
-            self.unit_stage = order[self.unit_position]
-            self.stage_units = np.arange(len(self.units), dtype=np.int64)
-        else:
-            stage_jobs = unit_jobs.tolist()
-            self.units = list(dict.fromkeys(stage_jobs))
-            index = dict(zip(self.units, range(len(self.units)), strict=True))
-            # (a job listed by two stages is in the last one's)
-            stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
-            listed_in = dict(zip(listed, stage_of_listed, strict=True))
-            self.unit_stage = np.fromiter(
-                map(listed_in.__getitem__, self.units), np.int64, len(self.units)
-            )  # the stage that lists each unit's job
-            position = dict(zip(order.tolist(), range(n_stages), strict=True))
-            self.unit_position = np.fromiter(
-                map(position.__getitem__, self.unit_stage.tolist()), np.int64, len(self.units)
-            )
-            self.stage_units = np.fromiter(
-                map(index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
-            )
-            self.unit_jobs = np.asarray(self.units, dtype=np.int64)
-            self.units_by_job = np.argsort(self.unit_jobs, kind="stable")  # units by job id
-            self.sorted_jobs = self.unit_jobs[self.units_by_job]
+        stage_jobs = listing_job[first]
+        # the units: every job once, in the order first listed (by stage position, then id);
+        # jobs (ascending) and their units, and each stage's units
+        jobs, first_listed, stage_unit = np.unique(
+            stage_jobs, return_index=True, return_inverse=True
+        )
+        by_first = np.argsort(first_listed, kind="stable")
+        unit_of_job = np.empty(len(jobs), dtype=np.int64)
+        unit_of_job[by_first] = np.arange(len(jobs))
+        self.unit_jobs = jobs[by_first]
+        self.units = self.unit_jobs.tolist()
+        self.sorted_jobs, self.units_by_job = jobs, unit_of_job
+        self.stage_units = unit_of_job[stage_unit.reshape(-1)]
+        # each unit's stage: the one that lists its job (a job listed by two stages is in the
+        # one that lists it last, in the stages' own order), and that stage's position
+        reversed_jobs = np.asarray(listed, dtype=np.int64)[::-1]
+        last_listed = len(listed) - 1 - np.unique(reversed_jobs, return_index=True)[1]
+        stage_index = np.repeat(np.arange(n_stages), per_stage)[last_listed][by_first]
+        self.unit_stage = stage_id_array[stage_index]
+        self.unit_position = position[stage_index]
         self.jobs_read: list[Job] | None = self.jobs(state)  # (handed out once by current)
         self._job_stages: tuple[np.ndarray, np.ndarray] | None = None  # see job_stages
         self.sources = list(map(_PER_ITERATION, self.jobs_read))
