@@ -762,33 +762,38 @@ class _JobStages:
         # every (stage position, listed job), sorted, each once: a stage's units in id order
         position = np.empty(n_stages, dtype=np.int64)
         position[by_arrival] = np.arange(n_stages)
-        listing_stage = np.repeat(position, per_stage)
+        listing_position = np.repeat(position, per_stage)  # (the listings in the stages' order)
         listing_job = np.asarray(listed, dtype=np.int64)
-        by_stage = np.lexsort((listing_job, listing_stage))
-        listing_stage, listing_job = listing_stage[by_stage], listing_job[by_stage]
+        by_stage = np.lexsort((listing_job, listing_position))
+        listing_stage, stage_jobs = listing_position[by_stage], listing_job[by_stage]
         first = np.ones(len(by_stage), dtype=bool)
         first[1:] = np.diff(listing_stage) != 0
-        first[1:] |= np.diff(listing_job) != 0
-        stage_jobs = listing_job[first]
+        first[1:] |= np.diff(stage_jobs) != 0
+        stage_jobs = stage_jobs[first]
         # the units: every job once, in the order first listed (by stage position, then id);
-        # jobs (ascending) and their units, and each stage's units
-        jobs, first_listed, stage_unit = np.unique(
-            stage_jobs, return_index=True, return_inverse=True
-        )
+        # the jobs ascending and each one's unit, and each stage's units
+        by_job = np.argsort(stage_jobs, kind="stable")
+        ascending = stage_jobs[by_job]
+        new_job = np.ones(len(ascending), dtype=bool)
+        new_job[1:] = ascending[1:] != ascending[:-1]
+        first_listed = by_job[new_job]
         by_first = np.argsort(first_listed, kind="stable")
-        unit_of_job = np.empty(len(jobs), dtype=np.int64)
-        unit_of_job[by_first] = np.arange(len(jobs))
-        self.unit_jobs = jobs[by_first]
+        unit_of_job = np.empty(len(by_first), dtype=np.int64)
+        unit_of_job[by_first] = np.arange(len(by_first))
+        self.sorted_jobs, self.units_by_job = stage_jobs[first_listed], unit_of_job
+        self.unit_jobs = self.sorted_jobs[by_first]
         self.units = self.unit_jobs.tolist()
-        self.sorted_jobs, self.units_by_job = jobs, unit_of_job
-        self.stage_units = unit_of_job[stage_unit.reshape(-1)]
+        job_rank = np.empty(len(stage_jobs), dtype=np.int64)
+        job_rank[by_job] = np.cumsum(new_job) - 1
+        self.stage_units = unit_of_job[job_rank]
         # each unit's stage: the one that lists its job (a job listed by two stages is in the
-        # one that lists it last, in the stages' own order), and that stage's position
-        reversed_jobs = np.asarray(listed, dtype=np.int64)[::-1]
-        last_listed = len(listed) - 1 - np.unique(reversed_jobs, return_index=True)[1]
-        stage_index = np.repeat(np.arange(n_stages), per_stage)[last_listed][by_first]
-        self.unit_stage = stage_id_array[stage_index]
-        self.unit_position = position[stage_index]
+        # one that lists it last, in the stages' own order), by its position and its id
+        by_listed_job = np.argsort(listing_job, kind="stable")
+        listed_ascending = listing_job[by_listed_job]
+        last_of_job = np.ones(len(listed_ascending), dtype=bool)
+        last_of_job[:-1] = listed_ascending[1:] != listed_ascending[:-1]
+        self.unit_position = listing_position[by_listed_job[last_of_job]][by_first]
+        self.unit_stage = stage_id_array[by_arrival][self.unit_position]
         self.jobs_read: list[Job] | None = self.jobs(state)  # (handed out once by current)
         self._job_stages: tuple[np.ndarray, np.ndarray] | None = None  # see job_stages
         self.sources = list(map(_PER_ITERATION, self.jobs_read))
