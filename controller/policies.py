@@ -34,7 +34,6 @@ from controller.madd import sebf_order, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
     EGRESS,
-    INGRESS,
     ClusterState,
     Coflow,
     CoflowId,
@@ -216,32 +215,11 @@ def madd(
     """
     order = list(order)
     ids = list(map(_COFLOW_ID, order))
-    rows = _sparse_rows(
+    rows = SparsePortBytes.from_mappings(
         ids, [c.port_bytes() for c in order] if loads is None else list(map(loads.__getitem__, ids))
     )
     everyone = np.arange(len(order), dtype=np.int64)
     return _sparse_madd(state, rows, order, everyone, np.array(ids, dtype=object), everyone)
-
-
-def _sparse_rows(ids: list[CoflowId], loads: Sequence[Mapping[Port, float]]) -> SparsePortBytes:
-    """The rows of the coflows ``ids`` with the bytes per port ``loads``: each mapping's items
-    in its order, hosts numbered by first use.
-
-    Raises:
-        ValueError: a port's direction is neither :data:`EGRESS` nor :data:`INGRESS`.
-    """
-    hosts = tuple(dict.fromkeys(port[0] for load in loads for port in load))
-    n_hosts = len(hosts)
-    column_of = {(host, way): way * n_hosts + h for h, host in enumerate(hosts)
-                 for way in (EGRESS, INGRESS)}  # fmt: skip
-    counts = list(map(len, loads))
-    try:
-        column = np.fromiter(map(column_of.__getitem__, chain.from_iterable(loads)), np.int64,
-                             sum(counts))  # fmt: skip
-    except KeyError as error:
-        raise ValueError(f"port {error} is not (host, EGRESS or INGRESS)") from None
-    size_bytes = np.fromiter(chain.from_iterable(map(_VALUES, loads)), float, sum(counts))
-    return SparsePortBytes(offsets(counts), column, size_bytes, ids, n_hosts, hosts)
 
 
 class Fair(Policy):
@@ -344,8 +322,9 @@ class Sincronia(Policy):
 
     def schedule(self, state: ClusterState) -> Schedule:
         """BSSI order of the active coflows (weighted port loads in seconds), on the state's
-        loads as arrays (a plain state's indexed first, :meth:`ClusterState.indexed`)."""
-        state = state.indexed()
+        loads as arrays (a plain state's read into them first,
+        :meth:`ClusterState.with_sparse_loads`)."""
+        state = state.with_sparse_loads()
         active = state.active_coflows()
         ids = state.active_ids(active)
         positions = bssi_positions(state.demand_matrix(active, ids), state.coflow_weights(active))
@@ -368,9 +347,9 @@ class Varys(Policy):
 
     def schedule(self, state: ClusterState) -> Schedule:
         """Smallest bottleneck first (SEBF), with MADD rates when ``use_rates`` is set: both
-        compiled (:mod:`controller.madd`) on the state's loads as arrays (a plain state's
-        indexed first, :meth:`ClusterState.indexed`)."""
-        state = state.indexed()
+        compiled (:mod:`controller.madd`) on the state's loads as arrays (a plain state's read
+        into them first, :meth:`ClusterState.with_sparse_loads`)."""
+        state = state.with_sparse_loads()
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
         ids = state.active_ids(active)
@@ -675,7 +654,7 @@ class Beamer(Policy):
 
     The loads are summed, the stages ordered and their coflows listed by one compiled pass
     (:func:`controller.stage_loads.job_stage_order`) over the state's loads as arrays (a plain
-    state's indexed first, :meth:`ClusterState.indexed`).
+    state's read into them first, :meth:`ClusterState.with_sparse_loads`).
     """
 
     name = "beamer"
@@ -711,7 +690,7 @@ class Beamer(Policy):
     def schedule(self, state: ClusterState) -> Schedule:
         """Stages in BSSI order of their demands (or ``stage_order``'s); within a stage, the
         most remaining work first (or ``within_stage``'s order)."""
-        state = state.indexed()
+        state = state.with_sparse_loads()
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
         staged, self._job_stages = _job_stage_order(

@@ -25,6 +25,7 @@ from controller.model import (
     Host,
     Job,
     JobTable,
+    SparsePortBytes,
     Stage,
     _Rows,
     port_seconds,
@@ -145,6 +146,40 @@ def test_every_policy_orders_an_indexed_state_as_the_plain_one(state, seed, vari
         kept = make_policy(name, **options)
         kept.schedule(fast)
         assert kept.schedule(fast) == make_policy(name, **options).schedule(plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster_states(), st.integers(0, 3))
+def test_a_plain_state_s_loads_read_into_arrays_are_its_coflows_mappings(state, seed):
+    # what the policies that compute on arrays order a plain state by: the same dicts, the
+    # same coflows, each row a coflow's port_bytes() items in order, every job's port a
+    # column; a state with its loads as arrays already is its own
+    for plain in (state, named_hosts(state, seed)):
+        fast = plain.with_sparse_loads()
+        assert fast.with_sparse_loads() is fast
+        assert (fast.coflows, fast.jobs, fast.stages) == (plain.coflows, plain.jobs, plain.stages)
+        assert fast.coflows is plain.coflows and fast.jobs is plain.jobs
+        active = plain.active_coflows()
+        assert [id(c) for c in fast.active_coflows()] == [id(c) for c in active]
+        sparse = fast.sparse_port_bytes()
+        assert sparse.ids == [c.coflow_id for c in active]
+        hosts, n_hosts = sparse.hosts, sparse.n_hosts
+        for row, coflow in enumerate(active):
+            lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
+            ports = [(hosts[c % n_hosts], c // n_hosts) for c in sparse.column[lo:hi].tolist()]
+            assert list(zip(ports, sparse.size_bytes[lo:hi].tolist(), strict=True)) == list(
+                coflow.port_bytes().items()
+            )
+        for job in plain.jobs.values():
+            sparse.columns(job.bytes_per_iteration)  # (no port outside the columns)
+        assert fast.byte_counts(active) == plain.byte_counts(active)
+        assert fast.column_bps(sparse).tolist() == [
+            plain.port_bps((hosts[k % n_hosts], k // n_hosts)) for k in range(2 * n_hosts)
+        ]
+        built = indexed(plain)
+        assert built.with_sparse_loads() is built
+    with pytest.raises(ValueError, match="is not \\(host, EGRESS or INGRESS\\)"):
+        SparsePortBytes.from_mappings([1], [{("a", 2): 1.0}])
 
 
 # the policies that keep an exact slow version in simulator.reference, with each reading
