@@ -3,10 +3,10 @@
 Varys (Chowdhury et al., SIGCOMM 2014) orders coflows by their bottleneck time (smallest
 effective bottleneck first) and gives each, in that order, the rates that finish all its flows
 together at its bottleneck time on what its predecessors left (Minimum Allocation for Desired
-Duration). :func:`controller.policies.madd` does it on one mapping per coflow; these kernels do
-the same arithmetic on a :class:`~controller.model.SparsePortBytes` (a row's entries are the
-coflow's :meth:`~controller.model.Coflow.port_bytes` items in the same order), so the results
-are the same bit for bit.
+Duration). These kernels do it on a :class:`~controller.model.SparsePortBytes` (a row's
+entries are the coflow's :meth:`~controller.model.Coflow.port_bytes` items in the same order)
+with the arithmetic of one mapping per coflow (:mod:`simulator.reference`'s Varys, the tests'
+oracle), so the results are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from controller.kernel_cache import njit
 
-# A port whose residual is at most this fraction of its capacity is full (as policies.madd).
+# A port whose residual is at most this fraction of its capacity is full.
 _FULL = 1e-9
 # Bottleneck times (s) within a nanosecond tie: equal bottlenecks must tie (and go by arrival)
 # whatever the float noise in the bytes left (a last-bit difference flipped two equal coflows

@@ -15,7 +15,7 @@ import operator
 from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import count, islice, repeat
+from itertools import chain, count, islice, repeat
 
 import numpy as np
 
@@ -225,6 +225,36 @@ class SparsePortBytes:
         return np.fromiter(map(self.row_of.__getitem__, ids), np.int64, len(ids))
 
     @classmethod
+    def from_mappings(
+        cls,
+        ids: Sequence[CoflowId],
+        loads: Sequence[Mapping[Port, float]],
+        more_hosts: Iterable[HostId] = (),
+    ) -> SparsePortBytes:
+        """The rows of the coflows ``ids`` with the bytes per port ``loads``: each mapping's
+        items in its order, as given; hosts numbered by first use, then ``more_hosts`` (those
+        of the jobs' loads, say).
+
+        Raises:
+            ValueError: a port's direction is neither :data:`EGRESS` nor :data:`INGRESS`.
+        """
+        in_rows = (port[0] for load in loads for port in load)
+        hosts = tuple(dict.fromkeys(chain(in_rows, more_hosts)))
+        n_hosts = len(hosts)
+        column_of = {(host, way): way * n_hosts + h for h, host in enumerate(hosts)
+                     for way in (EGRESS, INGRESS)}  # fmt: skip
+        row_ptr = np.zeros(len(loads) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, loads), np.int64, len(loads)), out=row_ptr[1:])
+        n_entries = int(row_ptr[-1])
+        try:
+            column = np.fromiter(map(column_of.__getitem__, chain.from_iterable(loads)), np.int64,
+                                 n_entries)  # fmt: skip
+        except KeyError as error:
+            raise ValueError(f"port {error} is not (host, EGRESS or INGRESS)") from None
+        size_bytes = np.fromiter(chain.from_iterable(map(_VALUES, loads)), float, n_entries)
+        return cls(row_ptr, column, size_bytes, list(ids), n_hosts, hosts)
+
+    @classmethod
     def from_dense(cls, bits_left: np.ndarray, row_of: Mapping[CoflowId, int]) -> SparsePortBytes:
         """The rows of a dense array of bits left (one row per coflow, ``2 * n_hosts``
         columns, coflow ``c`` in row ``row_of[c]``): its nonzero entries, each as
@@ -388,6 +418,7 @@ _LOAD_BYTES = operator.attrgetter("load_bytes")
 _LEFT = operator.attrgetter("remaining_bytes")
 _SIZE = operator.attrgetter("size_bytes")
 _COFLOW_ID = operator.attrgetter("coflow_id")
+_VALUES = operator.methodcaller("values")
 _SOURCE = operator.attrgetter("source")
 _WEIGHT = operator.attrgetter("weight")
 
@@ -1066,6 +1097,24 @@ class ClusterState:
             index.mirror(state.jobs)
             state.loads = index.snapshot()
         return state
+
+    def with_sparse_loads(self) -> ClusterState:
+        """This state if it offers its loads as arrays (:meth:`sparse_port_bytes`), else the
+        same state (its very dicts) with its active coflows' loads read into arrays, each
+        coflow's :meth:`Coflow.port_bytes` once (the jobs' hosts among the columns): what the
+        policies that compute on arrays order, so that a plain state and the controller's or
+        the simulator's take one path."""
+        if self.sparse_port_bytes() is not None:
+            return self
+        active = self.active_coflows()
+        job_hosts = (port[0] for job in self.jobs.values() for port in job.bytes_per_iteration)
+        sparse = SparsePortBytes.from_mappings(
+            list(map(_COFLOW_ID, active)), [c.port_bytes() for c in active], job_hosts
+        )
+        loads = CoflowLoads(tuple(active), sparse, list(map(_SIZE, active)),
+                            list(map(_LEFT, active)))  # fmt: skip
+        return ClusterState(self.hosts, self.coflows, self.jobs, self.stages, self.now_s,
+                            self.link_bps, loads, self.stages_version)  # fmt: skip
 
     def job_table(self) -> JobTable | None:
         """The jobs' numbers as arrays, if the state's maker keeps them for its very

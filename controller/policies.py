@@ -20,18 +20,17 @@ import bisect
 import math
 import operator
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, count, pairwise, repeat
+from itertools import chain, compress, count, repeat
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from controller import plugins
-from controller.bssi import DemandMatrix, bssi_order, bssi_positions
+from controller.bssi import bssi_positions
 from controller.limits import MAX_FLOW_BYTES, MAX_FLOWS, brief
-from controller.madd import TIE_DIGITS, sebf_order, sparse_madd_s
+from controller.madd import sebf_order, sparse_madd_s
 from controller.metrics import nearest_rank_index
 from controller.model import (
     EGRESS,
@@ -45,16 +44,12 @@ from controller.model import (
     SparsePortBytes,
     Stage,
     StageId,
-    bottleneck_s,
     int64_ids,
-    port_seconds,
 )
 from controller.schedule import Schedule, one_coflow_ranks
 from controller.stage_loads import (
-    UnitsOfWork,
     job_stage_order,
     offsets,
-    stage_loads,
     units_of_jobs,
 )
 
@@ -209,7 +204,8 @@ def madd(
     Each coflow in turn gets, on the capacity its predecessors left, the rates that finish all of
     its flows together at its bottleneck time Gamma: flow rate = remaining bits / Gamma. A coflow
     that meets a port with no capacity left gets no cap (it is served by work conservation at its
-    lower priority).
+    lower priority). The arithmetic is Varys' and Beamer's own, compiled
+    (:func:`controller.madd.sparse_madd_s`), on the coflows' loads read into sparse rows.
 
     ``loads`` are the coflows' bytes per port if the caller has them already.
 
@@ -217,32 +213,13 @@ def madd(
         The per-flow rates (bit/s) of coflows given as flows, and Gamma (s) of every capped
         coflow (for coflows given as a summary, each flow's cap is its remaining bits / Gamma).
     """
-    residual_bps: dict[Port, float] = {}
-    port_bps: dict[Port, float] = {}  # (asked once per port: a trace has 100k port loads)
-    rates: dict[FlowKey, float] = {}
-    gammas: dict = {}
-    for coflow in order:
-        load = loads[coflow.coflow_id] if loads is not None else coflow.port_bytes()
-        if not load:
-            continue
-        gamma_s = 0.0
-        for port, size in load.items():
-            if port not in port_bps:
-                port_bps[port] = residual_bps[port] = state.port_bps(port)
-            capacity = residual_bps[port]
-            if capacity <= 1e-9 * port_bps[port]:
-                gamma_s = math.inf
-                break
-            gamma_s = max(gamma_s, 8.0 * size / capacity)
-        if not math.isfinite(gamma_s) or gamma_s <= 0:
-            continue
-        gammas[coflow.coflow_id] = gamma_s
-        for flow in coflow.flows:
-            if flow.remaining_bytes > 0:
-                rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / gamma_s
-        for port, size in load.items():
-            residual_bps[port] = max(0.0, residual_bps[port] - 8.0 * size / gamma_s)
-    return rates, gammas
+    order = list(order)
+    ids = list(map(_COFLOW_ID, order))
+    rows = SparsePortBytes.from_mappings(
+        ids, [c.port_bytes() for c in order] if loads is None else list(map(loads.__getitem__, ids))
+    )
+    everyone = np.arange(len(order), dtype=np.int64)
+    return _sparse_madd(state, rows, order, everyone, np.array(ids, dtype=object), everyone)
 
 
 class Fair(Policy):
@@ -344,14 +321,15 @@ class Sincronia(Policy):
     name = "sincronia"
 
     def schedule(self, state: ClusterState) -> Schedule:
-        """BSSI order of the active coflows (weighted port loads in seconds)."""
+        """BSSI order of the active coflows (weighted port loads in seconds), on the state's
+        loads as arrays (a plain state's read into them first,
+        :meth:`ClusterState.with_sparse_loads`)."""
+        state = state.with_sparse_loads()
         active = state.active_coflows()
         ids = state.active_ids(active)
         positions = bssi_positions(state.demand_matrix(active, ids), state.coflow_weights(active))
         order = map(ids.__getitem__, positions.tolist())
         sparse = state.sparse_port_bytes()
-        if sparse is None:
-            return Schedule.from_order(order)
         return Schedule.from_order(order, rows=_rows(sparse, ids)[positions], loads=sparse)
 
 
@@ -368,28 +346,18 @@ class Varys(Policy):
         self.use_rates = use_rates
 
     def schedule(self, state: ClusterState) -> Schedule:
-        """Smallest bottleneck first (SEBF), with MADD rates when ``use_rates`` is set."""
+        """Smallest bottleneck first (SEBF), with MADD rates when ``use_rates`` is set: both
+        compiled (:mod:`controller.madd`) on the state's loads as arrays (a plain state's read
+        into them first, :meth:`ClusterState.with_sparse_loads`)."""
+        state = state.with_sparse_loads()
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
-        if sparse is not None:
-            return self._schedule_arrays(state, active, sparse)
-        loads = {c.coflow_id: c.port_bytes() for c in active}
-        gamma = _tie_noise([bottleneck_s(state, loads[c.coflow_id]) for c in active])
-        order = [active[i] for i in np.argsort(gamma, kind="stable")]  # ties by arrival
-        rates, gammas = madd(state, order, loads) if self.use_rates else ({}, {})
-        return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
-
-    def _schedule_arrays(
-        self, state: ClusterState, active: list[Coflow], sparse: SparsePortBytes
-    ) -> Schedule:
-        """:meth:`schedule` on the state's sparse loads, compiled (:mod:`controller.madd`):
-        the same bottlenecks, order and MADD times, bit for bit."""
         ids = state.active_ids(active)
         rows = _rows(sparse, ids)
         bps = state.column_bps(sparse)
         # (ties by arrival)
         by_gamma = sebf_order(sparse.row_ptr, sparse.column, sparse.size_bytes, rows, bps)
-        ordered = np.asarray(ids, dtype=np.int64)[by_gamma]
+        ordered = _id_array(ids)[by_gamma]
         ordered_rows = rows[by_gamma]
         if not self.use_rates:
             return Schedule.from_order(ordered.tolist(), rows=ordered_rows, loads=sparse)
@@ -397,9 +365,16 @@ class Varys(Policy):
         return Schedule.from_order(ordered.tolist(), rates, gammas, ordered_rows, sparse)
 
 
-def _tie_noise(gamma_s) -> np.ndarray:
-    """Bottleneck times to sort by, rounded to :data:`controller.madd.TIE_DIGITS` decimals."""
-    return np.round(np.asarray(gamma_s, dtype=np.float64), TIE_DIGITS)
+def _id_array(ids: list[CoflowId | None]) -> np.ndarray:
+    """``ids`` as int64 (0 for ``None``), or as the ids themselves where one is not an int64."""
+    try:
+        return np.asarray(ids, dtype=np.int64)  # (the usual case, the quickest)
+    except (OverflowError, TypeError):
+        pass
+    try:
+        return int64_ids(ids)
+    except (OverflowError, TypeError):
+        return np.array([0 if i is None else i for i in ids], dtype=object)
 
 
 def _rows(sparse: SparsePortBytes, ids: list[CoflowId]) -> np.ndarray:
@@ -416,9 +391,9 @@ def _sparse_madd(
     ids: np.ndarray,
     rows: np.ndarray,
 ) -> tuple[dict[FlowKey, float], dict]:
-    """:func:`madd` along the coflows ``active[positions]`` (with ids ``ids`` and loads the
-    sparse ``rows``), compiled (:func:`controller.madd.sparse_madd_s`): the same rates and
-    times, bit for bit. Only the capped coflows are read."""
+    """MADD (:func:`madd`) along the coflows ``active[positions]``, with ids ``ids`` and loads
+    the sparse ``rows``, compiled (:func:`controller.madd.sparse_madd_s`). Only the capped
+    coflows are read."""
     madd_s = sparse_madd_s(sparse.row_ptr, sparse.column, sparse.size_bytes, rows,
                            state.column_bps(sparse))  # fmt: skip
     capped = np.flatnonzero(madd_s > 0)
@@ -502,63 +477,9 @@ class Jpas(Policy):
         """Jobs (and coflows without a job) by least attained progress first (in the
         ``progress`` reading), ties by arrival."""
         active = state.active_coflows()
-        keys = state.coflow_keys()
-        if keys is not None:  # (the ids packed: no coflow read for them)
-            if active and keys.has_job.all():
-                return _jobs_by_progress(state, active, keys.job_id, keys.coflow_id, self.progress)
-        else:
-            job_of = list(map(_JOB_ID, active))
-            if active and None not in job_of:
-                ids = np.asarray(list(map(_COFLOW_ID, active)), dtype=np.int64)
-                job_of = np.asarray(job_of, dtype=np.int64)
-                return _jobs_by_progress(state, active, job_of, ids, self.progress)
-        return Schedule(self._ranks(state, active, self.progress))
-
-    @staticmethod
-    def _ranks(
-        state: ClusterState, active: list[Coflow], progress: str = "iterations"
-    ) -> tuple[tuple[CoflowId, ...], ...]:
-        """The ranks for any state (coflows without a job too), one Python step per coflow,
-        in the ``progress`` reading."""
-        by_job: dict[int, list[int]] = {}  # job id -> its coflow ids, in arrival order
-        first_arrival: dict[int, float] = {}
-        jobless: list[Coflow] = []
-        for coflow in active:
-            job_id = coflow.job_id
-            if job_id is None:
-                jobless.append(coflow)
-            elif job_id in by_job:
-                by_job[job_id].append(coflow.coflow_id)
-            else:
-                by_job[job_id] = [coflow.coflow_id]
-                first_arrival[job_id] = coflow.arrival_s
-        # (progress, arrival, kind, id, coflow ids): the first four are unique (kind 0 a job
-        # id, kind 1 a coflow id), so a plain tuple sort orders by them alone
-        entries = []
-        jobs = state.jobs
-        job_key = _JOB_PROGRESS[progress]
-        unregistered = _UNMEASURED[progress]
-        for job_id, ids in by_job.items():
-            job = jobs.get(job_id)
-            if job is not None:
-                entries.append((job_key(job), job.arrival_s, 0, job_id, ids))
-            else:
-                entries.append((unregistered, first_arrival[job_id], 0, job_id, ids))
-        # (sizes and bytes left in one gather where the state keeps them in arrays)
-        sizes, lefts = state.byte_counts(jobless) if jobless else ([], [])
-        for coflow, size, left in zip(jobless, sizes, lefts, strict=True):
-            if progress == "iterations":
-                sent = (size - left) / size if size else 1.0  # (Coflow.sent_bytes / size_bytes)
-                # equal progress must tie (and go by arrival) whatever the float noise in the
-                # bytes counted, else the order flips between equals at every re-ranking
-                sent = round(sent, _PROGRESS_DIGITS)
-            elif progress == "service":
-                sent = _significant(size - left)  # (Coflow.sent_bytes)
-            else:
-                sent = unregistered  # (no accuracy: as an unmeasured job)
-            entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
-        entries.sort()
-        return tuple(tuple(e[4]) for e in entries)
+        if not active:
+            return Schedule(())
+        return _by_progress(state, active, self.progress)
 
 
 def _significant(amount: float) -> float:
@@ -590,28 +511,39 @@ _JOB_PROGRESS: dict[str, Callable[[Job], float]] = {
 _UNMEASURED = {"iterations": 0.0, "service": 0.0, "maif": -math.inf}
 
 
-def _jobs_by_progress(
-    state: ClusterState,
-    active: list[Coflow],
-    job_of: np.ndarray,
-    ids: np.ndarray,
-    progress: str = "iterations",
+def _by_progress(
+    state: ClusterState, active: list[Coflow], progress: str = "iterations"
 ) -> Schedule:
-    """:class:`Jpas`' schedule where every active coflow has a job (``job_of``, by the
-    coflows ``ids``), from arrays: the same keys (in the ``progress`` reading; the
-    unmeasured key and the first coflow's arrival for a job not registered) sorted the same
-    way, each job's coflows in arrival order, without a Python step per job where the state
-    has its jobs' numbers as arrays (:meth:`ClusterState.job_table`; the iterations reading
-    only: the table holds neither bytes nor accuracies, so the other readings read each job's
-    key from its object, one call per job)."""
+    """:class:`Jpas`' schedule of the (nonempty) ``active`` coflows, from arrays.
+
+    One entry per job (its key in the ``progress`` reading, and its arrival; the unmeasured key
+    and its first coflow's arrival for a job that is not registered) and one per coflow
+    without a job (its own key: see :class:`Jpas`), sorted by (key, arrival, jobs before
+    coflows, id); each job's coflows share its rank, in arrival order. No Python step per job
+    where the state has its jobs' numbers as arrays (:meth:`ClusterState.job_table`; the
+    iterations reading only: the table holds neither bytes nor accuracies, so the other
+    readings read each job's key from its object, one call per job); one per coflow without a
+    job."""
     n = len(active)
+    keys = state.coflow_keys()
+    if keys is not None:  # (the ids packed: no coflow read for them)
+        ids, job_of, has_job = keys.coflow_id, keys.job_id, keys.has_job
+    else:
+        jobs_of = list(map(_JOB_ID, active))
+        has_job = np.fromiter(map(operator.is_not, jobs_of, repeat(None)), bool, n)
+        ids, job_of = _id_array(list(map(_COFLOW_ID, active))), _id_array(jobs_of)
+    every_job = bool(has_job.all())
+    with_job = np.flatnonzero(has_job)
     # the jobs (by id: the keys are unique, so the listing order does not matter), each one's
     # first coflow, and each coflow's job
-    job_id_array, first, coflow_job = np.unique(job_of, return_index=True, return_inverse=True)
+    job_id_array, first, coflow_job = np.unique(
+        job_of if every_job else job_of[with_job], return_index=True, return_inverse=True
+    )
     n_jobs = len(job_id_array)
     by_iterations = progress == "iterations"
     key = np.full(n_jobs, _UNMEASURED[progress])
-    table = state.job_table() if by_iterations else None
+    # (a table's rows are found by int64 ids)
+    table = state.job_table() if by_iterations and job_id_array.dtype == np.int64 else None
     if table is not None:
         rows = table.rows_of(job_id_array)
         known = np.flatnonzero(rows >= 0)
@@ -636,57 +568,57 @@ def _jobs_by_progress(
     if len(registered_arrival) == n_jobs:  # (every job registered: no coflow's arrival needed)
         job_arrival = registered_arrival
     else:
-        job_arrival = np.fromiter(map(_ARRIVAL, active), float, n)[first]
+        job_arrival = np.fromiter(map(_ARRIVAL, active), float, n)[with_job[first]]
         job_arrival[known] = registered_arrival
     if len(registered_arrival):
         # (Job.progress, or the reading's key of each job)
         key[known] = np.minimum(1.0, done / budget) if by_iterations else measured
-    rank = np.empty(n_jobs, dtype=np.int64)
-    rank[np.lexsort((job_id_array, job_arrival, key))] = np.arange(n_jobs)
-    coflow_rank = rank[coflow_job.reshape(-1)]
+    coflow_job = coflow_job.reshape(-1)
+    if every_job:
+        entry_id, kind = job_id_array, None
+    else:  # (the coflows without a job, after the jobs)
+        jobless = np.flatnonzero(~has_job)
+        coflows = list(map(active.__getitem__, jobless.tolist()))
+        key = np.concatenate((key, _jobless_keys(state, coflows, progress)))
+        arrival = np.fromiter(map(_ARRIVAL, coflows), float, len(coflows))
+        job_arrival = np.concatenate((job_arrival, arrival))
+        entry_id = np.concatenate((job_id_array, ids[jobless]))
+        kind = np.repeat(np.array([0, 1], dtype=np.int64), [n_jobs, len(coflows)])
+    n_entries = len(key)
+    rank = np.empty(n_entries, dtype=np.int64)
+    by_key = (entry_id, job_arrival, key) if kind is None else (entry_id, kind, job_arrival, key)
+    rank[np.lexsort(by_key)] = np.arange(n_entries)
+    if every_job:
+        coflow_rank = rank[coflow_job]
+    else:
+        coflow_rank = np.empty(n, dtype=np.int64)
+        coflow_rank[with_job] = rank[coflow_job]
+        coflow_rank[jobless] = rank[n_jobs:]
     ordered = ids[np.argsort(coflow_rank, kind="stable")].tolist()
-    if n_jobs == n:  # one coflow per job
+    if n_entries == n:  # one coflow per entry
         return Schedule.from_order(ordered)
-    bounds = offsets(np.bincount(coflow_rank, minlength=n_jobs)).tolist()
+    bounds = offsets(np.bincount(coflow_rank, minlength=n_entries)).tolist()
     return Schedule(tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:])))))
+
+
+def _jobless_keys(state: ClusterState, coflows: list[Coflow], progress: str) -> np.ndarray:
+    """JPAS' key of each of ``coflows`` (active, without a job) in the ``progress`` reading:
+    the fraction of its bytes sent (iterations), the bytes it sent (service), or the
+    unmeasured key (maif: no accuracy)."""
+    if progress not in ("iterations", "service"):
+        return np.full(len(coflows), _UNMEASURED[progress])
+    # (sizes and bytes left in one gather where the state keeps them in arrays)
+    sizes, lefts = state.byte_counts(coflows)
+    if progress == "service":  # (Coflow.sent_bytes)
+        return np.array(list(map(_significant, map(operator.sub, sizes, lefts))), dtype=float)
+    # Coflow.sent_bytes / size_bytes; equal progress must tie (and go by arrival) whatever the
+    # float noise in the bytes counted, else the order flips between equals at every re-ranking
+    return np.array([round((size - left) / size if size else 1.0, _PROGRESS_DIGITS)
+                     for size, left in zip(sizes, lefts, strict=True)], dtype=float)  # fmt: skip
 
 
 WITHIN_STAGE_READINGS = ("slowest-first", "arrival")
 STAGE_ORDER_READINGS = ("bssi", "srpt")
-
-
-def _srpt_order(
-    demands: Sequence[Mapping[Port, float]] | DemandMatrix, weights: Sequence[float]
-) -> list[int]:
-    """Beamer's ``stage_order="srpt"``: the stages (rows of ``demands``, in seconds of port
-    time, listed in arrival order) by their largest demand, least first, within a nanosecond
-    tied and then in the given order (:func:`_tie_noise`, as Varys' bottlenecks). The weights
-    are not used, but must be > 0 as :func:`~controller.bssi.bssi_order` requires, so that
-    every reading refuses the same states."""
-    w = np.asarray(weights, dtype=float)
-    if len(w) and not w.min() > 0:
-        raise ValueError("weights must be > 0")  # (as bssi_order says it)
-    if isinstance(demands, DemandMatrix):
-        bounds, seconds = demands.row_ptr.tolist(), demands.seconds
-        # (a matrix drops entries <= 0: an empty row is a stage with nothing left)
-        worst = [seconds[lo:hi].max() if hi > lo else 0.0 for lo, hi in pairwise(bounds)]
-    else:
-        worst = [max(demand.values(), default=0.0) for demand in demands]
-    return np.argsort(_tie_noise(worst), kind="stable").tolist()
-
-
-def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
-    """Bytes a job still has to move in its stage, per port.
-
-    The bytes left of its in-flight coflows plus ``bytes_per_iteration`` for every iteration of
-    the budget that has not started its synchronisation yet.
-    """
-    load = _sum_loads(coflow.port_bytes() for coflow in active_coflows)
-    future = _future_iterations(job, len(active_coflows))
-    if future:
-        for port, size in job.bytes_per_iteration.items():
-            load[port] = load.get(port, 0.0) + future * size
-    return load
 
 
 def _future_iterations(job: Job, n_in_flight: int) -> int:
@@ -720,9 +652,9 @@ class Beamer(Policy):
       remaining work first inside a stage, as above; ``"arrival"`` keeps a stage's coflows in
       arrival order (then id), without that preference.
 
-    The loads are summed from each coflow's port mapping, or, when the state offers its loads as
-    sparse arrays (:meth:`ClusterState.sparse_port_bytes`, the simulator's), by one compiled pass
-    over it (:mod:`controller.stage_loads`) that gives the same demands bit for bit.
+    The loads are summed, the stages ordered and their coflows listed by one compiled pass
+    (:func:`controller.stage_loads.job_stage_order`) over the state's loads as arrays (a plain
+    state's read into them first, :meth:`ClusterState.with_sparse_loads`).
     """
 
     name = "beamer"
@@ -753,83 +685,26 @@ class Beamer(Policy):
         self.use_rates = use_rates
         self.within_stage = within_stage
         self.stage_order = stage_order
-        self._job_ports: dict[int, _JobPorts] = {}  # see _array_loads
-        self._job_stages: _JobStages | None = None  # see _job_stage_ranks
+        self._job_stages: _JobStages | None = None  # see _job_stage_order
 
     def schedule(self, state: ClusterState) -> Schedule:
         """Stages in BSSI order of their demands (or ``stage_order``'s); within a stage, the
         most remaining work first (or ``within_stage``'s order)."""
+        state = state.with_sparse_loads()
         active = state.active_coflows()
         sparse = state.sparse_port_bytes()
-        staged = None
-        if sparse is not None:
-            staged, self._job_stages = _job_stage_order(
-                state, active, sparse, self._job_stages, self._slowest_first, self._srpt
-            )
-        if staged is None:
-            ranks = self._ranks(state, active, sparse)
-        elif not self.use_rates:
-            return Schedule.from_groups(staged.ranks, rows=staged.rows, loads=sparse)
-        else:  # (the coflows in rank order, by their index, not their id)
-            rates, gammas = _sparse_madd(
-                state, sparse, active, staged.positions, staged.ids, staged.rows
-            )
-            return Schedule.from_groups(staged.ranks, rates, gammas, staged.rows, sparse)
+        staged, self._job_stages = _job_stage_order(
+            state, active, sparse, self._job_stages, self._slowest_first, self._srpt
+        )
+        if staged is None:  # (not every coflow of a job its stage lists)
+            staged = _stage_order(state, active, sparse, self._slowest_first, self._srpt)
         if not self.use_rates:
-            return Schedule.from_groups(ranks)
-        order = list(map(state.coflows.__getitem__, chain.from_iterable(ranks)))
-        if sparse is None:
-            rates, gammas = madd(state, order)
-        else:
-            ids = list(map(_COFLOW_ID, order))
-            everyone = np.arange(len(order), dtype=np.int64)
-            rates, gammas = _sparse_madd(
-                state, sparse, order, everyone, np.array(ids, dtype=object), _rows(sparse, ids)
-            )  # (ids as objects: any int)
-        return Schedule.from_groups(ranks, rates, gammas)
-
-    def _ranks(
-        self, state: ClusterState, active: list[Coflow], sparse: SparsePortBytes | None
-    ) -> list[list[CoflowId]]:
-        """Beamer's ranks, for any state (coflows without a job or a stage, jobs their stage
-        does not list)."""
-        in_flight: dict[tuple, list[Coflow]] = defaultdict(list)  # work unit -> its coflows
-        stages: dict[tuple, list[Coflow]] = defaultdict(list)  # stage key -> its coflows
-        unit_of: dict[int, tuple] = {}  # coflow id -> its unit, made once per reorder
-        for coflow in active:
-            unit = unit_of[coflow.coflow_id] = _unit(coflow)
-            in_flight[unit].append(coflow)
-            stage_id = state.stage_of(coflow)
-            stages[(0, stage_id) if stage_id is not None else (1, coflow.coflow_id)].append(coflow)
-
-        keys = sorted(stages, key=lambda k: (self._arrival(state, k, stages[k]), k))
-        stage_units, weights = [], []
-        for key in keys:
-            units = {unit_of[c.coflow_id] for c in stages[key]}
-            stage = state.stages.get(key[1]) if key[0] == 0 else None
-            if stage is not None:  # jobs of the stage that are computing count too
-                units.update((0, job_id) for job_id in stage.job_ids)
-            stage_units.append(sorted(units))  # the order the stage's sums add its units in
-            weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
-
-        if sparse is None:
-            loads = _mapping_loads(state, in_flight, stage_units)
-        else:
-            loads = _array_loads(state, sparse, in_flight, stage_units, self._job_ports)
-
-        ranks = []
-        if self._srpt:
-            stage_order = _srpt_order(loads.demands, weights)
-        else:
-            stage_order = bssi_order(loads.demands, weights)
-        for index in stage_order:
-            members = stages[keys[index]]  # (in arrival order)
-            if self._slowest_first and len(members) > 1:
-                work = {u: loads.bottleneck_s(u) for u in {unit_of[c.coflow_id] for c in members}}
-                # stable: ties by arrival
-                members = sorted(members, key=lambda c: -work[unit_of[c.coflow_id]])
-            ranks.append([c.coflow_id for c in members])
-        return ranks
+            return Schedule.from_groups(staged.ranks, rows=staged.rows, loads=sparse)
+        # (the coflows in rank order, by their index, not their id)
+        rates, gammas = _sparse_madd(
+            state, sparse, active, staged.positions, staged.ids, staged.rows
+        )
+        return Schedule.from_groups(staged.ranks, rates, gammas, staged.rows, sparse)
 
     @property
     def _slowest_first(self) -> bool:
@@ -839,134 +714,6 @@ class Beamer(Policy):
     def _srpt(self) -> bool:
         return self.stage_order == "srpt"
 
-    @staticmethod
-    def _arrival(state: ClusterState, key: tuple, coflows: list[Coflow]) -> float:
-        stage = state.stages.get(key[1]) if key[0] == 0 else None
-        return stage.arrival_s if stage is not None else min(c.arrival_s for c in coflows)
-
-
-@dataclass(frozen=True)
-class _StageLoads:
-    """Beamer's view of the loads.
-
-    Args:
-        demands: one row per stage (in the order asked), in seconds of port time, as BSSI takes
-            them.
-        bottleneck_s: a unit's bottleneck time (:func:`controller.model.bottleneck_s` of its
-            remaining bytes).
-    """
-
-    demands: Sequence[Mapping[Port, float]] | DemandMatrix
-    bottleneck_s: Callable[[tuple], float]
-
-
-def _mapping_loads(
-    state: ClusterState, in_flight: Mapping[tuple, list[Coflow]], stage_units: list[list[tuple]]
-) -> _StageLoads:
-    """Stage demands summed from the coflows' port mappings and the jobs' bytes per iteration.
-
-    Args:
-        state: the cluster state.
-        in_flight: each unit's active coflows, in arrival order.
-        stage_units: each stage's units, in the order its sum adds them.
-    """
-    unit_load: dict[tuple, dict[Port, float]] = {}
-
-    def load_of(unit: tuple) -> dict[Port, float]:
-        if unit not in unit_load:
-            coflows = in_flight.get(unit, [])
-            job = state.jobs.get(unit[1]) if unit[0] == 0 else None
-            if job is not None:
-                unit_load[unit] = job_remaining_bytes(job, coflows)
-            else:
-                unit_load[unit] = _sum_loads(c.port_bytes() for c in coflows)
-        return unit_load[unit]
-
-    demands = []
-    for units in stage_units:
-        load: dict[Port, float] = {}
-        for unit in units:
-            for port, size in load_of(unit).items():
-                load[port] = load.get(port, 0.0) + size
-        demands.append(port_seconds(state, load))
-    return _StageLoads(demands, lambda unit: bottleneck_s(state, load_of(unit)))
-
-
-@dataclass(frozen=True)
-class _JobPorts:
-    """A job's ``bytes_per_iteration`` as the columns and bytes of the sparse loads, made once
-    per dict object (``source``, kept so that its identity stays its own)."""
-
-    source: Mapping[Port, float]
-    n_hosts: int
-    column: np.ndarray
-    size_bytes: np.ndarray
-
-
-def _array_loads(
-    state: ClusterState,
-    sparse: SparsePortBytes,
-    in_flight: Mapping[tuple, list[Coflow]],
-    stage_units: list[list[tuple]],
-    job_ports: dict[int, _JobPorts] | None = None,
-) -> _StageLoads:
-    """The same loads as :func:`_mapping_loads`, from the state's sparse loads: Python only
-    lists each unit's coflow rows and future traffic; the sums run compiled.
-
-    ``job_ports`` keeps each job's per-iteration columns from one call to the next (it is left
-    holding the jobs this call used); a job whose ``bytes_per_iteration`` is another dict
-    object than last time gets its columns anew."""
-    units = list(dict.fromkeys(chain.from_iterable(stage_units)))
-    index = {unit: i for i, unit in enumerate(units)}
-    row_of, jobs, n_hosts = sparse.row_of, state.jobs, sparse.n_hosts
-    known = job_ports if job_ports is not None else {}
-    used: dict[int, _JobPorts] = {}
-    rows: list[int] = []
-    row_counts, future, extra_counts = [], [], []
-    extra_columns, extra_bytes = [], []
-    for unit in units:
-        unit_coflows = in_flight.get(unit, ())
-        rows.extend([row_of[c.coflow_id] for c in unit_coflows])
-        row_counts.append(len(unit_coflows))
-        job = jobs.get(unit[1]) if unit[0] == 0 else None
-        n_future = 0 if job is None else _future_iterations(job, len(unit_coflows))
-        future.append(n_future)
-        if not n_future:
-            extra_counts.append(0)
-            continue
-        ports = known.get(job.job_id)
-        if ports is None or ports.source is not job.bytes_per_iteration or ports.n_hosts != n_hosts:
-            per_iteration = job.bytes_per_iteration
-            ports = _JobPorts(
-                per_iteration,
-                n_hosts,
-                sparse.columns(per_iteration, len(per_iteration)),
-                np.fromiter(per_iteration.values(), float, len(per_iteration)),
-            )
-        used[job.job_id] = ports
-        extra_counts.append(len(ports.column))
-        extra_columns.append(ports.column)
-        extra_bytes.append(ports.size_bytes)
-    if job_ports is not None:
-        job_ports.clear()
-        job_ports.update(used)
-    work = UnitsOfWork.from_counts(
-        row_counts,
-        rows,
-        future,
-        extra_counts,
-        np.concatenate(extra_columns) if extra_columns else np.zeros(0, dtype=np.int64),
-        np.concatenate(extra_bytes) if extra_bytes else np.zeros(0),
-    )
-    loads = stage_loads(
-        sparse,
-        state.column_bps(sparse),
-        work,
-        [[index[unit] for unit in units] for units in stage_units],
-    )
-    bottleneck = loads.unit_bottleneck_s.tolist()
-    return _StageLoads(loads.demands, lambda unit: bottleneck[index[unit]])
-
 
 # a job its stage lists but the state no longer has: no iterations left, no ports
 _UNREGISTERED = Job(-1, {}, iteration_budget=1, iterations_done=1)
@@ -974,7 +721,7 @@ _UNREGISTERED = Job(-1, {}, iteration_budget=1, iterations_done=1)
 
 class _JobStages:
     """What Beamer derives from the stages and their jobs alone, not from the coflows, for
-    :func:`_job_stage_ranks`: made again only when the stages (ids, listed jobs, arrivals,
+    :func:`_job_stage_order`: made again only when the stages (ids, listed jobs, arrivals,
     weights) or the hosts change, or a listed job's ``bytes_per_iteration`` (its ports, in
     order, and their bytes; a job registered or replaced with the same loads changes nothing).
 
@@ -988,49 +735,44 @@ class _JobStages:
         self.version: object | None = None  # the state's stages_version it was checked at
         stage_ids, (listed, per_stage), arrivals, weights, _ = key
         n_stages = len(stage_ids)
-        by_arrival = np.lexsort((np.asarray(stage_ids, dtype=np.int64), np.asarray(arrivals)))
-        order = np.asarray(stage_ids, dtype=np.int64)[by_arrival]
+        stage_id_array = np.asarray(stage_ids, dtype=np.int64)
+        by_arrival = np.lexsort((stage_id_array, np.asarray(arrivals)))
         self.weights = np.asarray(weights, dtype=float)[by_arrival]
         # every (stage position, listed job), sorted, each once: a stage's units in id order
         position = np.empty(n_stages, dtype=np.int64)
         position[by_arrival] = np.arange(n_stages)
-        listing_stage = np.repeat(position, per_stage)
+        listing_position = np.repeat(position, per_stage)  # (the listings in the stages' order)
         listing_job = np.asarray(listed, dtype=np.int64)
-        by_stage = np.lexsort((listing_job, listing_stage))
-        listing_stage, listing_job = listing_stage[by_stage], listing_job[by_stage]
+        by_stage = np.lexsort((listing_job, listing_position))
+        listing_stage, stage_jobs = listing_position[by_stage], listing_job[by_stage]
         first = np.ones(len(by_stage), dtype=bool)
         first[1:] = np.diff(listing_stage) != 0
-        first[1:] |= np.diff(listing_job) != 0
-        unit_jobs = listing_job[first]
-        units_by_job = np.argsort(unit_jobs, kind="stable")
-        by_job = unit_jobs[units_by_job]
-        if not (by_job[1:] == by_job[:-1]).any():
-            # every job listed by one stage (HPO workloads): a unit per listing, in order
-            self.units = unit_jobs.tolist()
-            self.unit_jobs, self.units_by_job, self.sorted_jobs = unit_jobs, units_by_job, by_job
-            self.unit_position = listing_stage[first]
-            self.unit_stage = order[self.unit_position]
-            self.stage_units = np.arange(len(self.units), dtype=np.int64)
-        else:
-            stage_jobs = unit_jobs.tolist()
-            self.units = list(dict.fromkeys(stage_jobs))
-            index = dict(zip(self.units, range(len(self.units)), strict=True))
-            # (a job listed by two stages is in the last one's)
-            stage_of_listed = chain.from_iterable(map(repeat, stage_ids, per_stage))
-            listed_in = dict(zip(listed, stage_of_listed, strict=True))
-            self.unit_stage = np.fromiter(
-                map(listed_in.__getitem__, self.units), np.int64, len(self.units)
-            )  # the stage that lists each unit's job
-            position = dict(zip(order.tolist(), range(n_stages), strict=True))
-            self.unit_position = np.fromiter(
-                map(position.__getitem__, self.unit_stage.tolist()), np.int64, len(self.units)
-            )
-            self.stage_units = np.fromiter(
-                map(index.__getitem__, stage_jobs), np.int64, len(stage_jobs)
-            )
-            self.unit_jobs = np.asarray(self.units, dtype=np.int64)
-            self.units_by_job = np.argsort(self.unit_jobs, kind="stable")  # units by job id
-            self.sorted_jobs = self.unit_jobs[self.units_by_job]
+        first[1:] |= np.diff(stage_jobs) != 0
+        stage_jobs = stage_jobs[first]
+        # the units: every job once, in the order first listed (by stage position, then id);
+        # the jobs ascending and each one's unit, and each stage's units
+        by_job = np.argsort(stage_jobs, kind="stable")
+        ascending = stage_jobs[by_job]
+        new_job = np.ones(len(ascending), dtype=bool)
+        new_job[1:] = ascending[1:] != ascending[:-1]
+        first_listed = by_job[new_job]
+        by_first = np.argsort(first_listed, kind="stable")
+        unit_of_job = np.empty(len(by_first), dtype=np.int64)
+        unit_of_job[by_first] = np.arange(len(by_first))
+        self.sorted_jobs, self.units_by_job = stage_jobs[first_listed], unit_of_job
+        self.unit_jobs = self.sorted_jobs[by_first]
+        self.units = self.unit_jobs.tolist()
+        job_rank = np.empty(len(stage_jobs), dtype=np.int64)
+        job_rank[by_job] = np.cumsum(new_job) - 1
+        self.stage_units = unit_of_job[job_rank]
+        # each unit's stage: the one that lists its job (a job listed by two stages is in the
+        # one that lists it last, in the stages' own order), by its position and its id
+        by_listed_job = np.argsort(listing_job, kind="stable")
+        listed_ascending = listing_job[by_listed_job]
+        last_of_job = np.ones(len(listed_ascending), dtype=bool)
+        last_of_job[:-1] = listed_ascending[1:] != listed_ascending[:-1]
+        self.unit_position = listing_position[by_listed_job[last_of_job]][by_first]
+        self.unit_stage = stage_id_array[by_arrival][self.unit_position]
         self.jobs_read: list[Job] | None = self.jobs(state)  # (handed out once by current)
         self._job_stages: tuple[np.ndarray, np.ndarray] | None = None  # see job_stages
         self.sources = list(map(_PER_ITERATION, self.jobs_read))
@@ -1133,26 +875,13 @@ class _JobStages:
 
 
 class _StageOrder(NamedTuple):
-    """Beamer's ranks from :func:`_job_stage_order`, with the order they list the coflows in
-    as arrays (for the MADD rates that follow it)."""
+    """Beamer's ranks, with the order they list the coflows in as arrays (for the MADD rates
+    that follow it)."""
 
     ranks: tuple[tuple[CoflowId, ...], ...]
     positions: np.ndarray  # each coflow of the ranks in turn, as its index in the active list
     ids: np.ndarray  # its id
     rows: np.ndarray  # and its row of the sparse loads
-
-
-def _job_stage_ranks(
-    state: ClusterState,
-    active: list[Coflow],
-    sparse: SparsePortBytes,
-    kept: _JobStages | None,
-    slowest_first: bool = True,
-    srpt: bool = False,
-) -> tuple[tuple[tuple[CoflowId, ...], ...] | None, _JobStages | None]:
-    """:func:`_job_stage_order`'s ranks (``None`` for a state it does not take)."""
-    ordered, structure = _job_stage_order(state, active, sparse, kept, slowest_first, srpt)
-    return (None if ordered is None else ordered.ranks), structure
 
 
 def _job_stage_order(
@@ -1163,17 +892,17 @@ def _job_stage_order(
     slowest_first: bool = True,
     srpt: bool = False,
 ) -> tuple[_StageOrder | None, _JobStages | None]:
-    """Beamer's ranks (as :meth:`Beamer._ranks` gives them) where every active coflow has a
-    job that its own stage lists (HPO workloads), from arrays: each step is a pass at C speed
+    """Beamer's ranks where every active coflow has a job that its own stage lists (HPO
+    workloads), with the stages and their units from arrays: each step is a pass at C speed
     over the active coflows or the units, none a Python step per unit, and what depends on
     the stages alone is kept (``kept``, returned again or made anew). ``None`` ranks for any
-    other state. ``slowest_first`` and ``srpt`` are Beamer's ``within_stage`` and
-    ``stage_order`` readings (the defaults: ``"slowest-first"`` and ``"bssi"``).
+    other state (:func:`_stage_order` takes it). ``slowest_first`` and ``srpt`` are Beamer's
+    ``within_stage`` and ``stage_order`` readings (the defaults: ``"slowest-first"`` and
+    ``"bssi"``).
 
     With every unit a job of its stage, a stage's units are its listed jobs in id order, the
-    stages come in (arrival, id) order, a unit's in-flight rows are its coflows' in arrival
-    order, and the ranks sort a stage's coflows by their unit's bottleneck, ties by arrival:
-    the sums and orders of the general path, term for term."""
+    stages come in (arrival, id) order and a coflow is in its job's stage: what
+    :func:`_stage_order` finds one coflow and one unit at a time."""
     n = len(active)
     if not n:
         return None, kept
@@ -1207,33 +936,120 @@ def _job_stage_order(
     # (every coflow is in the stage that lists its job, checked above)
     order, bounds, weights_ok = job_stage_order(
         sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,
-        structure.unit_position, coflow_rows, budget, done, structure.extra_ptr,
+        structure.unit_position[unit_of], coflow_rows, budget, done, structure.extra_ptr,
         structure.extra_column, structure.extra_bytes, structure.stage_ptr,
         structure.stage_units, structure.weights, slowest_first, srpt,
     )  # fmt: skip
     if not weights_ok:
         raise ValueError("weights must be > 0")  # (as bssi_order says it)
     ordered_ids = keys.coflow_id[order]
-    ordered = ordered_ids.tolist()
-    if len(bounds) == n + 1:  # one coflow per stage
-        ranks = one_coflow_ranks(ordered)
-    else:
-        bounds = bounds.tolist()
-        ranks = tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
+    ranks = _ranks_of(ordered_ids.tolist(), bounds)
     return _StageOrder(ranks, order, ordered_ids, coflow_rows[order]), structure
+
+
+def _stage_order(
+    state: ClusterState,
+    active: list[Coflow],
+    sparse: SparsePortBytes,
+    slowest_first: bool = True,
+    srpt: bool = False,
+) -> _StageOrder:
+    """Beamer's ranks for any state (coflows without a job or a stage, jobs their stage does
+    not list): the stages and their units found one coflow and one unit at a time, the sums
+    and orders by the kernel :func:`_job_stage_order` calls.
+
+    A coflow's unit of work is its job (``(0, job_id)``), or itself without a job (``(1,
+    coflow_id)``); its stage its own or its job's (:meth:`ClusterState.stage_of`), or itself
+    without one. Stages go in (arrival, key) order, the arrival a registered stage's own, else
+    its coflows' earliest; a stage's units are its coflows' and its listed jobs', in sorted order
+    (the order its sum adds them in), its weight a registered stage's own, else its coflows'
+    largest. A unit's load is its in-flight coflows' (in arrival order) and, for a registered
+    job, its future iterations' (:func:`_future_iterations`), in every stage it is in."""
+    n = len(active)
+    if not n:
+        empty = np.zeros(0, dtype=np.int64)
+        return _StageOrder((), empty, empty, empty)
+    ids = list(map(_COFLOW_ID, active))
+    coflow_units = list(map(_unit, active))
+    members: dict[tuple, list[int]] = {}  # stage key -> its coflows (indices into active)
+    stage_of = state.stage_of
+    for i, coflow in enumerate(active):
+        stage_id = stage_of(coflow)
+        key = (0, stage_id) if stage_id is not None else (1, coflow.coflow_id)
+        members.setdefault(key, []).append(i)
+    stages = state.stages
+
+    def arrival(key: tuple) -> float:
+        stage = stages.get(key[1]) if key[0] == 0 else None
+        if stage is not None:
+            return stage.arrival_s
+        return min(active[i].arrival_s for i in members[key])
+
+    unit_index: dict[tuple, int] = {}  # each unit's index, in the order first met
+    coflow_position = np.empty(n, dtype=np.int64)
+    stage_units, weights = [], []
+    for position, key in enumerate(sorted(members, key=lambda k: (arrival(k), k))):
+        own = members[key]
+        coflow_position[own] = position
+        units = set(map(coflow_units.__getitem__, own))
+        stage = stages.get(key[1]) if key[0] == 0 else None
+        if stage is not None:  # jobs of the stage that are computing count too
+            units.update((0, job_id) for job_id in stage.job_ids)
+        stage_units.append([unit_index.setdefault(u, len(unit_index)) for u in sorted(units)])
+        weights.append(stage.weight if stage is not None else max(active[i].weight for i in own))
+    unit_of = np.fromiter(map(unit_index.__getitem__, coflow_units), np.int64, n)
+    # each unit's iterations left to start (a job's future traffic), for the registered jobs
+    # that have some; the others' budget and iterations done leave none
+    n_units = len(unit_index)
+    in_flight = np.bincount(unit_of, minlength=n_units).tolist()
+    budget, done = np.ones(n_units, dtype=np.int64), np.ones(n_units, dtype=np.int64)
+    with_future, job_ids, sources = [], [], []
+    jobs = state.jobs
+    for u, (kind, unit_id) in enumerate(unit_index):
+        job = jobs.get(unit_id) if kind == 0 else None
+        if job is not None and _future_iterations(job, in_flight[u]):
+            budget[u], done[u] = job.iteration_budget, job.iterations_done
+            with_future.append(u)
+            job_ids.append(unit_id)
+            sources.append(job.bytes_per_iteration)
+    extra_counts = np.zeros(n_units, dtype=np.int64)
+    packed = state.job_loads(job_ids, sources)
+    if packed is not None:  # (packed when the jobs were registered)
+        counts, extra_column, extra_bytes = packed
+    else:
+        counts = list(map(len, sources))
+        extra_column = sparse.columns(chain.from_iterable(sources), sum(counts))
+        extra_bytes = np.fromiter(chain.from_iterable(map(_VALUES, sources)), float, sum(counts))
+        # (read-only as the packed bytes are: one compiled kernel serves both)
+        extra_bytes.flags.writeable = False
+    extra_counts[with_future] = counts
+    coflow_rows = _rows(sparse, state.active_ids(active))
+    stage_ptr = offsets(list(map(len, stage_units)))
+    order, bounds, weights_ok = job_stage_order(
+        sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse), unit_of,
+        coflow_position, coflow_rows, budget, done, offsets(extra_counts), extra_column,
+        extra_bytes, stage_ptr,
+        np.fromiter(chain.from_iterable(stage_units), np.int64, stage_ptr[-1]),
+        np.asarray(weights, dtype=float), slowest_first, srpt,
+    )  # fmt: skip
+    if not weights_ok:
+        raise ValueError("weights must be > 0")  # (as bssi_order says it)
+    ordered = list(map(ids.__getitem__, order.tolist()))
+    ranks = _ranks_of(ordered, bounds)
+    return _StageOrder(ranks, order, np.array(ordered, dtype=object), coflow_rows[order])
+
+
+def _ranks_of(ordered: list[CoflowId], bounds: np.ndarray) -> tuple[tuple[CoflowId, ...], ...]:
+    """The ranks of the coflows ``ordered``, rank ``r`` theirs from ``bounds[r]`` on."""
+    if len(bounds) == len(ordered) + 1:  # one coflow per rank
+        return one_coflow_ranks(ordered)
+    bounds = bounds.tolist()
+    return tuple(map(tuple, map(ordered.__getitem__, map(slice, bounds, bounds[1:]))))
 
 
 def _unit(coflow: Coflow) -> tuple:
     """The unit of work a coflow belongs to: ``(0, job_id)``, or ``(1, coflow_id)`` if jobless."""
     return (0, coflow.job_id) if coflow.job_id is not None else (1, coflow.coflow_id)
-
-
-def _sum_loads(loads) -> dict[Port, float]:
-    total: dict[Port, float] = {}
-    for load in loads:
-        for port, size in load.items():
-            total[port] = total.get(port, 0.0) + size
-    return total
 
 
 POLICIES: dict[str, type[Policy]] = {
@@ -1367,7 +1183,6 @@ __all__ = [
     "Policy",
     "Sincronia",
     "Varys",
-    "job_remaining_bytes",
     "check_options",
     "is_plugin_reference",
     "madd",

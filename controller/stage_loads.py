@@ -1,12 +1,14 @@
-"""Beamer's stage demands from the coflows' loads as sparse arrays, in one compiled pass.
+"""Beamer's order from the coflows' loads as sparse arrays, in one compiled pass.
 
 Beamer (:class:`controller.policies.Beamer`) sums, for every stage, the bytes its units of work
 (jobs, or jobless coflows) still have to move per port: a unit's in-flight coflows, then its
 job's future iterations; the stage's units in sorted order. Read from mappings, that is a dict
-operation per port and unit at every reorder. This module does the same sums from a
-:class:`~controller.model.SparsePortBytes` and gives BSSI's demand matrix directly.
+operation per port and unit at every reorder (:func:`simulator.reference.beamer_schedule` does
+it so, the tests' oracle). This module does the same sums from a
+:class:`~controller.model.SparsePortBytes`, makes BSSI's demand matrix directly and orders the
+stages and their coflows.
 
-The result is the one the mappings give, bit for bit: every sum adds the same terms in the same
+The sums are the ones the mappings give, bit for bit: every sum adds the same terms in the same
 order (a coflow's bytes are its bits / 8.0, a port enters a sum when it is first listed, at
 ``0.0 + x``), and every row lists its
 ports in the order the mappings would list them (a coflow's ports in column order, a job's in
@@ -17,118 +19,12 @@ same numbers of first use and BSSI breaks ties between equally loaded ports the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
-from controller.bssi import DemandMatrix, _bssi
+from controller.bssi import _bssi
 from controller.kernel_cache import njit
 from controller.madd import TIE_DIGITS
-from controller.model import SparsePortBytes
-
-
-@dataclass(frozen=True)
-class UnitsOfWork:
-    """What each unit of work still has to move, as offsets into flat arrays.
-
-    Unit ``u``'s in-flight coflows are the loads' rows ``rows[row_ptr[u]:row_ptr[u + 1]]``, in
-    arrival order; its future traffic is ``future[u]`` times ``extra_bytes`` on the columns
-    ``extra_column``, both ``[extra_ptr[u]:extra_ptr[u + 1]]``, in the job's port order (no
-    entries when ``future[u]`` is 0).
-    """
-
-    row_ptr: np.ndarray
-    rows: np.ndarray
-    future: np.ndarray
-    extra_ptr: np.ndarray
-    extra_column: np.ndarray
-    extra_bytes: np.ndarray
-
-    @classmethod
-    def from_counts(
-        cls,
-        row_counts: Sequence[int],
-        rows: Sequence[int],
-        future: Sequence[int],
-        extra_counts: Sequence[int],
-        extra_column: Sequence[int],
-        extra_bytes: Sequence[float],
-    ) -> UnitsOfWork:
-        """Units from their entries one unit after the other and each unit's number of them."""
-        return cls(
-            offsets(row_counts),
-            np.asarray(rows, dtype=np.int64),
-            np.asarray(future, dtype=float),
-            offsets(extra_counts),
-            np.asarray(extra_column, dtype=np.int64),
-            np.asarray(extra_bytes, dtype=float),
-        )
-
-
-@dataclass(frozen=True)
-class StageLoads:
-    """Beamer's loads: the stages' demands in seconds of port time, and each unit's bottleneck.
-
-    Args:
-        demands: one row per stage, as :meth:`DemandMatrix.from_mappings` builds it from the
-            stages' port-seconds mappings.
-        unit_bottleneck_s: per unit, the time its most loaded port needs alone
-            (:func:`controller.model.bottleneck_s` of its bytes).
-    """
-
-    demands: DemandMatrix
-    unit_bottleneck_s: np.ndarray
-
-
-def stage_loads(
-    loads: SparsePortBytes,
-    column_bps: np.ndarray,
-    units: UnitsOfWork,
-    stage_units: Sequence[Sequence[int]],
-) -> StageLoads:
-    """Every stage's demand and every unit's bottleneck.
-
-    Args:
-        loads: the active coflows' bytes left per port, one row per coflow.
-        column_bps: each column's capacity in bit/s.
-        units: the units of work, rows of ``loads`` and future traffic.
-        stage_units: for each stage, the indices of its units in the order their loads are
-            summed.
-    """
-    return stage_loads_flat(
-        loads,
-        column_bps,
-        units,
-        offsets([len(s) for s in stage_units]),
-        np.fromiter(chain.from_iterable(stage_units), np.int64),
-    )
-
-
-def stage_loads_flat(
-    loads: SparsePortBytes,
-    column_bps: np.ndarray,
-    units: UnitsOfWork,
-    stage_ptr: np.ndarray,
-    stage_units: np.ndarray,
-) -> StageLoads:
-    """:func:`stage_loads` with the stages' units flat: stage ``s``'s are
-    ``stage_units[stage_ptr[s]:stage_ptr[s + 1]]``."""
-    row_ptr, port, seconds, n_ports, bottleneck_s = _stage_loads(
-        loads.row_ptr,
-        loads.column,
-        loads.size_bytes,
-        np.asarray(column_bps, dtype=float),
-        units.row_ptr,
-        units.rows,
-        units.future,
-        units.extra_ptr,
-        units.extra_column,
-        units.extra_bytes,
-        stage_ptr,
-        stage_units,
-    )
-    return StageLoads(DemandMatrix(row_ptr, port, seconds, n_ports), bottleneck_s)
 
 
 def offsets(counts: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -160,7 +56,19 @@ def _stage_loads(
     load_ptr, load_column, load_bytes, column_bps, row_ptr, rows, future, extra_ptr,
     extra_column, extra_bytes, stage_ptr, stage_units,
 ):  # pragma: no cover - compiled  # fmt: skip
-    """The loop of :func:`stage_loads`, as the mappings would do it.
+    """Every stage's demand and every unit's bottleneck (:func:`job_stage_order`'s sums), as
+    the mappings would sum them.
+
+    Args:
+        load_ptr, load_column, load_bytes: the sparse loads.
+        column_bps: each column's capacity in bit/s.
+        row_ptr, rows: unit ``u``'s in-flight coflows are the loads' rows
+            ``rows[row_ptr[u]:row_ptr[u + 1]]``, in arrival order.
+        future, extra_ptr, extra_column, extra_bytes: its future traffic is ``future[u]``
+            times ``extra_bytes`` on the columns ``extra_column``, both
+            ``[extra_ptr[u]:extra_ptr[u + 1]]``, in the job's port order.
+        stage_ptr, stage_units: stage ``s``'s units, ``stage_units[stage_ptr[s]:stage_ptr[s +
+            1]]``, in the order its sum adds them.
 
     Each unit's load is kept on the columns it lists, in the order it lists them (a marker per
     column says whether the current unit or stage has listed it yet); the stage adds the unit's
@@ -169,8 +77,8 @@ def _stage_loads(
     reference counting at every call.)
 
     Returns:
-        The demand matrix's ``row_ptr``, ``port``, ``seconds`` and ``n_ports``, and each unit's
-        bottleneck in seconds.
+        The demand matrix's (:class:`~controller.bssi.DemandMatrix`) ``row_ptr``, ``port``,
+        ``seconds`` and ``n_ports``, and each unit's bottleneck in seconds.
     """
     n_columns = column_bps.shape[0]
     n_stages = len(stage_ptr) - 1
@@ -246,32 +154,33 @@ def _stage_loads(
 
 @njit(cache=True)
 def job_stage_order(
-    load_ptr, load_column, load_bytes, column_bps, unit_of, unit_position, coflow_rows, budget,
-    done, extra_ptr, extra_column, extra_bytes, stage_ptr, stage_units, weights, slowest_first,
-    srpt,
+    load_ptr, load_column, load_bytes, column_bps, unit_of, coflow_position, coflow_rows,
+    budget, done, extra_ptr, extra_column, extra_bytes, stage_ptr, stage_units, weights,
+    slowest_first, srpt,
 ):  # pragma: no cover - compiled  # fmt: skip
-    """Beamer's order of the active coflows where every one belongs to a job its stage lists
-    (:func:`controller.policies._job_stage_ranks`), in one compiled call: each job's in-flight
-    rows and future iterations, the stages with active coflows and their units, the stage
-    demands (:func:`_stage_loads`), BSSI over the stages (:func:`controller.bssi._bssi`), and
-    the coflows by stage rank, then their job's bottleneck (most first), then arrival. With
-    ``srpt`` the stages go by their largest demand instead, least first (rounded to
-    :data:`~controller.madd.TIE_DIGITS` decimals, ties in stage order, as
-    :func:`controller.policies._srpt_order`); without ``slowest_first`` a stage's coflows
-    keep their arrival order (Beamer's ``stage_order`` and ``within_stage`` readings).
+    """Beamer's order of the active coflows (:class:`controller.policies.Beamer`), in one
+    compiled call: each unit's in-flight rows and future iterations, the stages with active
+    coflows and their units, the stage demands (:func:`_stage_loads`), BSSI over the stages
+    (:func:`controller.bssi._bssi`), and the coflows by stage rank, then their unit's
+    bottleneck (most first), then arrival. With ``srpt`` the stages go by their largest
+    demand instead, least first (rounded to :data:`~controller.madd.TIE_DIGITS` decimals,
+    ties in stage order); without ``slowest_first`` a stage's coflows keep their arrival order
+    (Beamer's ``stage_order`` and ``within_stage`` readings).
 
     Args:
         load_ptr, load_column, load_bytes: the sparse loads (:class:`SparsePortBytes`).
         column_bps: each column's capacity in bit/s.
-        unit_of: each active coflow's job (unit), in arrival order.
-        unit_position: each job's stage position (stages in (arrival, id) order): its
-            coflows' stage.
+        unit_of: each active coflow's unit of work (its job, or itself), in arrival order.
+        coflow_position: each active coflow's stage position (stages in (arrival, id) order).
         coflow_rows: each active coflow's row of the loads.
-        budget, done: each job's iteration budget and iterations done.
-        extra_ptr, extra_column, extra_bytes: each job's traffic per iteration.
-        stage_ptr, stage_units: each stage position's jobs, in the order its sum adds them.
+        budget, done: each unit's iteration budget and iterations done (the iterations not
+            started yet, budget - done - its coflows in flight, send its traffic per
+            iteration again).
+        extra_ptr, extra_column, extra_bytes: each unit's traffic per iteration.
+        stage_ptr, stage_units: each stage position's units, in the order its sum adds them
+            (a unit may be in several).
         weights: each stage position's weight.
-        slowest_first: inside a rank, the coflows of the job with most work left first.
+        slowest_first: inside a rank, the coflows of the unit with most work left first.
         srpt: the stages by their largest demand (shortest remaining first), not by BSSI.
 
     Returns:
@@ -281,7 +190,7 @@ def job_stage_order(
     n = unit_of.shape[0]
     n_units = budget.shape[0]
     n_positions = stage_ptr.shape[0] - 1
-    # each job's in-flight rows, in arrival order (a counting sort keeps it)
+    # each unit's in-flight rows, in arrival order (a counting sort keeps it)
     row_ptr = np.zeros(n_units + 1, dtype=np.int64)
     for i in range(n):
         row_ptr[unit_of[i] + 1] += 1
@@ -315,7 +224,7 @@ def job_stage_order(
     stage_pos = np.empty(n, dtype=np.int64)
     active_stage = np.zeros(n_positions, dtype=np.bool_)
     for i in range(n):
-        stage_pos[i] = unit_position[unit_of[i]]
+        stage_pos[i] = coflow_position[i]
         active_stage[stage_pos[i]] = True
     present = np.flatnonzero(active_stage)
     n_present = present.shape[0]

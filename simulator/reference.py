@@ -15,6 +15,12 @@ report's brute-force rows. Nothing in the controller or the simulator's engine u
 - **Plain-array allocations** (:func:`priority_max_min`, :func:`max_min`,
   :func:`greedy_in_order`, :func:`pair_max_min`): the simulator's compiled allocation kernels
   (:mod:`simulator.allocation`) called on plain arrays, level by level.
+- **The policies on mappings** (:func:`varys_schedule`, :func:`madd_plain`,
+  :func:`jpas_ranks`, :func:`beamer_schedule`): Varys, MADD, JPAS and Beamer as their
+  definitions read, a Python step per coflow, job and port, on each coflow's
+  :meth:`~controller.model.Coflow.port_bytes`. The policies (:mod:`controller.policies`)
+  compute on arrays, compiled, and must give the same schedules bit for bit: the same sums
+  added in the same order, the same ties.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from controller.bssi import bssi_order
 from controller.kernel_cache import njit
+from controller.madd import TIE_DIGITS
 from controller.model import (
     ClusterState,
     Coflow,
@@ -36,9 +45,13 @@ from controller.model import (
     Job,
     Port,
     Stage,
+    bottleneck_s,
     egress,
     ingress,
+    port_seconds,
 )
+from controller.policies import _JOB_PROGRESS, _PROGRESS_DIGITS, _UNMEASURED, _significant
+from controller.schedule import Schedule
 from simulator.allocation import (
     SPARSE_ROW,
     PairLevel,
@@ -303,6 +316,237 @@ def bssi_order_plain(
             if value > 0:
                 load[port] -= value
     return [k for k in range(len(demands)) if alive[k]] + placed_last[::-1]
+
+
+# ---- the policies on mappings --------------------------------------------------------------
+
+
+def tie_noise(gamma_s) -> np.ndarray:
+    """Times to sort by, rounded to :data:`controller.madd.TIE_DIGITS` decimals (times within a
+    nanosecond tie)."""
+    return np.round(np.asarray(gamma_s, dtype=np.float64), TIE_DIGITS)
+
+
+def madd_plain(
+    state: ClusterState,
+    order: Sequence[Coflow],
+    loads: Mapping[CoflowId, Mapping[Port, float]] | None = None,
+) -> tuple[dict[FlowKey, float], dict]:
+    """:func:`controller.policies.madd` on one mapping per coflow (``loads``, else each
+    coflow's :meth:`~controller.model.Coflow.port_bytes`): each coflow in turn gets, on the
+    capacity its predecessors left, the rates that finish its flows together at its bottleneck
+    time Gamma; none where a port of it has nothing left (at most 1e-9 of its capacity)."""
+    residual_bps: dict[Port, float] = {}
+    port_bps: dict[Port, float] = {}
+    rates: dict[FlowKey, float] = {}
+    gammas: dict = {}
+    for coflow in order:
+        load = loads[coflow.coflow_id] if loads is not None else coflow.port_bytes()
+        if not load:
+            continue
+        gamma_s = 0.0
+        for port, size in load.items():
+            if port not in port_bps:
+                port_bps[port] = residual_bps[port] = state.port_bps(port)
+            capacity = residual_bps[port]
+            if capacity <= 1e-9 * port_bps[port]:
+                gamma_s = math.inf
+                break
+            gamma_s = max(gamma_s, 8.0 * size / capacity)
+        if not math.isfinite(gamma_s) or gamma_s <= 0:
+            continue
+        gammas[coflow.coflow_id] = gamma_s
+        for flow in coflow.flows:
+            if flow.remaining_bytes > 0:
+                rates[(coflow.coflow_id, flow.flow_id)] = 8.0 * flow.remaining_bytes / gamma_s
+        for port, size in load.items():
+            residual_bps[port] = max(0.0, residual_bps[port] - 8.0 * size / gamma_s)
+    return rates, gammas
+
+
+def varys_schedule(state: ClusterState, use_rates: bool = True) -> Schedule:
+    """:class:`controller.policies.Varys`' schedule: the active coflows by bottleneck time
+    (:func:`tie_noise`), ties by arrival, with MADD rates (:func:`madd_plain`) along that
+    order if ``use_rates``."""
+    active = state.active_coflows()
+    loads = {c.coflow_id: c.port_bytes() for c in active}
+    gamma = tie_noise([bottleneck_s(state, loads[c.coflow_id]) for c in active])
+    order = [active[i] for i in np.argsort(gamma, kind="stable")]
+    rates, gammas = madd_plain(state, order, loads) if use_rates else ({}, {})
+    return Schedule.from_order((c.coflow_id for c in order), rates, gammas)
+
+
+def jpas_ranks(
+    state: ClusterState, progress: str = "iterations"
+) -> tuple[tuple[CoflowId, ...], ...]:
+    """:class:`controller.policies.Jpas`' ranks in the ``progress`` reading: one entry per job
+    (a registered one's key in the reading and its arrival; the unmeasured key and its first
+    coflow's arrival for one that is not registered) and one per coflow without a job (the
+    fraction of its bytes sent, to 9 decimals; the bytes it sent, to 9 significant digits; or
+    the unmeasured key), sorted by (key, arrival, jobs before coflows, id); a job's coflows
+    share its rank, in arrival order."""
+    by_job: dict[int, list[int]] = {}  # job id -> its coflow ids, in arrival order
+    first_arrival: dict[int, float] = {}
+    jobless: list[Coflow] = []
+    for coflow in state.active_coflows():
+        job_id = coflow.job_id
+        if job_id is None:
+            jobless.append(coflow)
+        elif job_id in by_job:
+            by_job[job_id].append(coflow.coflow_id)
+        else:
+            by_job[job_id] = [coflow.coflow_id]
+            first_arrival[job_id] = coflow.arrival_s
+    # (key, arrival, kind, id, coflow ids): the first four are unique (kind 0 a job id, kind 1
+    # a coflow id), so a plain tuple sort orders by them alone
+    entries = []
+    job_key, unmeasured = _JOB_PROGRESS[progress], _UNMEASURED[progress]
+    for job_id, ids in by_job.items():
+        job = state.jobs.get(job_id)
+        if job is not None:
+            entries.append((job_key(job), job.arrival_s, 0, job_id, ids))
+        else:
+            entries.append((unmeasured, first_arrival[job_id], 0, job_id, ids))
+    for coflow in jobless:
+        size, left = coflow.size_bytes, coflow.remaining_bytes
+        if progress == "iterations":
+            sent = round((size - left) / size if size else 1.0, _PROGRESS_DIGITS)
+        elif progress == "service":
+            sent = _significant(size - left)
+        else:
+            sent = unmeasured
+        entries.append((sent, coflow.arrival_s, 1, coflow.coflow_id, [coflow.coflow_id]))
+    entries.sort()
+    return tuple(tuple(e[4]) for e in entries)
+
+
+def _unit(coflow: Coflow) -> tuple:
+    """A coflow's unit of work: ``(0, job_id)``, or ``(1, coflow_id)`` without a job."""
+    return (0, coflow.job_id) if coflow.job_id is not None else (1, coflow.coflow_id)
+
+
+def _sum_loads(loads) -> dict[Port, float]:
+    """The mappings ``loads`` added port by port, each port where it is first listed."""
+    total: dict[Port, float] = {}
+    for load in loads:
+        for port, size in load.items():
+            total[port] = total.get(port, 0.0) + size
+    return total
+
+
+def job_remaining_bytes(job: Job, active_coflows: Sequence[Coflow]) -> dict[Port, float]:
+    """Bytes a job still has to move in its stage, per port: the bytes left of its in-flight
+    coflows, then ``bytes_per_iteration`` for every iteration of its budget whose
+    synchronisation has not started yet."""
+    load = _sum_loads(coflow.port_bytes() for coflow in active_coflows)
+    future = max(0, job.iteration_budget - job.iterations_done - len(active_coflows))
+    if future:
+        for port, size in job.bytes_per_iteration.items():
+            load[port] = load.get(port, 0.0) + future * size
+    return load
+
+
+def stage_loads_plain(
+    state: ClusterState, in_flight: Mapping[tuple, list[Coflow]], stage_units: list[list[tuple]]
+) -> tuple[list[dict[Port, float]], Callable[[tuple], float]]:
+    """Beamer's stage demands, in seconds of port time (one mapping per stage), and a unit's
+    bottleneck time, summed from the coflows' port mappings and the jobs' bytes per iteration.
+
+    Args:
+        state: the cluster state.
+        in_flight: each unit's active coflows, in arrival order.
+        stage_units: each stage's units, in the order its sum adds them.
+    """
+    unit_load: dict[tuple, dict[Port, float]] = {}
+
+    def load_of(unit: tuple) -> dict[Port, float]:
+        if unit not in unit_load:
+            coflows = in_flight.get(unit, [])
+            job = state.jobs.get(unit[1]) if unit[0] == 0 else None
+            if job is not None:
+                unit_load[unit] = job_remaining_bytes(job, coflows)
+            else:
+                unit_load[unit] = _sum_loads(c.port_bytes() for c in coflows)
+        return unit_load[unit]
+
+    demands = []
+    for units in stage_units:
+        load: dict[Port, float] = {}
+        for unit in units:
+            for port, size in load_of(unit).items():
+                load[port] = load.get(port, 0.0) + size
+        demands.append(port_seconds(state, load))
+    return demands, lambda unit: bottleneck_s(state, load_of(unit))
+
+
+def srpt_order(demands: Sequence[Mapping[Port, float]], weights: Sequence[float]) -> list[int]:
+    """Beamer's ``stage_order="srpt"``: the stages (``demands``, in arrival order) by their
+    largest demand, least first, ties (:func:`tie_noise`) in the given order; the weights
+    must be > 0, as BSSI's."""
+    if len(weights) and not min(weights) > 0:
+        raise ValueError("weights must be > 0")
+    worst = [max(demand.values(), default=0.0) for demand in demands]
+    return np.argsort(tie_noise(worst), kind="stable").tolist()
+
+
+def beamer_ranks(
+    state: ClusterState, slowest_first: bool = True, srpt: bool = False
+) -> list[list[CoflowId]]:
+    """:class:`controller.policies.Beamer`'s ranks (``slowest_first`` and ``srpt`` its
+    ``within_stage`` and ``stage_order`` readings) as its definition reads: units of work
+    (jobs, or jobless coflows) grouped into stages (a coflow's own or its job's, else a stage
+    of its own), in (arrival, key) order; each stage's demand its units' loads
+    (:func:`stage_loads_plain`, its listed jobs that compute included), the stages by BSSI
+    (or by their largest demand) and a stage's coflows by their unit's bottleneck, most
+    first, ties by arrival."""
+    in_flight: dict[tuple, list[Coflow]] = defaultdict(list)  # work unit -> its coflows
+    stages: dict[tuple, list[Coflow]] = defaultdict(list)  # stage key -> its coflows
+    unit_of: dict[int, tuple] = {}
+    for coflow in state.active_coflows():
+        unit = unit_of[coflow.coflow_id] = _unit(coflow)
+        in_flight[unit].append(coflow)
+        stage_id = state.stage_of(coflow)
+        stages[(0, stage_id) if stage_id is not None else (1, coflow.coflow_id)].append(coflow)
+
+    def arrival(key: tuple) -> float:
+        stage = state.stages.get(key[1]) if key[0] == 0 else None
+        return stage.arrival_s if stage is not None else min(c.arrival_s for c in stages[key])
+
+    keys = sorted(stages, key=lambda k: (arrival(k), k))
+    stage_units, weights = [], []
+    for key in keys:
+        units = {unit_of[c.coflow_id] for c in stages[key]}
+        stage = state.stages.get(key[1]) if key[0] == 0 else None
+        if stage is not None:  # jobs of the stage that are computing count too
+            units.update((0, job_id) for job_id in stage.job_ids)
+        stage_units.append(sorted(units))
+        weights.append(stage.weight if stage else max(c.weight for c in stages[key]))
+    demands, unit_bottleneck_s = stage_loads_plain(state, in_flight, stage_units)
+    order = srpt_order(demands, weights) if srpt else bssi_order(demands, weights)
+    ranks = []
+    for index in order:
+        members = stages[keys[index]]  # (in arrival order)
+        if slowest_first and len(members) > 1:
+            work = {u: unit_bottleneck_s(u) for u in {unit_of[c.coflow_id] for c in members}}
+            members = sorted(members, key=lambda c: -work[unit_of[c.coflow_id]])  # (stable)
+        ranks.append([c.coflow_id for c in members])
+    return ranks
+
+
+def beamer_schedule(
+    state: ClusterState,
+    use_rates: bool = False,
+    within_stage: str = "slowest-first",
+    stage_order: str = "bssi",
+) -> Schedule:
+    """:class:`controller.policies.Beamer`'s schedule with the same options: its ranks
+    (:func:`beamer_ranks`) and, with ``use_rates``, MADD rates along them (:func:`madd_plain`)."""
+    ranks = beamer_ranks(state, within_stage == "slowest-first", stage_order == "srpt")
+    if not use_rates:
+        return Schedule.from_groups(ranks)
+    order = [state.coflows[c] for c in itertools.chain.from_iterable(ranks)]
+    rates, gammas = madd_plain(state, order)
+    return Schedule.from_groups(ranks, rates, gammas)
 
 
 # ---- plain-array allocations ---------------------------------------------------------------

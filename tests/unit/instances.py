@@ -3,6 +3,7 @@
 
 import numpy as np
 
+from controller.policies import _job_stage_order
 from simulator.reference import (  # noqa: F401
     BYTE_PER_S,
     brute_force_best,
@@ -12,6 +13,13 @@ from simulator.reference import (  # noqa: F401
     stage_instance,
     state_of,
 )
+
+
+def job_stage_ranks(state, active, sparse, kept, slowest_first=True, srpt=False):
+    """The ranks of Beamer's path for HPO states (:func:`controller.policies._job_stage_order`;
+    ``None`` for a state it leaves to the general path) and the stage structure it kept."""
+    ordered, structure = _job_stage_order(state, active, sparse, kept, slowest_first, srpt)
+    return (None if ordered is None else ordered.ranks), structure
 
 
 def assert_table_is_the_jobs(state) -> None:

@@ -25,12 +25,16 @@ from controller.model import (
     Host,
     Job,
     JobTable,
+    SparsePortBytes,
     Stage,
     _Rows,
     port_seconds,
 )
-from controller.policies import POLICIES, _job_stage_ranks, make_policy
+from controller.policies import POLICIES, make_policy
+from controller.schedule import Schedule
+from simulator import reference
 
+from .instances import job_stage_ranks
 from .test_policies import cluster_states
 
 VARIANTS = [(name, {}) for name in sorted(POLICIES)] + [
@@ -142,6 +146,69 @@ def test_every_policy_orders_an_indexed_state_as_the_plain_one(state, seed, vari
         kept = make_policy(name, **options)
         kept.schedule(fast)
         assert kept.schedule(fast) == make_policy(name, **options).schedule(plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cluster_states(), st.integers(0, 3))
+def test_a_plain_state_s_loads_read_into_arrays_are_its_coflows_mappings(state, seed):
+    # what the policies that compute on arrays order a plain state by: the same dicts, the
+    # same coflows, each row a coflow's port_bytes() items in order, every job's port a
+    # column; a state with its loads as arrays already is its own
+    for plain in (state, named_hosts(state, seed)):
+        fast = plain.with_sparse_loads()
+        assert fast.with_sparse_loads() is fast
+        assert (fast.coflows, fast.jobs, fast.stages) == (plain.coflows, plain.jobs, plain.stages)
+        assert fast.coflows is plain.coflows and fast.jobs is plain.jobs
+        active = plain.active_coflows()
+        assert [id(c) for c in fast.active_coflows()] == [id(c) for c in active]
+        sparse = fast.sparse_port_bytes()
+        assert sparse.ids == [c.coflow_id for c in active]
+        hosts, n_hosts = sparse.hosts, sparse.n_hosts
+        for row, coflow in enumerate(active):
+            lo, hi = sparse.row_ptr[row], sparse.row_ptr[row + 1]
+            ports = [(hosts[c % n_hosts], c // n_hosts) for c in sparse.column[lo:hi].tolist()]
+            assert list(zip(ports, sparse.size_bytes[lo:hi].tolist(), strict=True)) == list(
+                coflow.port_bytes().items()
+            )
+        for job in plain.jobs.values():
+            sparse.columns(job.bytes_per_iteration)  # (no port outside the columns)
+        assert fast.byte_counts(active) == plain.byte_counts(active)
+        assert fast.column_bps(sparse).tolist() == [
+            plain.port_bps((hosts[k % n_hosts], k // n_hosts)) for k in range(2 * n_hosts)
+        ]
+        built = indexed(plain)
+        assert built.with_sparse_loads() is built
+    with pytest.raises(ValueError, match="is not \\(host, EGRESS or INGRESS\\)"):
+        SparsePortBytes.from_mappings([1], [{("a", 2): 1.0}])
+
+
+# the policies that keep an exact slow version in simulator.reference, with each reading
+REFERENCES = [
+    ("varys", {}, reference.varys_schedule),
+    ("varys", {"use_rates": False}, reference.varys_schedule),
+    ("beamer", {}, reference.beamer_schedule),
+    ("beamer", {"use_rates": True}, reference.beamer_schedule),
+    ("beamer", {"within_stage": "arrival", "stage_order": "srpt"}, reference.beamer_schedule),
+    ("jpas", {}, lambda state: Schedule(reference.jpas_ranks(state))),
+    ("jpas", {"progress": "service"}, lambda state, progress: Schedule(
+        reference.jpas_ranks(state, progress))),
+    ("jpas", {"progress": "maif"}, lambda state, progress: Schedule(
+        reference.jpas_ranks(state, progress))),
+]  # fmt: skip
+
+
+@settings(max_examples=120, deadline=None)
+@given(cluster_states(), st.integers(0, 3), st.sampled_from(REFERENCES))
+def test_every_policy_gives_the_reference_schedule(state, seed, variant):
+    # plain (indexed by the policy) and indexed, hosts numbered and named (unequal ports): the
+    # reference's ranks, rates and MADD times, bit for bit
+    name, options, slow = variant
+    for plain in (state, named_hosts(state, seed)):
+        want = slow(plain, **options)
+        for built in (plain, indexed(plain)):
+            got = make_policy(name, **options).schedule(built)
+            assert got == want
+            assert list(got.coflow_gamma_s) == list(want.coflow_gamma_s)  # (in order)
 
 
 def test_puts_and_removals_keep_the_arrival_order_and_loads():
@@ -289,7 +356,7 @@ def test_a_kept_stage_structure_reads_the_jobs_stages_again_where_no_version_vou
         plain = hpo_state(seed, "none")
         fast = indexed(plain)
         sparse = fast.sparse_port_bytes()
-        ranks, kept = _job_stage_ranks(fast, fast.active_coflows(), sparse, None)
+        ranks, kept = job_stage_ranks(fast, fast.active_coflows(), sparse, None)
         assert ranks is not None
         moved = plain.active_coflows()[-1].job_id
         jobs = [Job(j.job_id, j.bytes_per_iteration, j.iteration_budget, j.iterations_done,
@@ -297,7 +364,7 @@ def test_a_kept_stage_structure_reads_the_jobs_stages_again_where_no_version_vou
                 for j in plain.jobs.values()]  # fmt: skip
         again = indexed(ClusterState.build(plain.coflows.values(), jobs, plain.stages.values(),
                                            link_bps=1e3))  # fmt: skip
-        ranks, still = _job_stage_ranks(
+        ranks, still = job_stage_ranks(
             again, again.active_coflows(), again.sparse_port_bytes(), kept
         )
         assert still is kept and ranks is None
@@ -406,11 +473,11 @@ def test_beamer_orders_an_indexed_hpo_state_from_its_keys(change):
         plain = hpo_state(seed, change)
         fast = indexed(plain)
         assert (fast.coflow_keys() is None) == (change == "huge id")
-        ranks, _ = _job_stage_ranks(fast, fast.active_coflows(), fast.sparse_port_bytes(), None)
+        ranks, _ = job_stage_ranks(fast, fast.active_coflows(), fast.sparse_port_bytes(), None)
         # the array path takes the HPO states and leaves the others (an id that no int64
         # holds too) to the general one
         assert (ranks is not None) == (change in ("none", "own stages"))
-        plain_ranks, _ = _job_stage_ranks(plain, plain.active_coflows(),
+        plain_ranks, _ = job_stage_ranks(plain, plain.active_coflows(),
                                           fast.sparse_port_bytes(), None)  # fmt: skip
         assert plain_ranks == ranks  # (the keys read from the objects: the same path)
         for options in ({}, {"use_rates": True}):
@@ -419,6 +486,10 @@ def test_beamer_orders_an_indexed_hpo_state_from_its_keys(change):
             kept = make_policy("beamer", **options)
             kept.schedule(fast)
             assert kept.schedule(fast) == want
+        # (and every policy with a reference: an id no int64 holds is read as an int)
+        for name, options, slow in REFERENCES:
+            for built in (plain, fast):
+                assert make_policy(name, **options).schedule(built) == slow(plain, **options)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -24,6 +24,7 @@ from controller.policies import (
     parse_option_text,
 )
 from controller.schedule import N_LEVELS, coflow_levels
+from simulator import reference
 
 from .instances import BYTE_PER_S, state_of
 
@@ -396,8 +397,7 @@ def _jpas_by_key(state: ClusterState) -> list[tuple[int, ...]]:
 @settings(max_examples=80, deadline=None)
 def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed, jobless):
     # equal progress and arrival between jobs, jobs and jobless coflows and unregistered jobs:
-    # the tie goes by kind, then id, never by anything else; without jobless coflows the
-    # ranks come from arrays (_jobs_by_progress), and they are the general path's
+    # the tie goes by kind, then id, never by anything else, as in the reference
     import random
 
     rng = random.Random(seed)
@@ -414,7 +414,7 @@ def test_jpas_ranks_follow_its_key_with_every_kind_of_tie(seed, jobless):
         coflows.append(Coflow(cid, [flow], float(rng.choice((0, 1))), job_id))
     state = ClusterState.build(coflows, jobs)
     assert list(Jpas().schedule(state).ranks) == _jpas_by_key(state)
-    assert Jpas().schedule(state).ranks == Jpas._ranks(state, state.active_coflows())
+    assert Jpas().schedule(state).ranks == reference.jpas_ranks(state)
 
 
 def test_fifo_lm_keeps_every_size_seen_in_order_however_many_arrive_at_once():

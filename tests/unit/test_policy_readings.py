@@ -1,7 +1,8 @@
 """The readings of JPAS and Beamer that their abstracts leave open, as policy options: each
-reading changes the order where it should, the defaults are today's schedules, the mapping and
-array paths agree under every reading, a job's accuracy reaches the policy through the REST API
-(and its database) and through the simulator's HPO driver, and every reading runs end to end.
+reading changes the order where it should, the defaults are today's schedules, the policies
+give the reference's (simulator.reference) schedules under every reading, a job's accuracy
+reaches the policy through the REST API (and its database) and through the simulator's HPO
+driver, and every reading runs end to end.
 """
 
 from __future__ import annotations
@@ -33,18 +34,20 @@ from controller.policies import (
     WITHIN_STAGE_READINGS,
     Beamer,
     Jpas,
-    _job_stage_ranks,
     _service_bytes,
+    _stage_order,
     check_options,
     make_policy,
     parse_option_text,
 )
 from controller.registry import DatabaseError, Registry
 from controller.warm import option_combinations
+from simulator import reference
 from simulator.engine import Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
 
+from .instances import job_stage_ranks
 from .test_policies import jobs_example
 from .test_stage_loads import mapping_state, tied_instance
 
@@ -133,7 +136,7 @@ def test_jpas_service_reading_puts_the_job_that_synchronised_fewer_bytes_first()
         state = progress_state(indexed)
         assert Jpas().schedule(state).order == [10, 20, 30]
         assert Jpas(progress="service").schedule(state).order == [20, 30, 10]
-        assert Jpas._ranks(state, state.active_coflows(), "service") == ((20,), (30,), (10,))
+        assert reference.jpas_ranks(state, "service") == ((20,), (30,), (10,))
 
 
 def test_jpas_service_is_the_bytes_sent_once_each_over_the_iterations_done():
@@ -177,7 +180,7 @@ def test_jpas_maif_reading_puts_unmeasured_jobs_then_the_most_gain_first():
         assert Jpas().schedule(state).order == [10, 20, 30, 40]  # equal progress: by arrival
         # jobs 3 and 4 need a measurement (by arrival), then job 2 (0.05), then job 1 (0.01)
         assert Jpas(progress="maif").schedule(state).order == [30, 40, 20, 10]
-        assert Jpas._ranks(state, state.active_coflows(), "maif") == ((30,), (40,), (20,), (10,))
+        assert reference.jpas_ranks(state, "maif") == ((30,), (40,), (20,), (10,))
 
 
 def test_jpas_maif_reading_ranks_coflows_without_accuracy_with_the_unmeasured():
@@ -293,16 +296,14 @@ def jpas_by_definition(state: ClusterState, reading: str) -> list[tuple[int, ...
 @pytest.mark.parametrize("reading", PROGRESS_READINGS)
 @pytest.mark.parametrize("seed", range(40))
 def test_jpas_paths_agree_and_follow_the_definition_under_every_reading(seed, reading):
-    # without jobless coflows the ranks come from arrays (_jobs_by_progress; with the job
-    # table where the state keeps one), with them from the mapping path: the same ranks,
-    # those of the definition
+    # with and without jobless coflows, with the job table where the state keeps one: the
+    # ranks of the definition and of the reference
     for jobless, indexed in product((False, True), (False, True)):
         state = random_jobs_state(seed, jobless, indexed)
-        active = state.active_coflows()
         expected = jpas_by_definition(state, reading)
         schedule = Jpas(progress=reading).schedule(state)
         assert list(schedule.ranks) == expected
-        assert schedule.ranks == Jpas._ranks(state, active, reading)
+        assert schedule.ranks == reference.jpas_ranks(state, reading)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -340,10 +341,10 @@ def test_beamer_arrival_within_stage_drops_the_slowest_job_first_preference():
     coflows, jobs, stages = state.coflows.values(), state.jobs.values(), state.stages.values()
     fast = ClusterState.build(coflows, jobs, stages, link_bps=8.0, indexed=True)
     active, sparse = fast.active_coflows(), fast.sparse_port_bytes()
-    assert _job_stage_ranks(fast, active, sparse, None)[0] == ((210,), (110, 120))
+    assert job_stage_ranks(fast, active, sparse, None)[0] == ((210,), (110, 120))
     assert Beamer().schedule(fast).ranks == ((210,), (110, 120))
     assert Beamer(within_stage="arrival").schedule(fast).ranks == ((210,), (120, 110))
-    assert _job_stage_ranks(fast, active, sparse, None, False)[0] == ((210,), (120, 110))
+    assert job_stage_ranks(fast, active, sparse, None, False)[0] == ((210,), (120, 110))
 
 
 def stage_state(weights, demands, indexed: bool) -> ClusterState:
@@ -370,7 +371,7 @@ def test_beamer_srpt_stage_order_takes_the_shortest_bottleneck_first(indexed):
     assert (state.sparse_port_bytes() is not None) == indexed
     if indexed:  # (every coflow a job's of its stage: the compiled path)
         active, sparse = state.active_coflows(), state.sparse_port_bytes()
-        assert _job_stage_ranks(state, active, sparse, None, True, True)[0] == (
+        assert job_stage_ranks(state, active, sparse, None, True, True)[0] == (
             (20,), (30,), (10,))  # fmt: skip
     assert Beamer().schedule(state).order == [20, 10, 30]
     assert Beamer(stage_order="srpt").schedule(state).order == [20, 30, 10]
@@ -403,23 +404,26 @@ def test_beamer_srpt_refuses_a_ranked_stage_weight_not_above_zero_as_bssi_does(i
 @pytest.mark.parametrize("options", BEAMER_READINGS, ids=lambda o: "-".join(o.values()))
 @pytest.mark.parametrize("seed", range(40))
 def test_beamer_paths_agree_under_every_reading(seed, options):
-    # the general array path (coflows without a job or a stage), the path of jobs in their
-    # stages (_job_stage_ranks, compiled) and the mappings give the same schedule
+    # the general path (coflows without a job or a stage), the path of jobs in their stages
+    # (_job_stage_order), from the sparse loads and from the plain mappings, give the
+    # reference's schedule
     state = tied_instance(seed)
     for use_rates in (False, True):
-        fast = Beamer(use_rates=use_rates, **options).schedule(state)
-        plain = Beamer(use_rates=use_rates, **options).schedule(mapping_state(state))
-        assert fast.ranks == plain.ranks
-        assert fast.flow_rates_bps == plain.flow_rates_bps
-        assert fast.coflow_gamma_s == plain.coflow_gamma_s
+        want = reference.beamer_schedule(mapping_state(state), use_rates, **options)
+        for built in (state, mapping_state(state)):
+            got = Beamer(use_rates=use_rates, **options).schedule(built)
+            assert got.ranks == want.ranks
+            assert got.flow_rates_bps == want.flow_rates_bps
+            assert got.coflow_gamma_s == want.coflow_gamma_s
     state = tied_instance(seed, jobs_only=True)
     active, sparse = state.active_coflows(), state.sparse_port_bytes()
     slowest_first = options["within_stage"] == "slowest-first"
     srpt = options["stage_order"] == "srpt"
-    ranks, _ = _job_stage_ranks(state, active, sparse, None, slowest_first, srpt)
+    ranks, _ = job_stage_ranks(state, active, sparse, None, slowest_first, srpt)
     if not active:
         return
-    assert ranks == tuple(map(tuple, Beamer(**options)._ranks(state, active, sparse)))
+    assert ranks == tuple(map(tuple, reference.beamer_ranks(state, slowest_first, srpt)))
+    assert ranks == _stage_order(state, active, sparse, slowest_first, srpt).ranks
     assert ranks == Beamer(**options).schedule(mapping_state(state)).ranks
     assert ranks == Beamer(**options).schedule(state).ranks
 
@@ -628,8 +632,8 @@ def test_the_simulators_default_readings_run_as_today(name):
 
 def test_the_simulators_jobs_carry_the_accuracy_of_every_iteration():
     # at every reorder each running job's accuracy is its configuration's after the
-    # iterations trained so far, and its gain the last iteration's; maif ranks as its
-    # mapping path does on those jobs
+    # iterations trained so far, and its gain the last iteration's; maif ranks as the
+    # reference does on those jobs
     seen = {"measured": 0, "reorders": 0}
 
     class Watch(Jpas):
@@ -648,8 +652,7 @@ def test_the_simulators_jobs_carry_the_accuracy_of_every_iteration():
                     assert job.previous_accuracy == curve.accuracy(trained - 1)
                     seen["measured"] += 1
             schedule = super().schedule(state)
-            active = state.active_coflows()
-            assert schedule.ranks == Jpas._ranks(state, active, "maif")
+            assert schedule.ranks == reference.jpas_ranks(state, "maif")
             seen["reorders"] += 1
             return schedule
 
@@ -662,9 +665,9 @@ def test_the_simulators_jobs_carry_the_accuracy_of_every_iteration():
     assert seen["reorders"] > 20 and seen["measured"] > 10, seen
 
 
-def test_the_simulators_jpas_array_path_agrees_with_its_mapping_path_under_every_reading():
+def test_the_simulators_jpas_schedules_equal_the_reference_under_every_reading():
     # the simulator's states (coflow keys packed, the job table) against the same jobs and
-    # coflows as plain mappings, at every reorder
+    # coflows as plain mappings, and the reference on those, at every reorder
     checked = []
     for reading in PROGRESS_READINGS:
 
@@ -674,7 +677,7 @@ def test_the_simulators_jpas_array_path_agrees_with_its_mapping_path_under_every
                 assert state.coflow_keys() is not None and state.job_table() is not None
                 plain = mapping_state(state)
                 assert schedule.ranks == Jpas(progress=self.progress).schedule(plain).ranks
-                assert schedule.ranks == Jpas._ranks(plain, plain.active_coflows(), self.progress)
+                assert schedule.ranks == reference.jpas_ranks(plain, self.progress)
                 checked.append(len(schedule.order))
                 return schedule
 
@@ -683,7 +686,7 @@ def test_the_simulators_jpas_array_path_agrees_with_its_mapping_path_under_every
 
 
 def test_a_job_table_gather_is_not_what_the_other_readings_read():
-    # the job table holds no bytes or accuracy: under service and maif the array path reads
+    # the job table holds no bytes or accuracy: under service and maif the policy reads
     # each job's key from its object, so a table whose numbers lag the jobs changes nothing
     state = maif_state(indexed=True)
     assert state.job_table() is not None

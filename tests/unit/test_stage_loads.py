@@ -1,7 +1,8 @@
-"""The policies' array paths against their mapping paths: Beamer's (controller.stage_loads)
-gives the same demand matrix entry for entry (values, port numbers of first use) and the same
-schedule, Varys' (controller.madd) the same order and MADD times, on instances full of ties like
-ring all-reduce's equal per-port loads."""
+"""The policies' compiled paths against the reference's mappings (simulator.reference, the
+policies as their definitions read): Beamer's sums (controller.stage_loads) give the same
+demand matrix entry for entry (values, port numbers of first use) and both of its paths the
+same schedule, Varys' and MADD's (controller.madd) the same order and MADD times, on instances
+full of ties like ring all-reduce's equal per-port loads."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import random
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import pytest
@@ -25,21 +27,15 @@ from controller.model import (
     egress,
     ingress,
 )
-from controller.policies import (
-    Beamer,
-    Varys,
-    _array_loads,
-    _job_stage_ranks,
-    _mapping_loads,
-    _unit,
-    make_policy,
-)
+from controller.policies import Beamer, Varys, _stage_order, _unit, madd, make_policy
 from controller.schedule import Schedule
+from controller.stage_loads import _stage_loads, offsets
+from simulator import reference
 from simulator.engine import CoflowSpec, Fabric, Simulator
 from simulator.hpo import HpoDriver
 from workloads.hpo import generate
 
-from .instances import VersionCheck
+from .instances import VersionCheck, job_stage_ranks
 
 
 @dataclass
@@ -128,9 +124,40 @@ def tied_instance(seed: int, jobs_only: bool = False) -> ArrayState:
     )  # fmt: skip
 
 
+def kernel_loads(state: ClusterState, in_flight, stage_units):
+    """The stage demands and each unit's bottleneck as Beamer's kernel sums them
+    (controller.stage_loads._stage_loads), for units and stages listed as the reference lists
+    them."""
+    sparse = state.sparse_port_bytes()
+    units = list(dict.fromkeys(chain.from_iterable(stage_units)))
+    rows, row_counts, future, extra_counts, extra_columns, extra_bytes = [], [], [], [], [], []
+    for unit in units:
+        coflows = in_flight.get(unit, [])
+        rows += [sparse.row_of[c.coflow_id] for c in coflows]
+        row_counts.append(len(coflows))
+        job = state.jobs.get(unit[1]) if unit[0] == 0 else None
+        n_future = 0 if job is None else job.iteration_budget - job.iterations_done - len(coflows)
+        future.append(max(0, n_future))
+        ports = job.bytes_per_iteration if n_future > 0 else {}
+        extra_counts.append(len(ports))
+        extra_columns += sparse.columns(ports, len(ports)).tolist()
+        extra_bytes += list(ports.values())
+    row_ptr, port, seconds, n_ports, bottleneck = _stage_loads(
+        sparse.row_ptr, sparse.column, sparse.size_bytes, state.column_bps(sparse),
+        offsets(row_counts), np.array(rows, dtype=np.int64), np.array(future, dtype=float),
+        offsets(extra_counts), np.array(extra_columns, dtype=np.int64),
+        np.array(extra_bytes, dtype=float), offsets(list(map(len, stage_units))),
+        np.array([units.index(u) for u in chain.from_iterable(stage_units)], dtype=np.int64),
+    )  # fmt: skip
+    return DemandMatrix(row_ptr, port, seconds, n_ports), dict(
+        zip(units, bottleneck.tolist(), strict=True)
+    )
+
+
 def both_loads(state: ClusterState):
-    """The mapping path's and the array path's loads of ``state``'s stages (their units as
-    Beamer lists them), and every unit."""
+    """The reference's loads of ``state``'s stages (their units as Beamer lists them: demand
+    mappings and a unit's bottleneck), the kernel's (matrix and bottlenecks), and every
+    unit."""
     in_flight, by_stage = defaultdict(list), defaultdict(set)
     for c in state.active_coflows():
         in_flight[_unit(c)].append(c)
@@ -140,8 +167,8 @@ def both_loads(state: ClusterState):
         if kind == 0 and stage_id in state.stages:
             units.update((0, job_id) for job_id in state.stages[stage_id].job_ids)
     stage_units = [sorted(units) for units in by_stage.values()]
-    plain = _mapping_loads(mapping_state(state), in_flight, stage_units)
-    fast = _array_loads(state, state.sparse_port_bytes(), in_flight, stage_units)
+    plain = reference.stage_loads_plain(mapping_state(state), in_flight, stage_units)
+    fast = kernel_loads(state, in_flight, stage_units)
     return plain, fast, sorted(set().union(*by_stage.values()))
 
 
@@ -152,51 +179,58 @@ def assert_same_matrix(fast: DemandMatrix, plain: DemandMatrix) -> None:
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_array_loads_equal_mapping_loads_bit_for_bit(seed):
+def test_the_kernel_s_stage_loads_equal_the_mappings_bit_for_bit(seed):
     state = tied_instance(seed)
-    plain, fast, units = both_loads(state)
-    assert_same_matrix(fast.demands, DemandMatrix.from_mappings(plain.demands))
+    (demands, bottleneck_s), (matrix, bottlenecks), units = both_loads(state)
+    assert_same_matrix(matrix, DemandMatrix.from_mappings(demands))
     for unit in units:
-        assert fast.bottleneck_s(unit) == plain.bottleneck_s(unit), unit
+        assert bottlenecks[unit] == bottleneck_s(unit), unit
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_beamer_gives_the_same_schedule_from_the_array(seed):
+def test_beamer_gives_the_reference_schedule(seed):
+    # the state's sparse loads, and the same state as plain mappings (indexed by the policy):
+    # the reference's ranks, rates and MADD times, in every reading
     state = tied_instance(seed)
     assert state.sparse_port_bytes() is not None
-    fast = Beamer(use_rates=seed % 2 == 1).schedule(state)
-    plain = Beamer(use_rates=seed % 2 == 1).schedule(mapping_state(state))
-    assert fast.ranks == plain.ranks
-    assert fast.flow_rates_bps == plain.flow_rates_bps
-    assert fast.coflow_gamma_s == plain.coflow_gamma_s
+    readings = [{}, {"use_rates": True}, {"within_stage": "arrival"}, {"stage_order": "srpt"},
+                {"use_rates": True, "within_stage": "arrival", "stage_order": "srpt"}]  # fmt: skip
+    options = readings[seed % len(readings)]
+    want = reference.beamer_schedule(mapping_state(state), **options)
+    for built in (state, mapping_state(state)):
+        got = Beamer(**options).schedule(built)
+        assert got.ranks == want.ranks
+        assert got.flow_rates_bps == want.flow_rates_bps
+        assert got.coflow_gamma_s == want.coflow_gamma_s
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_beamer_s_path_for_jobs_in_their_stages_gives_the_general_schedule(seed):
     # an HPO state (every coflow of a registered job its stage lists) takes the path of
-    # _job_stage_ranks; it gives the ranks of the general array path and of the mappings
+    # _job_stage_order; it gives the ranks of the general path and of the reference
     state = tied_instance(seed, jobs_only=True)
     active, sparse = state.active_coflows(), state.sparse_port_bytes()
-    fast, kept = _job_stage_ranks(state, active, sparse, None)
+    fast, kept = job_stage_ranks(state, active, sparse, None)
     if not active:
         assert fast is None
         return
     assert fast is not None
-    assert fast == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
-    assert fast == Beamer().schedule(mapping_state(state)).ranks
+    assert fast == _stage_order(state, active, sparse).ranks
+    assert fast == tuple(map(tuple, reference.beamer_ranks(mapping_state(state))))
     # what it kept serves the next call while the stages and jobs stay, and only then
-    assert _job_stage_ranks(state, active, sparse, kept) == (fast, kept)
+    assert job_stage_ranks(state, active, sparse, kept) == (fast, kept)
     job = state.jobs[active[0].job_id]
     job.bytes_per_iteration = dict(job.bytes_per_iteration)  # equal loads (a progress report)
-    assert _job_stage_ranks(state, active, sparse, kept) == (fast, kept)
+    assert job_stage_ranks(state, active, sparse, kept) == (fast, kept)
     # the same ports in another order (their numbers of first use change), other bytes
     per_iteration = job.bytes_per_iteration
     for loads in (dict(reversed(per_iteration.items())),
                   {port: 3.0 * size for port, size in per_iteration.items()}):  # fmt: skip
         job.bytes_per_iteration = loads
-        again, made = _job_stage_ranks(state, active, sparse, kept)
+        again, made = job_stage_ranks(state, active, sparse, kept)
         assert made is not kept
-        assert again == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
+        assert again == tuple(map(tuple, reference.beamer_ranks(state)))
+        assert again == _stage_order(state, active, sparse).ranks
         kept = made
 
 
@@ -204,7 +238,7 @@ def test_beamer_s_path_for_jobs_in_their_stages_gives_the_general_schedule(seed)
 def test_beamer_s_path_takes_a_job_listed_twice_as_the_general_path_does(seed):
     # a job listed by two stages counts in both stages' sums and is the later one's (its
     # own); a job listed twice by one stage counts once: the structure's path for such
-    # listings gives the ranks of the general path and of the mappings
+    # listings gives the ranks of the general path and of the reference
     state = tied_instance(seed, jobs_only=True)
     active, sparse = state.active_coflows(), state.sparse_port_bytes()
     stages = list(state.stages.values())
@@ -218,10 +252,10 @@ def test_beamer_s_path_takes_a_job_listed_twice_as_the_general_path_does(seed):
         state.stages[own.stage_id] = state.stages.pop(own.stage_id)
     other.job_ids.append(job_id)
     own.job_ids.append(own.job_ids[0])
-    fast, _ = _job_stage_ranks(state, active, sparse, None)
+    fast, _ = job_stage_ranks(state, active, sparse, None)
     assert fast is not None
-    assert fast == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
-    assert fast == Beamer().schedule(mapping_state(state)).ranks
+    assert fast == _stage_order(state, active, sparse).ranks
+    assert fast == tuple(map(tuple, reference.beamer_ranks(mapping_state(state))))
 
 
 def test_the_instances_tie_so_port_numbers_matter():
@@ -230,9 +264,9 @@ def test_the_instances_tie_so_port_numbers_matter():
     changed = 0
     for seed in range(60):
         state = tied_instance(seed)
-        plain, _, _ = both_loads(state)
-        weights = [1.0] * len(plain.demands)
-        matrix = DemandMatrix.from_mappings(plain.demands)
+        (demands, _), _, _ = both_loads(state)
+        weights = [1.0] * len(demands)
+        matrix = DemandMatrix.from_mappings(demands)
         renumbered = DemandMatrix(matrix.row_ptr, matrix.n_ports - 1 - matrix.port,
                                   matrix.seconds, matrix.n_ports)  # fmt: skip
         changed += bssi_order(matrix, weights) != bssi_order(renumbered, weights)
@@ -252,10 +286,10 @@ def test_a_port_outside_the_matrix_is_refused():
 
 
 @pytest.mark.parametrize("pattern", ["ring", "ps"])
-def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
-    # at every reorder of a small HPO run, the simulator's state (path of _job_stage_ranks, its
-    # stages kept from one reorder to the next) and the same state as plain mappings give the
-    # same schedule
+def test_the_simulators_beamer_schedules_equal_the_reference(pattern):
+    # at every reorder of a small HPO run, the simulator's state (path of _job_stage_order, its
+    # stages kept from one reorder to the next) and the reference on the same state as plain
+    # mappings give the same ranks
     checked, kept, versions = [], set(), VersionCheck()
 
     class Both(type(make_policy("beamer"))):
@@ -263,8 +297,8 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
             versions.check(state)
             schedule = super().schedule(state)
             assert state.sparse_port_bytes() is not None
-            ranks, _ = _job_stage_ranks(state, state.active_coflows(),
-                                        state.sparse_port_bytes(), None)  # fmt: skip
+            ranks, _ = job_stage_ranks(state, state.active_coflows(),
+                                       state.sparse_port_bytes(), None)  # fmt: skip
             assert ranks is not None  # an HPO state: every coflow's job listed by its stage
             kept.add(id(self._job_stages))
             # the driver's table answers for every job a stage lists, as the jobs do, and
@@ -280,7 +314,8 @@ def test_the_simulators_beamer_schedules_equal_the_mapping_path(pattern):
             assert [a.tolist() for a in state.job_iterations(listed)] == list(by_jobs)
             keys = state.coflow_keys()
             assert keys.coflow_id.tolist() == [c.coflow_id for c in state.active_coflows()]
-            assert super().schedule(mapping_state(state)).ranks == schedule.ranks
+            want = reference.beamer_ranks(mapping_state(state))
+            assert tuple(map(tuple, want)) == schedule.ranks
             checked.append(len(schedule.order))
             return schedule
 
@@ -320,16 +355,37 @@ def test_the_simulators_matrix_rows_are_its_coflows_mappings():
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_varys_gives_the_same_schedule_from_the_sparse_loads(seed):
-    # controller.madd's kernels against policies.madd on the mappings: the same SEBF order
-    # (ties by arrival), the same MADD times, bit for bit, with ports of unequal capacity too
+def test_varys_gives_the_reference_schedule(seed):
+    # controller.madd's kernels against the reference's Varys on the mappings: the same SEBF
+    # order (ties by arrival), the same MADD times, bit for bit, with ports of unequal capacity
+    # too, from the state's sparse loads and from the plain mappings (indexed by the policy)
     state = tied_instance(seed)
     for use_rates in (True, False):
-        fast = Varys(use_rates=use_rates).schedule(state)
-        plain = Varys(use_rates=use_rates).schedule(mapping_state(state))
-        assert fast.ranks == plain.ranks
-        assert fast.coflow_gamma_s == plain.coflow_gamma_s
-        assert fast.flow_rates_bps == plain.flow_rates_bps == {}
+        want = reference.varys_schedule(mapping_state(state), use_rates)
+        for built in (state, mapping_state(state)):
+            got = Varys(use_rates=use_rates).schedule(built)
+            assert got.ranks == want.ranks
+            assert got.coflow_gamma_s == want.coflow_gamma_s
+            assert got.flow_rates_bps == want.flow_rates_bps == {}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_madd_gives_the_reference_rates(seed):
+    # the helper that plugins call (controller.policies.madd) runs Varys' compiled MADD on the
+    # coflows' mappings: the reference's rates and times along any order of any coflows, with
+    # loads given or read, coflows with flows and without, ports of unequal capacity
+    state = tied_instance(seed)
+    rng = random.Random(seed)
+    plain = mapping_state(state)
+    coflows = list(plain.coflows.values())
+    rng.shuffle(coflows)
+    with_flows = reference.random_coflows(rng, 4, 4, weighted=False)
+    for built, order in ((plain, coflows), (reference.state_of(with_flows), with_flows)):
+        loads = {c.coflow_id: c.port_bytes() for c in order}
+        for given in (None, loads):
+            want = reference.madd_plain(built, order, given)
+            assert madd(built, order, given) == want
+            assert list(madd(built, order, given)[1]) == list(want[1])  # (in order)
 
 
 def test_varys_skips_a_coflow_whose_port_is_full():
@@ -345,14 +401,14 @@ def test_varys_skips_a_coflow_whose_port_is_full():
     assert schedule.coflow_gamma_s == {1: pytest.approx(8e6 / 1e9)}
 
 
-def test_the_simulators_varys_schedules_equal_the_mapping_path():
+def test_the_simulators_varys_schedules_equal_the_reference():
     checked = []
 
     class Both(Varys):
         def schedule(self, state):
             schedule = super().schedule(state)
             assert state.sparse_port_bytes() is not None
-            plain = super().schedule(mapping_state(state))
+            plain = reference.varys_schedule(mapping_state(state))
             assert (plain.ranks, plain.coflow_gamma_s) == (schedule.ranks, schedule.coflow_gamma_s)
             checked.append(len(schedule.coflow_gamma_s))
             return schedule
@@ -388,8 +444,8 @@ def test_sparse_rows_of_coflows_wide_and_narrow_equal_the_dense_bits():
 
 
 def test_a_stage_weight_not_above_zero_is_refused_only_where_it_is_ranked():
-    # the general path's BSSI refuses a ranked stage of weight <= 0; the array path says the
-    # same, and a stage without active coflows is not ranked, whatever its weight
+    # the reference's BSSI refuses a ranked stage of weight <= 0; both of Beamer's paths say
+    # the same, and a stage without active coflows is not ranked, whatever its weight
     state = tied_instance(3, jobs_only=True)
     active, sparse = state.active_coflows(), state.sparse_port_bytes()
     ranked = {c.stage_id or state.jobs[c.job_id].stage_id for c in active}
@@ -397,11 +453,13 @@ def test_a_stage_weight_not_above_zero_is_refused_only_where_it_is_ranked():
     assert idle
     for stage in idle:
         stage.weight = 0.0
-    fast, _ = _job_stage_ranks(state, active, sparse, None)
-    assert fast == tuple(map(tuple, Beamer()._ranks(state, active, sparse)))
+    fast, _ = job_stage_ranks(state, active, sparse, None)
+    assert fast == tuple(map(tuple, reference.beamer_ranks(state)))
+    assert fast == _stage_order(state, active, sparse).ranks
     state.stages[sorted(ranked)[0]].weight = 0.0
-    for path in (lambda: _job_stage_ranks(state, active, sparse, None),
-                 lambda: Beamer()._ranks(state, active, sparse)):  # fmt: skip
+    for path in (lambda: job_stage_ranks(state, active, sparse, None),
+                 lambda: _stage_order(state, active, sparse),
+                 lambda: reference.beamer_ranks(state)):  # fmt: skip
         with pytest.raises(ValueError, match="weights must be > 0"):
             path()
 
