@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli import sweep
 from cli.progress import Progress, clock
 from cli.sweep import SweepError, add_arguments, point_file, run_points
 
@@ -196,3 +197,27 @@ def test_a_point_function_of_a_module_run_with_m_is_taken_from_its_module(monkey
     as_main.__module__, as_main.__qualname__ = "__main__", "square"
     found = importable(as_main)
     assert found.__module__ == "tests.unit.test_sweep" and found.__qualname__ == "square"
+
+
+def test_a_small_sweep_on_two_cores_runs_in_process_with_a_note(tmp_path, capsys, monkeypatch):
+    """Nothing asks for Ray and 4 points on 2 cores: they run here, said so; ``--parallel``
+    asks for Ray even then, and a bigger sweep or machine keeps the default Ray."""
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    default, parallel = parser.parse_args([]), parser.parse_args(["--parallel", "2"])
+    assert sweep.runs_in_process(default, 4, cores=2)
+    assert not sweep.runs_in_process(default, 5, cores=2)
+    assert not sweep.runs_in_process(default, 4, cores=4)
+    assert not sweep.runs_in_process(parallel, 1, cores=1)
+    assert not sweep.runs_in_process(parser.parse_args(["--ray-address", "auto"]), 1, cores=1)
+    monkeypatch.setattr(sweep.os, "cpu_count", lambda: 2)
+
+    def no_ray(*_args, **_kwargs):
+        raise AssertionError("a small sweep on 2 cores started Ray")
+
+    monkeypatch.setattr(sweep, "_on_ray", no_ray)
+    points = [{"x": x} for x in range(4)]
+    assert sweep.run_points(points, square, tmp_path, default) == [
+        {"square": x * x} for x in range(4)
+    ]
+    assert "4 points on 2 cores run in this process" in capsys.readouterr().out
