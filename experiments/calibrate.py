@@ -62,14 +62,14 @@ def lone_job(settings: TestbedSettings, seed: int, pattern: str, iterations: int
 
 
 def simulated_iteration_s(settings: TestbedSettings, tasks: list[HpoTask]) -> float:
-    """The simulator's iteration time of the lone job at the full line rate, its hosts on one
-    big switch."""
+    """The simulator's iteration time of the lone job at the full line rate, on the settings'
+    cluster as the predictions model it (a leaf-spine's paths are then not counted as lost
+    goodput, and again by the prediction's fabric)."""
     from controller.policies import make_policy
     from simulator.engine import Fabric, Simulator
     from simulator.hpo import HpoDriver
 
-    fabric = Fabric(settings.cluster.hosts, settings.cluster.link_bps)
-    sim = Simulator(fabric, make_policy(POLICY))
+    sim = Simulator(Fabric.of(settings.cluster), make_policy(POLICY))
     driver = HpoDriver(sim, tasks)
     sim.run()
     (job,) = driver.jobs.values()

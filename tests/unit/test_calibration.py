@@ -168,3 +168,28 @@ def test_a_failed_run_is_tried_again_in_a_fresh_testbed_and_its_files_kept(tmp_p
         run = testbed_run.Run("fair", tmp_path / "other", seed=1)
         testbed_run.run_with_retries(Namespace(retries=0), run)
     assert len(attempts) == 1
+
+
+def test_calibration_simulates_its_lone_job_on_the_cluster_the_predictions_model():
+    """On an oversubscribed leaf-spine a lone job whose ring crosses leaves is slower than on a
+    big switch: calibration must compare the testbed with that fabric's time, or the
+    fabric's loss would be counted as lost goodput and then again by the prediction."""
+    from experiments import calibrate
+
+    argv = ["--topology", "leaf-spine", "--leaves", "3", "--hosts-per-leaf", "4", "--spines",
+            "2", "--oversubscription", "4", "--workers", "4", "--bw", "20"]  # fmt: skip
+    settings = settings_of(run_testbed.build_parser().parse_args(argv))
+    assert settings.cluster.oversubscription > 1
+    slower = 0
+    for seed in range(1, 6):
+        tasks = calibrate.lone_job(settings, seed, "ring", 5)
+        on_cluster = calibrate.simulated_iteration_s(settings, tasks)
+        sim = Simulator(Fabric(settings.cluster.hosts, settings.cluster.link_bps),
+                        make_policy("fair"))  # fmt: skip
+        driver = HpoDriver(sim, calibrate.lone_job(settings, seed, "ring", 5))
+        sim.run()
+        (job,) = driver.jobs.values()
+        big_switch = (job.finish_s - job.start_s) / job.iterations
+        assert on_cluster >= big_switch * (1 - 1e-9)
+        slower += on_cluster > big_switch * 1.01
+    assert slower >= 1
