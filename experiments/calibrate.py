@@ -38,7 +38,7 @@ from cli.argtypes import program
 from controller.stats import format_interval, mean_ci
 from experiments.testbed_network import network
 from experiments.testbed_run import Run, run_with_retries
-from experiments.testbed_settings import TestbedSettings, parse, testbed_parser
+from experiments.testbed_settings import TestbedSettings, kept, parse, run_key, testbed_parser
 from simulator.calibration import Overheads
 from simulator.metrics import provenance, write_json
 from workloads.hpo import HpoTask, generate
@@ -125,6 +125,9 @@ def calibrate(settings: TestbedSettings, out: Path, argv: list[str]) -> dict:
     seed) into ``out`` (``calibration.json`` and each measurement's run); returns what it
     wrote. ``argv``: the command line, for the provenance."""
     settings = replace(settings, overheads=None)
+    if (done := kept(settings, out / "calibration.json")) is not None:
+        print(f"== calibration: finished before in {out} (--resume)", flush=True)
+        return done
     seed = settings.seeds[0]
     lone = {pattern: lone_goodput(settings, seed, pattern, out)
             for pattern in settings.workload.patterns}  # fmt: skip
@@ -144,6 +147,7 @@ def calibrate(settings: TestbedSettings, out: Path, argv: list[str]) -> dict:
         "overheads": overheads.to_json(),
         "lone_jobs": lone,
         "burst_job_startup_s": startup,
+        "run_key": run_key(settings),
     }
     write_json(out / "calibration.json", calibration)
     spreads = ", ".join(

@@ -109,14 +109,15 @@ def slug(cell: Mapping[str, str]) -> str:
 
 def testbed_command(claim: ClaimMap, cell: Mapping[str, str], seeds: Sequence[int],
                     out: Path) -> list[str]:  # fmt: skip
-    """The testbed experiment of one cell: its settings, every policy of the cell, calibrated."""
+    """The testbed experiment of one cell: its settings, every policy of the cell, calibrated;
+    a cell cut short goes on with the runs it has not finished (``--resume``)."""
     policies = [r.policy for r in claim.policies_of(cell)]
     if len(set(policies)) != len(policies) or any(r.options for r in claim.policies_of(cell)):
         raise ValueError(f"{claim.key}: the testbed runs each policy once, without options")
     return [
         sys.executable, "-m", "experiments.run_testbed", "--calibrate",
         *testbed_arguments(claim.settings(cell)), "--policy", *policies,
-        "--seeds", *map(str, seeds), "--out", str(out),
+        "--seeds", *map(str, seeds), "--out", str(out), "--resume",
     ]  # fmt: skip
 
 

@@ -5,7 +5,7 @@
         [--hosts 13] [--bw 20] [--tasks 2] [--configs 9] [--eta 3] [--min-iterations 3]
         [--link-gbps 1] [--patterns ring] [--seeds 1] [--no-host-priorities]
         [--tcp-rto-max-ms 1000|off]
-        [--calibrate | --calibration JSON] [--out results/testbed]
+        [--calibrate | --calibration JSON] [--out results/testbed] [--resume]
 
 The defaults are the main experiment: a network-bound cluster (1 Gbit/s links, ring
 all-reduce, the busiest ports mostly busy while stages run). The compute-bound point of
@@ -60,7 +60,7 @@ from experiments import calibrate
 from experiments.testbed_network import network
 from experiments.testbed_results import fmt, plot, print_runs, print_summary, write_results
 from experiments.testbed_run import RUN_FAILURES, Run, run_with_retries
-from experiments.testbed_settings import TestbedSettings, parse, testbed_parser
+from experiments.testbed_settings import TestbedSettings, kept, parse, testbed_parser
 from simulator.__main__ import run_label
 from simulator.calibration import Overheads
 from simulator.metrics import write_json
@@ -112,8 +112,9 @@ def experiment(settings: TestbedSettings, argv: list[str], prog: str) -> int:
 
 
 def run_every_policy(settings: TestbedSettings) -> tuple[list[dict], list[dict]]:
-    """Every seed under every policy pair, each run tried again as the settings say; the
-    results (with each run's seed and failed attempts) and the runs that failed."""
+    """Every seed under every policy pair, each run tried again as the settings say (with
+    ``--resume`` one finished under the same settings is read again instead); the results
+    (with each run's seed and failed attempts) and the runs that failed."""
     results, failures = [], []
     policies = len(settings.policies) * len(settings.gpu_policies)
     progress = Progress(len(settings.seeds) * policies, "testbed runs")
@@ -122,6 +123,10 @@ def run_every_policy(settings: TestbedSettings) -> tuple[list[dict], list[dict]]
             for gpu_policy in settings.gpu_policies:
                 label = run_label(policy, gpu_policy)
                 run = Run(policy, settings.out / label / f"seed-{seed}", seed, gpu_policy)
+                if (result := kept(settings, run.out / "result.json")) is not None:
+                    results.append({"seed": seed, **result, "failed_attempts": []})
+                    progress.step(f"{label}, seed {seed}: finished before (--resume)")
+                    continue
                 print(f"== {label}, seed {seed}", flush=True)
                 try:
                     result, failed = run_with_retries(settings, run)

@@ -38,7 +38,7 @@ from experiments.testbed_network import (
     testbed_watch,
 )
 from experiments.testbed_prediction import Prediction, job_manager, predict
-from experiments.testbed_settings import TestbedSettings, workload, workload_name
+from experiments.testbed_settings import TestbedSettings, run_key, workload, workload_name
 from simulator.__main__ import run_label
 from simulator.metrics import write_csv, write_json
 from simulator.schedule_plot import draw as draw_schedule
@@ -319,4 +319,5 @@ def run_result(
         "overheads": settings.overheads.to_json() if settings.overheads else None,
         "simulated_calibrated": prediction.calibrated,
         "stages": stages,
+        "run_key": run_key(settings),
     }

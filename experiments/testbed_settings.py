@@ -11,10 +11,11 @@ gives a :class:`TestbedSettings`, which is all that the code below the command l
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from cli.argtypes import (
@@ -130,6 +131,8 @@ class TestbedSettings:
             predicts with (``None``: the raw model only).
         calibrate: measure the overheads first (``hpo-calibrate``) and predict with them.
         calibration_runs: how the overheads are measured.
+        resume: keep the runs (and the calibration) already finished in :attr:`out` under the
+            same :meth:`run_key`, and run only the others.
     """
 
     cluster: Cluster
@@ -149,6 +152,7 @@ class TestbedSettings:
     overheads: Overheads | None
     calibrate: bool
     calibration_runs: CalibrationRuns
+    resume: bool = False
 
     @property
     def link_scale(self) -> float:
@@ -160,6 +164,46 @@ class TestbedSettings:
         if self.cluster.topology == ONE_SWITCH:
             return self.cluster.to_json()
         return {**self.cluster.to_json(), "fail_spine_s": self.fail_spine_s}
+
+
+def run_key(settings: TestbedSettings) -> dict:
+    """What decides a run's outcome besides its policies and seed, as JSON (``result.json``
+    and ``calibration.json`` keep it): a run finished under an equal key is a run of the same
+    experiment, which ``--resume`` keeps."""
+    w = settings.workload
+    key = {
+        "topology": settings.topology_json(),
+        "modelled_link_bps": settings.modelled_link_bps,
+        "workload": {f.name: getattr(w, f.name) for f in fields(w) if f.name != "surrogate"},
+        "gpus_per_host": settings.gpus_per_host,
+        "quantum_s": settings.quantum_s,
+        "host_priorities": settings.host_priorities,
+        "tcp_rto_max_ms": settings.tcp_rto_max_ms,
+        "calibration_runs": [
+            settings.calibration_runs.iterations,
+            settings.calibration_runs.repeats,
+        ],  # fmt: skip
+        "overheads": settings.overheads.to_json() if settings.overheads else None,
+    }
+    return json.loads(json.dumps(key))  # (tuples as lists: as read back from a file)
+
+
+def kept(settings: TestbedSettings, path: Path) -> dict | None:
+    """The JSON at ``path`` if ``--resume`` keeps it: the file is there, readable, and was
+    written under this experiment's :func:`run_key`; else ``None`` (the run is done again)."""
+    if not settings.resume:
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        print(f"{path}: unreadable ({type(exc).__name__}: {exc}); running it again", flush=True)
+        return None
+    if not isinstance(record, dict) or record.get("run_key") != run_key(settings):
+        print(f"{path}: of other settings; running it again", flush=True)
+        return None
+    return record
 
 
 def workload(settings: TestbedSettings, seed: int) -> list[HpoTask]:
@@ -204,6 +248,12 @@ def testbed_parser(description: str, prog: str) -> argparse.ArgumentParser:
         type=output_folder,
         default="results/testbed",
         help="output folder (default: results/testbed)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the runs (and the calibration) already finished in --out under the same "
+        "settings and run only the others",
     )
     return parser
 
@@ -495,6 +545,7 @@ def settings_of(
         overheads=overheads,
         calibrate=args.calibrate,
         calibration_runs=CalibrationRuns(args.calibration_iterations, args.calibration_repeats),
+        resume=args.resume,
     )
 
 
