@@ -34,7 +34,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -795,8 +795,8 @@ def plot(outcomes: list[atlas.ClaimOutcome], out: Path) -> Path:
 MAP_CLAIMS = ("beamer", "jpas", "hermes", "varys")
 
 
-def main(argv=None) -> int:
-    """Map the claims (and run the testbed experiment), write the report; the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """``hpo-reproduce``'s command line."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument("--simulator-only", action="store_true",
                         help="only the simulator (no root, no testbed)")  # fmt: skip
@@ -855,6 +855,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=output_folder, default="results/report",
                         help="output folder (default: results/report)")  # fmt: skip
     add_sweep_arguments(parser)
+    return parser
+
+
+def checked_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """The parsed command line with its defaults filled in and ``mode`` set (simulator-only,
+    with the testbed, or testbed results given); a contradiction is ``parser.error``."""
     args = parser.parse_args(argv)
     args.seeds = args.seeds or (4 if args.quick else 5)
     args.max_seeds = args.max_seeds or (8 if args.quick else 12)
@@ -875,44 +881,132 @@ def main(argv=None) -> int:
         parser.error("the testbed needs root: run as root, or use --simulator-only")
     args.out = args.out.resolve()  # the testbed experiment runs from the checkout's root
     args.out.mkdir(parents=True, exist_ok=True)
+    args.mode = mode
+    return args
+
+
+def summary_json(meta: dict, outcomes: list[atlas.ClaimOutcome], claims: list[Claim],
+                 testbed: dict | None, confirmations: Sequence[confirm.Confirmation],
+                 out: Path) -> dict:  # fmt: skip
+    """``summary.json``: the run's settings and provenance, every map's verdict counts, every
+    claim's comparisons and the testbed's against the simulator."""
+    return {
+        **meta,
+        "maps": [
+            {
+                "claim": o.claim.key,
+                "cells": len(o.cells),
+                "verdicts": atlas.counts(o.claim, o.cells),
+                "map_wide": o.map_wide,
+                "files": {k: str(v.relative_to(out)) for k, v in o.files.items()},
+            }
+            for o in outcomes
+        ],
+        "claims": [
+            {
+                "name": c.name,
+                "verdict": c.verdict,
+                "setting": c.setting,
+                "metric": c.metric,
+                "context": [
+                    {"what": label, "mean": r.mean, "low": r.low, "high": r.high, "n": r.n}
+                    for label, r in c.context
+                    if r is not None
+                ],
+                "comparisons": [
+                    {
+                        "baseline": x.baseline,
+                        "verdict": x.verdict,
+                        "mean": None if x.ratio is None else x.ratio.mean,
+                        "low": None if x.ratio is None else x.ratio.low,
+                        "high": None if x.ratio is None else x.ratio.high,
+                        "n": None if x.ratio is None else x.ratio.n,
+                    }
+                    for x in c.comparisons
+                ],
+            }
+            for c in claims
+        ],
+        "simulator_vs_testbed": None if testbed is None else agreement(testbed),
+        "testbed_confirmation": [row for c in confirmations for row in confirmation_rows(c)],
+        "testbed_verdicts": None
+        if testbed is None
+        else [
+            row
+            for claimed, baselines, metric in TESTBED_CLAIMS
+            for row in predicted_against_measured(testbed, claimed, baselines, metric)
+        ],
+    }
+
+
+def print_verdicts(outcomes: list[atlas.ClaimOutcome], claims: list[Claim]) -> None:
+    """The verdict counts per map and each claim's verdict, on the terminal."""
+    print()
+    for o in outcomes:
+        print(f"{o.claim.name:<8} " + "; ".join(
+            f"vs {b}: " + ", ".join(f"{v} {k}" for k, v in n.items() if v)
+            for b, n in atlas.counts(o.claim, o.cells).items()
+        ))  # fmt: skip
+    for c in claims:
+        print(f"{c.name:<8} {c.verdict}")
+
+
+def map_claims(args: argparse.Namespace, progress: Callable[[str], None]
+               ) -> tuple[list[atlas.ClaimOutcome], list[Claim]]:  # fmt: skip
+    """The simulator's part: the maps asked for (with the user's policies as further readings)
+    and the bound checks against brute force. Raises :class:`SweepError` if points failed."""
+    maps = [claim_map.with_policies(CLAIMS[name], args.policy, args.gpu_policy)
+            for name in args.claims if name in MAP_CLAIMS]  # fmt: skip
+    outcomes = atlas.run_atlas(maps, args.out, args, args.quick, args.seeds, args.max_seeds,
+                               progress)  # fmt: skip
+    claims: list[Claim] = []
+    if "optimum" in args.claims:
+        parts = [{"claim": "optimum", "part": part, "contended": True}
+                 for part in ("bssi", "stages")]  # fmt: skip
+        results = run_points(parts, run_optimum_point, args.out / "points", args,
+                             label="bound checks")  # fmt: skip
+        claims += against_brute_force({p["part"]: r for p, r in zip(parts, results, strict=True)})
+    return outcomes, claims
+
+
+def testbed_part(args: argparse.Namespace, progress: Callable[[str], None]
+                 ) -> tuple[dict | None, list[confirm.Confirmation]]:  # fmt: skip
+    """The testbed's part: the main experiment (run as root, or read from
+    ``--testbed-results``; none when simulator-only) and the maps' confirmations (run with
+    the testbed, read with ``--testbed-results``, skipped with ``--quick``)."""
+    testbed = None
+    if args.testbed_results is not None:
+        testbed = confirm.load_testbed_experiment(args.testbed_results)
+        args.testbed_seeds = testbed["workload"]["seeds"]
+    elif args.mode == "with the testbed":
+        testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)
+    confirmations = []
+    if args.mode != "simulator-only" and not args.quick:
+        for key in (k for k in args.claims if k in TESTBED_MAPS):
+            confirmations.append(confirm.confirm(
+                CLAIMS[key], args.out / "confirm", args, progress=progress,
+                run=args.mode == "with the testbed"))  # fmt: skip
+    return testbed, confirmations
+
+
+def main(argv=None) -> int:
+    """Map the claims (and run the testbed experiment), write the report; the exit status."""
+    args = checked_arguments(build_parser(), argv)
     started = time.perf_counter()
 
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    maps = [claim_map.with_policies(CLAIMS[name], args.policy, args.gpu_policy)
-            for name in args.claims if name in MAP_CLAIMS]  # fmt: skip
-    claims: list[Claim] = []
     try:
-        outcomes = atlas.run_atlas(maps, args.out, args, args.quick, args.seeds, args.max_seeds,
-                                   progress)  # fmt: skip
-        if "optimum" in args.claims:
-            parts = [{"claim": "optimum", "part": part, "contended": True}
-                     for part in ("bssi", "stages")]  # fmt: skip
-            results = run_points(parts, run_optimum_point, args.out / "points", args,
-                                 label="bound checks")  # fmt: skip
-            claims += against_brute_force(
-                {p["part"]: r for p, r in zip(parts, results, strict=True)}
-            )
+        outcomes, claims = map_claims(args, progress)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    testbed = None
-    if args.testbed_results is not None:
-        testbed = confirm.load_testbed_experiment(args.testbed_results)
-        args.testbed_seeds = testbed["workload"]["seeds"]
-    elif mode == "with the testbed":
-        testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)
+    testbed, confirmations = testbed_part(args, progress)
     if testbed is not None:
         claims.append(beamer_testbed(testbed))
-    confirmations = []
-    if mode != "simulator-only" and not args.quick:
-        for key in (k for k in args.claims if k in TESTBED_MAPS):
-            confirmations.append(confirm.confirm(
-                CLAIMS[key], args.out / "confirm", args, progress=progress,
-                run=mode == "with the testbed"))  # fmt: skip
     meta = {
-        "mode": mode,
+        "mode": args.mode,
         "quick": args.quick,
         "seeds": args.seeds,
         "max_seeds": args.max_seeds,
@@ -924,62 +1018,9 @@ def main(argv=None) -> int:
     plot(outcomes, args.out)
     write_json(
         args.out / "summary.json",
-        {
-            **meta,
-            "maps": [
-                {
-                    "claim": o.claim.key,
-                    "cells": len(o.cells),
-                    "verdicts": atlas.counts(o.claim, o.cells),
-                    "map_wide": o.map_wide,
-                    "files": {k: str(v.relative_to(args.out)) for k, v in o.files.items()},
-                }
-                for o in outcomes
-            ],
-            "claims": [
-                {
-                    "name": c.name,
-                    "verdict": c.verdict,
-                    "setting": c.setting,
-                    "metric": c.metric,
-                    "context": [
-                        {"what": label, "mean": r.mean, "low": r.low, "high": r.high, "n": r.n}
-                        for label, r in c.context
-                        if r is not None
-                    ],
-                    "comparisons": [
-                        {
-                            "baseline": x.baseline,
-                            "verdict": x.verdict,
-                            "mean": None if x.ratio is None else x.ratio.mean,
-                            "low": None if x.ratio is None else x.ratio.low,
-                            "high": None if x.ratio is None else x.ratio.high,
-                            "n": None if x.ratio is None else x.ratio.n,
-                        }
-                        for x in c.comparisons
-                    ],
-                }
-                for c in claims
-            ],
-            "simulator_vs_testbed": None if testbed is None else agreement(testbed),
-            "testbed_confirmation": [row for c in confirmations for row in confirmation_rows(c)],
-            "testbed_verdicts": None
-            if testbed is None
-            else [
-                row
-                for claimed, baselines, metric in TESTBED_CLAIMS
-                for row in predicted_against_measured(testbed, claimed, baselines, metric)
-            ],
-        },
+        summary_json(meta, outcomes, claims, testbed, confirmations, args.out),
     )
-    print()
-    for o in outcomes:
-        print(f"{o.claim.name:<8} " + "; ".join(
-            f"vs {b}: " + ", ".join(f"{v} {k}" for k, v in n.items() if v)
-            for b, n in atlas.counts(o.claim, o.cells).items()
-        ))  # fmt: skip
-    for c in claims:
-        print(f"{c.name:<8} {c.verdict}")
+    print_verdicts(outcomes, claims)
     print(f"\n{path} ({meta['wall_s']:.0f} s)")
     return 0
 
