@@ -437,8 +437,8 @@ def plot(rows, out: Path, args) -> list[Path]:
     ]
 
 
-def main(argv=None) -> int:
-    """Run the sweep, print and write its tables and figures; the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """``hpo-gpu-sweep``'s command line."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--seeds", type=non_negative(int), nargs="+", default=[1, 2], help="default: 1 2"
@@ -511,6 +511,12 @@ def main(argv=None) -> int:
         help="output folder (default: results/gpu)",
     )
     add_sweep_arguments(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the sweep, print and write its tables and figures; the exit status."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if not 0 <= args.resume_cost < args.quantum:
         parser.error("need 0 <= --resume-cost < --quantum")
@@ -546,6 +552,18 @@ def main(argv=None) -> int:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
+    summary = summarise_rows(rows)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print_summary(rows, summary)
+    figures = plot(rows, args.out, args)
+    print(f"\nwrote {args.out}/gpu.csv, summary.json, " + ", ".join(p.name for p in figures))
+    print(f"total {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def summarise_rows(rows: list[dict]) -> dict:
+    """``summary.json``: per part, search and cluster size each policy's means and 95 % CIs
+    over the seeds, and the pairs' ratios to fair+fifo paired per seed."""
     summary = {}
     for part, search, hosts in sorted({(r["part"], r["search"], r["hosts"]) for r in rows}):
         key = f"{part}/{search}/{hosts or 'no-network'}"
@@ -558,7 +576,11 @@ def main(argv=None) -> int:
             for label, group in grouped(rows, part, search, hosts)
         }
     summary["pairs_vs_fair_fifo"] = pair_ratios(rows)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def print_summary(rows: list[dict], summary: dict) -> None:
+    """:func:`summarise_rows`' intervals and ratios, on the terminal."""
     print("\nmean +/- 95 % CI over seeds (s): best identified / best at 90% / HPO completion")
     for key in summary:
         if key == "pairs_vs_fair_fifo":
@@ -573,10 +595,6 @@ def main(argv=None) -> int:
         for label, ratios in by_label.items():
             cells = " / ".join(ratios[k]["text"] for k in PAIR_METRICS)
             print(f"  {hosts:>4} hosts {label:<14} {cells}")
-    figures = plot(rows, args.out, args)
-    print(f"\nwrote {args.out}/gpu.csv, summary.json, " + ", ".join(p.name for p in figures))
-    print(f"total {time.perf_counter() - started:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

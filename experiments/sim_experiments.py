@@ -28,7 +28,6 @@ The policies and the simulator (numba's kernels) are imported where a run needs 
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import random
 import sys
@@ -66,7 +65,7 @@ from experiments.figures import error_bars, spread_note  # noqa: E402
 from netsched_data import SMALL_TRACE, TRACES, DataError, find_trace  # noqa: E402
 from netsched_data import trace as bundled_trace  # noqa: E402
 from simulator.__main__ import hpo_summary  # noqa: E402
-from simulator.metrics import coflow_rows, trace_lower_bound  # noqa: E402
+from simulator.metrics import coflow_rows, trace_lower_bound, write_csv  # noqa: E402
 from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate  # noqa: E402
 
 if TYPE_CHECKING:
@@ -366,8 +365,8 @@ def plot_trace(rows: list[dict], out: Path) -> Path:
     return path
 
 
-def main(argv=None) -> int:
-    """Run the sweep, print and write its tables and figures; the exit status."""
+def build_parser() -> argparse.ArgumentParser:
+    """``hpo-sim-sweep``'s command line."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--hosts",
@@ -432,6 +431,12 @@ def main(argv=None) -> int:
         help="output folder (default: results/sim)",
     )
     add_sweep_arguments(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the sweep, print and write its tables and figures; the exit status."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if min(args.hosts) < WORKERS or min(args.loads) <= 0 or args.link_gbps <= 0:
         parser.error(f"--hosts must be >= {WORKERS}, --loads and --link-gbps > 0")
@@ -461,6 +466,19 @@ def main(argv=None) -> int:
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    written = write_tables(points, results, key, args)
+    print(
+        f"\nfinished in {time.perf_counter() - started:.0f} s; results and figures in {args.out}/:"
+    )
+    for path in written:
+        print(f"  {path.name}")
+    return 0
+
+
+def write_tables(points: list[dict], results: list[dict], key: str,
+                 args: argparse.Namespace) -> list[Path]:  # fmt: skip
+    """Write the sweep's tables (``hpo.csv``, ``hpo-summary.csv``, ``trace.csv``) and figures,
+    and print the comparison; the files written."""
     rows = [r for p, r in zip(points, results, strict=True) if p["kind"] == "hpo"]
     # (each row names its trace: which one ran, synthetic or not, is in the file)
     trace_rows = [
@@ -468,28 +486,13 @@ def main(argv=None) -> int:
         for p, r in zip(points, results, strict=True)
         if p["kind"] == "trace"
     ]
-    with open(args.out / "hpo.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.out / "hpo.csv", rows)
     summary = seed_summary(rows, args.baseline)
-    with open(args.out / "hpo-summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(summary[0]))
-        writer.writeheader()
-        writer.writerows(summary)
+    write_csv(args.out / "hpo-summary.csv", summary)
     _print_points(rows, summary, args.baseline)
-    with open(args.out / "trace.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(trace_rows[0]))
-        writer.writeheader()
-        writer.writerows(trace_rows)
+    write_csv(args.out / "trace.csv", trace_rows)
     figures = plot_hpo(summary, args.out, args) + [plot_trace(trace_rows, args.out)]
-    print(
-        f"\nfinished in {time.perf_counter() - started:.0f} s; results and figures in {args.out}/:"
-    )
-    for path in [args.out / "hpo.csv", args.out / "hpo-summary.csv", args.out / "trace.csv",
-                 *figures]:  # fmt: skip
-        print(f"  {path.name}")
-    return 0
+    return [args.out / "hpo.csv", args.out / "hpo-summary.csv", args.out / "trace.csv", *figures]
 
 
 if __name__ == "__main__":
