@@ -167,102 +167,143 @@ def run_gpu_hpo(
     n = len(curves)
     if sorted(order) != list(range(n)):
         raise ValueError("order must be a permutation of the configurations")
-    plan = rung_plan(n, search, max_iterations, eta)
-    budgets = [sum(add for _, add in plan[: s + 1]) for s in range(len(plan))]
-    # survivors() and asha_promotions() read only the curves and the plan: no model, no hosts
-    # (nothing here goes over a network)
-    task = HpoTask(0, 0.0, None, "ps", list(curves), [], plan, eta, search == "asha")
     target = target_accuracy(curves) if target is None else target
-    # iterations each configuration needs to reach the target (inf: never)
-    needed = [c.iterations_to(target / c.final_accuracy) if c.final_accuracy > target
-              else math.inf for c in curves]  # fmt: skip
     manager = GpuManager(make_gpu_policy(policy), 1, n_gpus, quantum_s, resume_cost_s)
-    meta: dict[int, tuple[int, int]] = {}  # job id -> (configuration, rung)
-    trained = [0.0] * n  # iterations before each configuration's current job
-    waiting = [0] * len(plan)  # halving: jobs of the rung still training
-    completed: list[dict[int, float]] = [{} for _ in plan]  # asha: accuracy at the rung's end
-    promoted: list[list[int]] = [[] for _ in plan]
-    ready_at: dict[int, float] = {}  # running job -> when it computes (after its resume cost)
-    observations: list[tuple[float, int, float]] = []
-    reached_s: float | None = None
-
-    def submit(configs: list[int], rung: int, now: float) -> None:
-        for config in configs:
-            job = GpuJob(len(meta), 1, now, plan[rung][1], iteration_s)
-            meta[job.job_id] = (config, rung)
-            waiting[rung] += 1
-            manager.submit(job, now, accuracy=curves[config].accuracy(trained[config]))
-
-    def rung_done(config: int, rung: int) -> list[int]:
-        """The configurations that start rung ``rung + 1`` now that ``config`` ended ``rung``."""
-        waiting[rung] -= 1
-        if search == "asha":
-            completed[rung][config] = curves[config].accuracy(budgets[rung])
-            going = asha_promotions(task, rung, completed[rung], promoted[rung])
-            promoted[rung] += going
-            return going
-        if waiting[rung]:
-            return []
-        return survivors(task, rung, {c: budgets[rung] for c in range(n)
-                                      if trained[c] == budgets[rung]})  # fmt: skip
-
-    submit(list(order), 0, 0.0)
-    now, boundary = 0.0, 0.0
+    hpo = _GpuHpo(curves, rung_plan(n, search, max_iterations, eta), search, eta, target,
+                  manager, iteration_s)  # fmt: skip
+    hpo.submit(list(order), 0, 0.0)
+    boundary = 0.0
     for _ in range(max_events):
         active = manager.active()
         if not active:
             break
         running = [j for j in active if j.running]
-        finishes = [
-            max(now, ready_at[j.job_id]) + (j.iterations - j.done) * j.iteration_s for j in running
-        ]
-        until = max(now, min([boundary, *finishes]))
-        for job in running:
-            start = max(now, ready_at[job.job_id])
-            if until <= start:
-                continue
-            config = meta[job.job_id][0]
-            before = trained[config] + job.done
-            job.done = min(float(job.iterations), job.done + (until - start) / job.iteration_s)
-            if reached_s is None or start < reached_s:
-                if before < needed[config] <= trained[config] + job.done + _EPS:
-                    crossing = start + (needed[config] - before) * job.iteration_s
-                    reached_s = crossing if reached_s is None else min(reached_s, crossing)
-        now = until
-        changed = False
-        ended = []
-        for job in running:
-            config, rung = meta[job.job_id]
-            accuracy = curves[config].accuracy(trained[config] + job.done)
-            manager.report(job.job_id, job.done, accuracy)
-            observations.append((now, config, accuracy))
-            if job.done >= job.iterations - _EPS:
-                job.done = float(job.iterations)
-                trained[config] = float(budgets[rung])
-                manager.finish(job.job_id, now)
-                ended.append((config, rung))
-                changed = True
-        for config, rung in ended:
-            going = rung_done(config, rung)
-            if going:
-                submit(going, rung + 1, now)
-        boundary = reschedule(manager, now, boundary, changed, ready_at)
+        finishes = [max(hpo.now, hpo.ready_at[j.job_id]) + (j.iterations - j.done) * j.iteration_s
+                    for j in running]  # fmt: skip
+        hpo.train(running, max(hpo.now, min([boundary, *finishes])))
+        changed = hpo.report(running)
+        boundary = reschedule(manager, hpo.now, boundary, changed, hpo.ready_at)
     else:
         raise RuntimeError("the HPO did not finish within max_events")
-    top = budgets[-1]
-    best = max((c for c in range(n) if trained[c] == top),
-               key=lambda c: (curves[c].accuracy(top), -c))  # fmt: skip
-    stats = manager.stats(now)
-    return GpuHpoRun(
-        best_config=best,
-        best_identified_s=best_identified_s(observations, best),
-        target_reached_s=reached_s,
-        hpo_completion_s=now,
-        gpu_s=manager.busy_gpu_s,
-        preemptions=stats["preemptions"],
-        preemption_cost_gpu_s=stats["preemption_cost_gpu_s"],
-        trained=trained,
-    )
+    return hpo.result()
+
+
+class _GpuHpo:
+    """The state of one :func:`run_gpu_hpo`: which configuration and rung each job trains, what
+    each configuration has trained, the rungs' bookkeeping and the clock.
+
+    Attributes:
+        meta: job id -> (configuration, rung).
+        trained: iterations each configuration had before its current job.
+        waiting: halving: the jobs of each rung still training.
+        completed: asha: each rung's ended configurations and their accuracy at its end.
+        promoted: asha: each rung's configurations promoted so far.
+        ready_at: a running job -> when it computes (after its resume cost).
+        observations: (time, configuration, accuracy) of every report.
+        reached_s: when some configuration first reached the target (``None``: not yet).
+        needed: iterations each configuration needs to reach the target (inf: never).
+    """
+
+    def __init__(
+        self, curves: Sequence[Curve], plan: list[tuple[int, int]], search: str, eta: int,
+        target: float, manager: GpuManager, iteration_s: float,
+    ) -> None:  # fmt: skip
+        n = len(curves)
+        self.curves, self.plan, self.search = curves, plan, search
+        self.manager, self.iteration_s = manager, iteration_s
+        self.budgets = [sum(add for _, add in plan[: s + 1]) for s in range(len(plan))]
+        # survivors() and asha_promotions() read only the curves and the plan: no model, no
+        # hosts (nothing here goes over a network)
+        self.task = HpoTask(0, 0.0, None, "ps", list(curves), [], plan, eta, search == "asha")
+        self.needed = [c.iterations_to(target / c.final_accuracy) if c.final_accuracy > target
+                       else math.inf for c in curves]  # fmt: skip
+        self.meta: dict[int, tuple[int, int]] = {}
+        self.trained = [0.0] * n
+        self.waiting = [0] * len(plan)
+        self.completed: list[dict[int, float]] = [{} for _ in plan]
+        self.promoted: list[list[int]] = [[] for _ in plan]
+        self.ready_at: dict[int, float] = {}
+        self.observations: list[tuple[float, int, float]] = []
+        self.reached_s: float | None = None
+        self.now = 0.0
+
+    def submit(self, configs: list[int], rung: int, now: float) -> None:
+        """Submit a job of rung ``rung`` for each of ``configs``, in that order."""
+        for config in configs:
+            job = GpuJob(len(self.meta), 1, now, self.plan[rung][1], self.iteration_s)
+            self.meta[job.job_id] = (config, rung)
+            self.waiting[rung] += 1
+            accuracy = self.curves[config].accuracy(self.trained[config])
+            self.manager.submit(job, now, accuracy=accuracy)
+
+    def rung_done(self, config: int, rung: int) -> list[int]:
+        """The configurations that start rung ``rung + 1`` now that ``config`` ended ``rung``."""
+        self.waiting[rung] -= 1
+        if self.search == "asha":
+            self.completed[rung][config] = self.curves[config].accuracy(self.budgets[rung])
+            going = asha_promotions(self.task, rung, self.completed[rung], self.promoted[rung])
+            self.promoted[rung] += going
+            return going
+        if self.waiting[rung]:
+            return []
+        budget = self.budgets[rung]
+        return survivors(self.task, rung, {c: budget for c in range(len(self.curves))
+                                           if self.trained[c] == budget})  # fmt: skip
+
+    def train(self, running: list[GpuJob], until: float) -> None:
+        """Advance the running jobs' iterations to ``until`` (each from when it computes) and
+        note when the target is first reached."""
+        for job in running:
+            start = max(self.now, self.ready_at[job.job_id])
+            if until <= start:
+                continue
+            config = self.meta[job.job_id][0]
+            before = self.trained[config] + job.done
+            job.done = min(float(job.iterations), job.done + (until - start) / job.iteration_s)
+            if self.reached_s is None or start < self.reached_s:
+                needed = self.needed[config]
+                if before < needed <= self.trained[config] + job.done + _EPS:
+                    crossing = start + (needed - before) * job.iteration_s
+                    self.reached_s = crossing if self.reached_s is None else min(
+                        self.reached_s, crossing)  # fmt: skip
+        self.now = until
+
+    def report(self, running: list[GpuJob]) -> bool:
+        """Report every running job's progress to the manager, end the jobs whose rung is done
+        and submit the next rung's; whether a job ended."""
+        ended = []
+        for job in running:
+            config, rung = self.meta[job.job_id]
+            accuracy = self.curves[config].accuracy(self.trained[config] + job.done)
+            self.manager.report(job.job_id, job.done, accuracy)
+            self.observations.append((self.now, config, accuracy))
+            if job.done >= job.iterations - _EPS:
+                job.done = float(job.iterations)
+                self.trained[config] = float(self.budgets[rung])
+                self.manager.finish(job.job_id, self.now)
+                ended.append((config, rung))
+        for config, rung in ended:
+            going = self.rung_done(config, rung)
+            if going:
+                self.submit(going, rung + 1, self.now)
+        return bool(ended)
+
+    def result(self) -> GpuHpoRun:
+        """What the finished HPO measured."""
+        top = self.budgets[-1]
+        best = max((c for c in range(len(self.curves)) if self.trained[c] == top),
+                   key=lambda c: (self.curves[c].accuracy(top), -c))  # fmt: skip
+        stats = self.manager.stats(self.now)
+        return GpuHpoRun(
+            best_config=best,
+            best_identified_s=best_identified_s(self.observations, best),
+            target_reached_s=self.reached_s,
+            hpo_completion_s=self.now,
+            gpu_s=self.manager.busy_gpu_s,
+            preemptions=stats["preemptions"],
+            preemption_cost_gpu_s=stats["preemption_cost_gpu_s"],
+            trained=self.trained,
+        )
 
 
 def _mean(values: list[float | None]) -> float | None:
