@@ -58,7 +58,6 @@ from cli.argtypes import (  # noqa: E402
     fraction,
     non_negative,
     output_folder,
-    policy_help,
     policy_name,
     positive,
     program,
@@ -73,6 +72,7 @@ from workloads.gpu import (  # noqa: E402
     GPU_POLICIES,
     GpuJob,
     GpuManager,
+    add_gpu_policy_argument,
     gpu_policy_name,
     make_gpu_policy,
     run_time_sharing,
@@ -485,15 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run part 2's full search with YAHPO Gym LCBench curves (DIR holds lcbench/; "
         "without DIR, or 'bundled': the surrogate bundled with the package)",
     )
-    parser.add_argument(
-        "--gpu-policy",
-        nargs="+",
-        type=gpu_policy_name,
-        default=GPU_ORDER,
-        metavar="GPU_POLICY",
-        help=f"GPU policies of parts 1 and 2: {policy_help(GPU_POLICIES)} (default: "
-        f"{' '.join(GPU_ORDER)})",
-    )
+    add_gpu_policy_argument(parser, GPU_ORDER, f"GPU policies of parts 1 and 2 (default: "
+                            f"{' '.join(GPU_ORDER)})", none=False)  # fmt: skip
     parser.add_argument(
         "--pairs",
         nargs="+",

@@ -60,7 +60,7 @@ from controller.stats import format_interval, mean_ci, paired_ratio_ci
 from netsched_data import BUNDLED
 from simulator.__main__ import run_label
 from simulator.metrics import provenance, write_csv, write_json
-from workloads.gpu import GPU_POLICIES, gpu_policy_name
+from workloads.gpu import add_gpu_policy_argument
 from workloads.hpo import PATTERNS
 from workloads.optuna_search import (
     BACKENDS,
@@ -128,15 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"network policies, a study each: {policy_help(POLICY_NAMES)}; a run is labelled by "
         "its policy's name (default: beamer fair)",
     )
-    parser.add_argument(
-        "--gpu-policy",
-        nargs="+",
-        default=["none"],
-        type=gpu_policy_name,
-        metavar="GPU_POLICY",
-        help=f"GPU time-sharing policies, each with every --policy: none, "
-        f"{policy_help(GPU_POLICIES)} (default: none)",
-    )
+    add_gpu_policy_argument(parser, ["none"], "GPU time-sharing policies, each with every "
+                            "--policy (default: none)")  # fmt: skip
     parser.add_argument(
         "--seed", type=number(int, 0), nargs="+", default=[1], help="one run per seed"
     )

@@ -45,7 +45,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from cli.argtypes import (  # noqa: E402
     POLICY_NAMES,
-    named,
     non_negative,
     output_folder,
     policy_help,
@@ -67,7 +66,7 @@ from experiments.claims import CLAIMS, TESTBED_MAPS  # noqa: E402
 from experiments.figures import error_bars, spread_note  # noqa: E402
 from experiments.verdicts import MARGIN, Decision, Verdict, decide  # noqa: E402
 from simulator.metrics import provenance, write_json  # noqa: E402
-from workloads.gpu import GPU_POLICIES, gpu_policy_class  # noqa: E402
+from workloads.gpu import add_gpu_policy_argument  # noqa: E402
 
 # the checkout this runs from (the testbed experiment runs from it)
 ROOT = Path(__file__).resolve().parents[1]
@@ -843,15 +842,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"Beamer, JPAS and Varys maps' grid cells against the same baselines: "
         f"{policy_help(POLICY_NAMES)}",
     )
-    parser.add_argument(
-        "--gpu-policy",
-        nargs="+",
-        default=[],
-        type=named(gpu_policy_class),  # (not "none": the Hermes map is time-sharing)
-        metavar="GPU_POLICY",
-        help=f"GPU policies of your own, mapped likewise on the Hermes map: "
-        f"{policy_help(GPU_POLICIES)}",
-    )
+    # (not "none": the Hermes map is time-sharing)
+    add_gpu_policy_argument(parser, [], "GPU policies of your own, mapped likewise on the "
+                            "Hermes map", none=False)  # fmt: skip
     parser.add_argument("--out", type=output_folder, default="results/report",
                         help="output folder (default: results/report)")  # fmt: skip
     add_sweep_arguments(parser)

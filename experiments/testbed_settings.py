@@ -31,7 +31,7 @@ from controller.cluster import LEAF_SPINE, ONE_SWITCH, TOPOLOGIES, Cluster
 from experiments.testbed_network import network
 from netsched_data import BUNDLED
 from simulator.calibration import Overheads
-from workloads.gpu import GPU_POLICIES, gpu_policy_name
+from workloads.gpu import add_gpu_policy_argument
 from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, HpoTask, describe_workload, generate
 from workloads.profiles import PROFILES
 from workloads.yahpo import LcBench, YahpoError
@@ -270,15 +270,8 @@ def _policy_flags(parser: argparse.ArgumentParser) -> None:
         "it too); a run is labelled by its policy's name (default: "
         f"{' '.join(DEFAULT_POLICIES)})",
     )
-    parser.add_argument(
-        "--gpu-policy",
-        nargs="+",
-        default=["none"],
-        type=gpu_policy_name,
-        metavar="GPU_POLICY",
-        help=f"GPU time-sharing policies, each run with every --policy: none, "
-        f"{policy_help(GPU_POLICIES)} (default: none)",
-    )
+    add_gpu_policy_argument(parser, ["none"], "GPU time-sharing policies, each run with "
+                            "every --policy (default: none)")  # fmt: skip
     parser.add_argument(
         "--gpus-per-host", type=positive(int), default=1, help="emulated GPUs per host (default 1)"
     )

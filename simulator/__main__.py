@@ -46,10 +46,9 @@ from controller.timeline import Timeline, port_names
 from netsched_data import BUNDLED, TRACES, DataError, find_trace
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
 from workloads.gpu import (
-    GPU_POLICIES,
     GpuManager,
+    add_gpu_policy_argument,
     gpu_policy_label,
-    gpu_policy_name,
     make_gpu_policy,
 )
 from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate
@@ -163,16 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.2,
         help="share of configurations with a good learning curve (default: 0.2)",
     )
-    hpo.add_argument(
-        "--gpu-policy",
-        nargs="+",
-        default=["none"],
-        type=gpu_policy_name,
-        metavar="GPU_POLICY",
-        help=f"GPU time-sharing policies of the job manager: none, {policy_help(GPU_POLICIES)}; "
-        "every network policy runs with each (default: none, every job computes as soon as "
-        "it can)",
-    )
+    add_gpu_policy_argument(hpo, ["none"], "GPU time-sharing policies of the job manager, "
+                            "every network policy run with each (default: none, every job "
+                            "computes as soon as it can)")  # fmt: skip
     hpo.add_argument(
         "--gpus-per-host",
         type=positive(int),

@@ -29,11 +29,12 @@ network simulated, and ``topologies.testbed_driver.TestbedDriver`` with real wor
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cli.argtypes import named
+from cli.argtypes import named, policy_help
 from controller import plugins
 from workloads.curves import LearningCurve
 from workloads.hpo import best_identified_s
@@ -234,6 +235,20 @@ def gpu_policy_class(name: str) -> Callable[[], GpuPolicy]:
 
 # the --gpu-policy flag's argparse type, one for every command: ``none`` or a GPU policy
 gpu_policy_name = named(gpu_policy_class, also=("none",))
+
+
+def add_gpu_policy_argument(parser: argparse.ArgumentParser, default: list[str], what: str,
+                            none: bool = True) -> None:  # fmt: skip
+    """A ``--gpu-policy`` flag taking one or more GPU policies (``none``: also ``none``, every
+    job computing at once); its help says ``what`` they are for, then every way to name one."""
+    parser.add_argument(
+        "--gpu-policy",
+        nargs="+",
+        default=default,
+        type=gpu_policy_name if none else named(gpu_policy_class),
+        metavar="GPU_POLICY",
+        help=f"{what}: {'none, ' if none else ''}{policy_help(GPU_POLICIES)}",
+    )
 
 
 def make_gpu_policy(name: str) -> GpuPolicy:
