@@ -21,7 +21,6 @@ from pathlib import Path
 from cli.argtypes import (
     POLICY_NAMES,
     non_negative,
-    number,
     output_folder,
     policy_help,
     policy_name,
@@ -31,9 +30,9 @@ from controller.cluster import LEAF_SPINE, ONE_SWITCH, TOPOLOGIES, Cluster
 from experiments.testbed_network import network
 from netsched_data import BUNDLED
 from simulator.calibration import Overheads
+from workloads.flags import add_workload_arguments
 from workloads.gpu import add_gpu_policy_argument
-from workloads.hpo import MODEL_ZOO, PATTERNS, SEARCHES, HpoTask, describe_workload, generate
-from workloads.profiles import PROFILES
+from workloads.hpo import HpoTask, describe_workload, generate
 from workloads.yahpo import LcBench, YahpoError
 
 # the checkout this runs from (the OVS start-up script)
@@ -323,60 +322,9 @@ def _network_flags(parser: argparse.ArgumentParser) -> None:
 
 def _workload_flags(parser: argparse.ArgumentParser) -> None:
     """The seeded HPO workload every run trains."""
-    parser.add_argument(
-        "--tasks", type=positive(int), default=2, help="concurrent HPO tasks (default: 2)"
-    )
-    parser.add_argument(
-        "--configs",
-        type=positive(int),
-        default=9,
-        help="configurations each task starts with (default: 9)",
-    )
-    parser.add_argument(
-        "--eta",
-        type=number(int, 2),
-        default=3,
-        help="successive halving's reduction factor (default: 3)",
-    )
-    parser.add_argument(
-        "--search",
-        choices=SEARCHES,
-        default="halving",
-        help="halving: synchronous successive halving (default); asha: the same rungs without "
-        "a stage barrier; full: one stage, every configuration trained to the end",
-    )
-    parser.add_argument(
-        "--min-iterations",
-        type=positive(int),
-        default=3,
-        help="iterations of the first stage (default: 3, then 9 and 27 with eta 3)",
-    )
-    parser.add_argument(
-        "--workers", type=positive(int), default=3, help="GPUs (hosts) per job (default: 3)"
-    )
-    parser.add_argument(
-        "--patterns",
-        nargs="+",
-        default=["ring"],
-        choices=PATTERNS,
-        help="synchronisation patterns to draw from (default: ring; a parameter server keeps "
-        "its ports at most about half busy, see docs/testbed.md)",
-    )
-    parser.add_argument(
-        "--models",
-        nargs="+",
-        default=list(MODEL_ZOO),
-        choices=sorted(PROFILES),
-        help="model profiles the tasks draw from (default: the zoo, "
-        f"{' '.join(MODEL_ZOO)}; one model makes every task's jobs alike)",
-    )
-    parser.add_argument(
-        "--interarrival",
-        type=non_negative(float),
-        default=0.0,
-        metavar="SECONDS",
-        help="tasks arrive as a Poisson process of this mean gap (default 0: all at the start)",
-    )
+    add_workload_arguments(parser, tasks=2, min_iterations=3, patterns=("ring",),
+                           patterns_note="a parameter server keeps its ports at most about "
+                           "half busy, see docs/testbed.md")  # fmt: skip
     parser.add_argument(
         "--link-gbps",
         type=positive(float),

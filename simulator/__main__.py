@@ -33,7 +33,6 @@ from cli.argtypes import (
     POLICY_NAMES,
     fraction,
     non_negative,
-    number,
     output_folder,
     policy_help,
     policy_name,
@@ -45,14 +44,14 @@ from controller.metrics import summarise
 from controller.timeline import Timeline, port_names
 from netsched_data import BUNDLED, TRACES, DataError, find_trace
 from simulator.metrics import coflow_rows, trace_lower_bound, write_csv, write_json
+from workloads.flags import add_workload_arguments
 from workloads.gpu import (
     GpuManager,
     add_gpu_policy_argument,
     gpu_policy_label,
     make_gpu_policy,
 )
-from workloads.hpo import PATTERNS, SEARCHES, describe_workload, generate
-from workloads.profiles import PROFILES
+from workloads.hpo import PATTERNS, describe_workload, generate
 from workloads.yahpo import LcBench, YahpoError
 
 if TYPE_CHECKING:
@@ -91,43 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         "training iteration) under each policy and report stage, job and accuracy metrics.",
     )
     hpo.add_argument("--hosts", type=positive(int), default=13, help="hosts (default: 13)")
-    hpo.add_argument(
-        "--tasks", type=positive(int), default=4, help="concurrent HPO tasks (default: 4)"
-    )
-    hpo.add_argument(
-        "--configs", type=positive(int), default=9, help="configurations per task (default: 9)"
-    )
-    hpo.add_argument("--eta", type=number(int, 2), default=3, help="reduction factor (default: 3)")
-    hpo.add_argument(
-        "--min-iterations",
-        type=positive(int),
-        default=10,
-        help="iterations of the first stage (default: 10)",
-    )
-    hpo.add_argument(
-        "--workers", type=positive(int), default=3, help="GPUs (hosts) per job (default: 3)"
-    )
-    hpo.add_argument(
-        "--models",
-        nargs="+",
-        default=["resnet50", "vgg16", "inception3"],
-        choices=sorted(PROFILES),
-        metavar="MODEL",
-        help=f"models to draw from: {', '.join(sorted(PROFILES))}",
-    )
-    hpo.add_argument(
-        "--patterns",
-        nargs="+",
-        default=list(PATTERNS),
-        choices=PATTERNS,
-        help="synchronisation patterns to draw from (default: ps ring)",
-    )
-    hpo.add_argument(
-        "--interarrival",
-        type=non_negative(float),
-        default=0.0,
-        help="mean gap between task arrivals in s (default: 0, all at once)",
-    )
+    add_workload_arguments(hpo, tasks=4, min_iterations=10, patterns=PATTERNS)
     hpo.add_argument(
         "--scale",
         type=positive(float),
@@ -135,13 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="divide model bytes and compute time by this (default: 1)",
     )
     hpo.add_argument("--seed", type=non_negative(int), default=1, help="workload seed (default: 1)")
-    hpo.add_argument(
-        "--search",
-        choices=SEARCHES,
-        default="halving",
-        help="halving: successive halving (default); full: every configuration trains the "
-        "survivor's budget in one stage",
-    )
     hpo.add_argument(
         "--yahpo",
         nargs="?",
