@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from experiments import atlas, confirm, reproduce
+from experiments import atlas, confirm, report_testbed
 from experiments.claim_map import ClaimMap, Dimension, Level, Metric, Reading, cell_key
 from experiments.claims import CLAIMS, MAPS, TESTBED_MAPS
 from experiments.run_testbed import build_parser
@@ -147,7 +147,7 @@ def test_the_report_sets_the_predicted_verdicts_against_the_measured(tmp_path):
         {"largest": cells[0], "none": cells[-1]},
         {"largest": finished_experiment(seeds, bed, sim)},
     )  # fmt: skip
-    rows = reproduce.confirmation_rows(c)
+    rows = report_testbed.confirmation_rows(c)
     mine = {(r["role"], r["baseline"], r["metric"]): r for r in rows}
     assert len(rows) == 2 * 3 * 2  # cells x baselines x metrics
     fair = mine[("largest", "fair", "avg_sct_s")]
@@ -159,13 +159,13 @@ def test_the_report_sets_the_predicted_verdicts_against_the_measured(tmp_path):
     assert fifo["agree"] is False
     assert mine[("largest", "fair", "p95_sct_s")]["measured"] == "reproduced"
     assert mine[("none", "fair", "avg_sct_s")]["measured"] is None  # not run
-    text = "\n".join(reproduce.confirmation_lines(c, tmp_path))
+    text = "\n".join(report_testbed.confirmation_lines(c, tmp_path))
     assert "## Beamer on the testbed" in text and "![Beamer on the testbed]" in text
     assert "Verdicts agree in 4 of 6 comparisons." in text
     assert (tmp_path / "confirm-beamer.png").stat().st_size > 0
     # every ratio over five seeds has its interval drawn; one seed has none, and says so
     sources = ("map_ratio", "predicted_ratio", "measured_ratio")
-    fig = reproduce.confirmation_figure(c, rows)
+    fig = report_testbed.confirmation_figure(c, rows)
     assert all(container.has_xerr for ax in fig.axes for container in ax.containers)
     assert sum(len(ax.containers) for ax in fig.axes) == sum(
         1 for r in rows if r["metric"] == "avg_sct_s" for key in sources if r[key]
@@ -174,12 +174,12 @@ def test_the_report_sets_the_predicted_verdicts_against_the_measured(tmp_path):
     one = [{**r, **{key: {**r[key], "low": r[key]["mean"], "high": r[key]["mean"], "n": 1}
                     for key in sources if r[key]}}
            for r in rows]  # fmt: skip
-    fig = reproduce.confirmation_figure(c, one)
+    fig = report_testbed.confirmation_figure(c, one)
     assert all(ax.containers == [] for ax in fig.axes)
     assert fig.axes[0].get_xlabel().endswith("(one seed)")
     assert sum(len(ax.get_lines()) for ax in fig.axes) > 5  # the ratios, without bars
     assert "| models=zoo" not in text and "| zoo, together, ring | beamer |" in text
     not_run = confirm.Confirmation(CLAIMS["beamer"], c.small, c.chosen, {})
     assert "not run on the testbed yet: `sudo .venv/bin/hpo-reproduce` runs them" in "\n".join(
-        reproduce.confirmation_lines(not_run, tmp_path)
+        report_testbed.confirmation_lines(not_run, tmp_path)
     )

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from controller.stats import Interval, mean_ci
-from experiments import atlas, reproduce
+from experiments import atlas, report_claims, report_testbed, reproduce
 from experiments.claim_map import Reading
 from experiments.claims import CLAIMS
 
@@ -21,10 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_bound_holds_when_the_worst_instance_is_within_it():
     assert (
-        reproduce.Comparison("opt", Interval(1.1, 1.0, 3.9, 9), bound=4.0).verdict == "reproduced"
+        report_claims.Comparison("opt", Interval(1.1, 1.0, 3.9, 9), bound=4.0).verdict
+        == "reproduced"
     )
-    assert reproduce.Comparison("opt", Interval(1.1, 1.0, 4.1, 9), bound=4.0).verdict == "opposite"
-    assert reproduce.Comparison("opt", None).verdict == "not measured"
+    assert (
+        report_claims.Comparison("opt", Interval(1.1, 1.0, 4.1, 9), bound=4.0).verdict == "opposite"
+    )
+    assert report_claims.Comparison("opt", None).verdict == "not measured"
 
 
 def test_paired_comparisons_give_a_verdict_per_baseline_never_partly():
@@ -35,15 +38,15 @@ def test_paired_comparisons_give_a_verdict_per_baseline_never_partly():
         "same_base": {s: 10.0 * (1 + 0.01 * (s % 3)) * (1 + 0.002 * (-1) ** s) for s in seeds},
         "noisy_base": {s: 10.0 * (0.5 if s % 2 else 1.6) for s in seeds},
     }
-    comparisons = reproduce.paired_comparisons(values, "x", ["faster_base", "same_base",
+    comparisons = report_claims.paired_comparisons(values, "x", ["faster_base", "same_base",
                                                              "noisy_base"])  # fmt: skip
     verdicts = {c.baseline: c.verdict for c in comparisons}
     assert verdicts == {"faster_base": "reproduced", "same_base": "equivalent",
                         "noisy_base": "inconclusive"}  # fmt: skip
-    claim = reproduce.Claim("X", "paper", "statement", "setting", "metric", comparisons)
+    claim = report_claims.Claim("X", "paper", "statement", "setting", "metric", comparisons)
     assert claim.verdict == ("reproduced vs faster_base; equivalent vs same_base; inconclusive "
                              "vs noisy_base")  # fmt: skip
-    same = reproduce.Claim("X", "p", "s", "s", "m", comparisons[:1])
+    same = report_claims.Claim("X", "p", "s", "s", "m", comparisons[:1])
     assert same.verdict == "reproduced"
 
 
@@ -115,7 +118,7 @@ def test_simulator_only_quick_report(tmp_path):
 
 def test_one_testbed_seed_decides_nothing():
     one = {"beamer": {1: 8.0}, "fair": {1: 10.0}}
-    (comparison,) = reproduce.paired_comparisons(one, "beamer", ["fair"])
+    (comparison,) = report_claims.paired_comparisons(one, "beamer", ["fair"])
     assert comparison.ratio.mean == pytest.approx(0.8) and comparison.verdict == "inconclusive"
 
 
@@ -169,7 +172,7 @@ def a_testbed_summary():
 
 
 def test_agreement_checks_the_calibrated_prediction_and_the_paired_rankings():
-    rows = {row["policy"]: row for row in reproduce.agreement(a_testbed_summary())}
+    rows = {row["policy"]: row for row in report_testbed.agreement(a_testbed_summary())}
     assert rows["fair"]["within"] and rows["beamer"]["within"]
     assert rows["sincronia"]["within"] is False  # 25 % off
     # the absolute intervals overlap (the seeds differ more than the policies); paired per
@@ -184,7 +187,7 @@ def test_agreement_checks_the_calibrated_prediction_and_the_paired_rankings():
     assert [(r["faster_than"], r["simulator_agrees"]) for r in fair] == [("jpas", False)]
     assert fair[0]["testbed_ratio"]["high"] < 1 < fair[0]["simulator_ratio"]
     assert rows["jpas"]["ranking"] == []
-    lines = reproduce.agreement_lines(list(rows.values()), a_testbed_summary())
+    lines = report_testbed.agreement_lines(list(rows.values()), a_testbed_summary())
     assert any(line.startswith("| beamer | 31.") and "+/-" in line for line in lines)
     assert any(line.startswith("| fair |") and line.endswith("| 62 +/- 5 / 72 +/- 5 |")
                for line in lines)  # fmt: skip
@@ -199,7 +202,7 @@ def test_beamer_on_the_testbed_is_paired_per_seed():
         for p, factor in (("beamer", 0.9), ("sincronia", 1.0), ("fifo-lm", 1.0), ("fair", 1.0),
                           ("jpas", 1.1))
     ]  # fmt: skip
-    claim = reproduce.beamer_testbed({**a_testbed_summary(), "runs": runs})
+    claim = report_testbed.beamer_testbed({**a_testbed_summary(), "runs": runs})
     assert [c.baseline for c in claim.comparisons] == ["sincronia", "fifo-lm", "fair"]
     assert all(c.ratio.mean == pytest.approx(0.9) and c.ratio.n == 3 for c in claim.comparisons)
     assert claim.verdict == "reproduced" and "3 seed(s)" in claim.setting
@@ -207,15 +210,15 @@ def test_beamer_on_the_testbed_is_paired_per_seed():
 
 def test_the_report_says_where_the_levels_were_served_and_which_runs_failed():
     summary = {**a_testbed_summary(), "host_priorities": True, "tcp_rto_max_ms": 1000}
-    assert reproduce.enforcement(summary) == (
+    assert report_testbed.enforcement(summary) == (
         "priorities at the switch and the hosts, TCP timeout capped at 1 s"
     )
-    assert reproduce.enforcement(a_testbed_summary()) == (
+    assert report_testbed.enforcement(a_testbed_summary()) == (
         "priorities at the switch only, Linux's TCP timeouts"
     )
     summary["provenance"] = {"git_commit": "b" * 40, "git_dirty": True, "command": ["x"]}
     summary["failures"] = [{"policy": "jpas", "seed": 2, "error": "the switch s1 was deleted"}]
-    lines = reproduce.testbed_provenance(summary)
+    lines = report_testbed.testbed_provenance(summary)
     assert lines[-1] == ("- testbed run that failed and is left out: jpas, seed 2: the switch "
                          "s1 was deleted")  # fmt: skip
 
@@ -254,9 +257,9 @@ def test_report_from_a_finished_testbed_experiment(tmp_path):
 def test_the_simulators_verdicts_are_set_against_the_testbeds():
     # beamer 9-12 % faster than fair on the testbed, 4-7 % in the calibrated simulator: both
     # reproduced over three seeds, so they agree
-    (fair,) = reproduce.predicted_against_measured(a_testbed_summary(), "beamer", ["fair"])
+    (fair,) = report_testbed.predicted_against_measured(a_testbed_summary(), "beamer", ["fair"])
     assert fair["measured"] == fair["predicted"] == "reproduced" and fair["agree"]
-    rows = reproduce.predicted_against_measured(a_testbed_summary(), "beamer",
+    rows = report_testbed.predicted_against_measured(a_testbed_summary(), "beamer",
                                                 ["sincronia", "fair", "jpas", "varys"])  # fmt: skip
     by = {r["baseline"]: r for r in rows}
     assert set(by) == {"sincronia", "fair", "jpas"}  # varys did not run
@@ -266,9 +269,9 @@ def test_the_simulators_verdicts_are_set_against_the_testbeds():
     assert by["sincronia"]["measured"] == "inconclusive"
     assert by["sincronia"]["predicted"] == "reproduced" and not by["sincronia"]["agree"]
     assert by["jpas"]["measured_ratio"]["high"] < 1
-    lines = reproduce.verdict_lines(a_testbed_summary())
+    lines = report_testbed.verdict_lines(a_testbed_summary())
     assert any(line.startswith("| beamer / sincronia | sct_s | 0.758") and line.endswith("| no |")
                for line in lines)  # fmt: skip
-    assert reproduce.predicted_against_measured(a_testbed_summary(), "varys", ["fair"]) == []
+    assert report_testbed.predicted_against_measured(a_testbed_summary(), "varys", ["fair"]) == []
     # the runs here recorded no time to 90 %: no JPAS row rather than a row of nothing
     assert not any(line.startswith("| jpas") for line in lines)
