@@ -94,6 +94,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=positive(float), default=1800, help="testbed run timeout s"
     )
+    _study_flags(parser)
+    _policy_flags(parser)
+    _cluster_flags(parser)
+    parser.add_argument(
+        "--yahpo",
+        nargs="?",
+        const=BUNDLED,
+        metavar="DIR",
+        help="LCBench curves from the YAHPO Gym surrogate in DIR (holding lcbench/; without DIR, "
+        "or 'bundled': the one bundled with the package)",
+    )
+    parser.add_argument(
+        "--yahpo-task", default="3945", help="LCBench task of the surrogate (default: 3945)"
+    )
+    parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
+    parser.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="write no Optuna plots into --out (default: each study's history, intermediate "
+        "values, parallel coordinates and parameter importances, as PNG)",
+    )
+    return parser
+
+
+def _study_flags(parser: argparse.ArgumentParser) -> None:
+    """Optuna's side: pruner, sampler, storage, trials and studies."""
     parser.add_argument(
         "--pruner",
         choices=PRUNERS,
@@ -119,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--parallel", type=positive(int), default=9, help="trials of a study training at once"
     )
     parser.add_argument("--studies", type=positive(int), default=1, help="concurrent studies")
+
+
+def _policy_flags(parser: argparse.ArgumentParser) -> None:
+    """The policies each study runs under, its seeds and the baseline."""
     parser.add_argument(
         "--policy",
         nargs="+",
@@ -138,6 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the run the others are compared with (default: fair sharing's, with the first "
         "--gpu-policy; the first run if --policy has no fair)",
     )
+
+
+def _cluster_flags(parser: argparse.ArgumentParser) -> None:
+    """The cluster the trials train on and what every trial trains."""
     parser.add_argument(
         "--hosts", type=number(int, 2), default=13, help="hosts of the cluster (default: 13)"
     )
@@ -178,25 +212,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=5.0,
         help="GPU time-sharing quantum in s (default: 5)",
     )
-    parser.add_argument(
-        "--yahpo",
-        nargs="?",
-        const=BUNDLED,
-        metavar="DIR",
-        help="LCBench curves from the YAHPO Gym surrogate in DIR (holding lcbench/; without DIR, "
-        "or 'bundled': the one bundled with the package)",
-    )
-    parser.add_argument(
-        "--yahpo-task", default="3945", help="LCBench task of the surrogate (default: 3945)"
-    )
-    parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
-    parser.add_argument(
-        "--no-plots",
-        action="store_true",
-        help="write no Optuna plots into --out (default: each study's history, intermediate "
-        "values, parallel coordinates and parameter importances, as PNG)",
-    )
-    return parser
 
 
 def default_baseline(policies: list[str], gpu_policies: list[str]) -> str:
