@@ -98,7 +98,8 @@ def test_an_unusable_out_is_refused_before_any_work(tmp_path):
 
 COMMANDS = ("simulator.__main__", "experiments.sim_experiments", "experiments.gpu_experiments",
             "experiments.reproduce", "experiments.run_testbed", "experiments.calibrate",
-            "experiments.optuna_hpo", "simulator.schedule_plot", "controller.__main__",
+            "experiments.optuna_hpo", "experiments.tune_hpo", "simulator.schedule_plot",
+            "controller.__main__",
             "workloads.worker")  # fmt: skip
 
 
