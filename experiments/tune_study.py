@@ -141,8 +141,8 @@ def run_tune(
         gpu_policy: the GPU time-sharing policy's name (``none``: a GPU per worker), with
             ``gpus_per_host`` GPUs per host and a ``quantum`` of that many seconds.
         scheduler: ``"asha"`` or ``"hyperband"`` (Tune's, on the rungs), or a function
-            returning a Tune scheduler (its ``time_attr``: ``budget``, the iterations trained in
-            units of the first rung's, or ``training_iteration``, the rungs).
+            returning a Tune scheduler (with ``time_attr="budget"``, the iterations trained in
+            units of the first rung's, its milestones fall on the rungs' ends).
         searcher: ``"random"`` or ``"optuna"`` (seeded from ``seed`` and the study's index), or
             a function of that seed returning a Tune searcher.
         n_trials, parallel, studies, seed, hosts, workers, eta, min_iterations: as above.

@@ -271,8 +271,8 @@ class TuneSearch:
         param_space: Tune's search space (``tune.uniform`` and friends).
         curve: the learning curve of a trial's sampled hyper-parameters over
             ``max_iterations``: ``curve(params, max_iterations) -> Curve``.
-        scheduler: a Tune scheduler whose ``time_attr`` is :data:`TIME_ATTR` (or
-            ``training_iteration``, the rungs reported), e.g. :func:`make_scheduler`'s.
+        scheduler: a Tune scheduler; with ``time_attr`` :data:`TIME_ATTR` its milestones
+            fall on the rungs' ends (:func:`make_scheduler`'s do).
         searcher: a Tune searcher (seeded: the same seed, the same trials), or ``None`` for
             Tune's random search seeded with ``seed``.
         n_trials: trials in all (Tune's ``num_samples``).
@@ -375,7 +375,14 @@ class TuneSearch:
 
     def exhausted(self, task: HpoTask) -> bool:
         """Whether Tune has started all its trials."""
-        return len(self._snapshot.statuses) >= self.n_trials
+        with self._changed:
+            return len(self._snapshot.statuses) >= self.n_trials
+
+    def status(self, trial_id: str) -> str | None:
+        """Tune's status of trial ``trial_id`` at the last step (``TERMINATED``, ``PAUSED``,
+        ...), ``None`` if Tune has not reported it."""
+        with self._changed:
+            return self._snapshot.statuses.get(trial_id)
 
     # ---- Tune's side ------------------------------------------------------------------------
 
@@ -508,7 +515,7 @@ def trial_rows(task: HpoTask) -> list[dict]:
     for config, trial_id in sorted(search.trial_of.items()):
         reports = search.reported.get(config, [])
         last_step, value = reports[-1] if reports else (0, None)
-        status = search._snapshot.statuses.get(trial_id)
+        status = search.status(trial_id)
         state = "COMPLETE" if last_step == total else "PAUSED" if status == "PAUSED" else "STOPPED"
         rows.append({
             "task_id": task.task_id,
