@@ -57,6 +57,7 @@ from experiments.study_command import (
     on_testbed,
     run_labels,
     seed_table,
+    study_arguments,
 )
 from workloads.optuna_search import (
     PRUNERS,
@@ -143,12 +144,8 @@ def main(argv=None) -> int:
 
     def study(seed: int, name: str, gpu_policy: str, **more):
         return run_study(
-            space, backend=args.backend, policy=name, gpu_policy=gpu_policy,
-            sampler=args.sampler, pruner=args.pruner, storage=storage, n_trials=args.trials,
-            parallel=args.parallel, studies=args.studies, seed=seed, hosts=args.hosts,
-            workers=args.workers, eta=args.eta, min_iterations=args.min_iterations,
-            model=args.model, pattern=args.pattern, link_bps=args.link_gbps * 1e9,
-            gpus_per_host=args.gpus_per_host, quantum=args.quantum, **more,
+            space, policy=name, gpu_policy=gpu_policy, seed=seed, sampler=args.sampler,
+            pruner=args.pruner, storage=storage, **study_arguments(args), **more,
         )  # fmt: skip
 
     plots = None if args.no_plots else lambda run, folder: write_plots(run.studies, folder)

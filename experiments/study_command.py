@@ -166,6 +166,17 @@ def run_labels(args: argparse.Namespace) -> list[str]:
     return [run_label(name, gpu) for name in args.policy for gpu in args.gpu_policy]
 
 
+def study_arguments(args: argparse.Namespace) -> dict:
+    """The keyword arguments of a study function (``run_study``, ``run_tune``) the shared flags
+    give: the backend, cluster, workload and trials."""
+    return dict(
+        backend=args.backend, n_trials=args.trials, parallel=args.parallel,
+        studies=args.studies, hosts=args.hosts, workers=args.workers, eta=args.eta,
+        min_iterations=args.min_iterations, model=args.model, pattern=args.pattern,
+        link_bps=args.link_gbps * 1e9, gpus_per_host=args.gpus_per_host, quantum=args.quantum,
+    )  # fmt: skip
+
+
 def on_simulator(args: argparse.Namespace, argv, study: Study, plots: Plots | None) -> int:
     """Every seed's and (network, GPU) policy's run in the simulator, a line each, then the
     seed table; ``--out`` gets each run's CSVs, ``plots`` of its studies and ``summary.json``.

@@ -49,6 +49,7 @@ from experiments.study_command import (
     checked,
     on_simulator,
     on_testbed,
+    study_arguments,
 )
 from workloads.tune_search import SCHEDULERS, SEARCHERS
 
@@ -98,12 +99,9 @@ def main(argv=None) -> int:
         if out is None and args.out is not None:
             out = args.out / f"seed-{seed}"
         return run_tune(
-            space, curve, backend=args.backend, policy=name, gpu_policy=gpu_policy,
-            scheduler=args.scheduler, searcher=args.searcher, n_trials=args.trials,
-            parallel=args.parallel, studies=args.studies, seed=seed, hosts=args.hosts,
-            workers=args.workers, eta=args.eta, min_iterations=args.min_iterations,
-            model=args.model, pattern=args.pattern, link_bps=args.link_gbps * 1e9,
-            gpus_per_host=args.gpus_per_host, quantum=args.quantum, out=out, **more,
+            space, curve, policy=name, gpu_policy=gpu_policy, seed=seed,
+            scheduler=args.scheduler, searcher=args.searcher, out=out,
+            **study_arguments(args), **more,
         )  # fmt: skip
 
     if args.backend == "testbed":
