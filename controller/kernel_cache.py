@@ -24,12 +24,13 @@ without it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from numba import njit as njit  # (re-exported for the kernel modules, see above)
@@ -143,24 +144,71 @@ _warmed: set[str] = set()
 
 
 def warm_once(
-    what: str, kernel, load: Callable[[], object], stream=None, note: str = "", kernels: str = ""
+    what: str,
+    kernel,
+    load: Callable[[], object] | Sequence[tuple[str, Callable[[], object]]],
+    stream=None,
+    note: str = "",
+    kernels: str = "",
 ) -> float:
     """Call ``load`` (tiny runs that load ``what``'s kernels) once per process. Where ``kernel``
     is not in the disk cache, say on ``stream`` (default stderr) that they compile (``note``:
-    how long that takes), and in how long it did. Returns the seconds it took (0 once warm)."""
+    how long that takes), and in how long it did. ``load`` may be steps, ``(label, call)``
+    pairs: then a compile also says, step by step, how long each took. While it compiles, each
+    kernel of ours is named as numba finishes it. Returns the seconds it took (0 once warm)."""
     if what in _warmed:
         return 0.0
     stream = stream if stream is not None else sys.stderr
     started = time.perf_counter()
     compiling = is_cached(kernel) is False
+    steps = [("", load)] if callable(load) else list(load)
     if compiling:
         where = _chosen or "numba's cache"
         print(f"compiling the {what}'s numba kernels{f' ({kernels})' if kernels else ''}, once "
               f"per machine and source version: {note}cached in {where} afterwards",
               file=stream, flush=True)  # fmt: skip
-    load()
+    with _naming_compiles(stream, started) if compiling else contextlib.nullcontext():
+        _run_steps(steps, stream, started, compiling)
     _warmed.add(what)
     took = time.perf_counter() - started
     if compiling:
         print(f"compiled the {what}'s kernels in {took:.0f} s", file=stream, flush=True)
     return took
+
+
+def _run_steps(steps, stream, started: float, compiling: bool) -> None:
+    """Call every step; when compiling, say after each labelled one how long it took."""
+    for number, (label, call) in enumerate(steps, start=1):
+        step_started = time.perf_counter()
+        call()
+        if compiling and label:
+            done = time.perf_counter()
+            print(f"  [{number}/{len(steps)}] {label}: {done - step_started:.0f} s "
+                  f"({done - started:.0f} s so far)", file=stream, flush=True)  # fmt: skip
+
+
+OWN_PACKAGES = ("controller.", "simulator.")
+
+
+@contextlib.contextmanager
+def _naming_compiles(stream, started: float):
+    """While inside, name on ``stream`` each of our kernels as numba finishes compiling it (once
+    per kernel, however many signatures), with the seconds since ``started``."""
+    from numba.core import event
+
+    named: set[str] = set()
+
+    class Naming(event.Listener):
+        def on_start(self, ev) -> None:
+            pass
+
+        def on_end(self, ev) -> None:
+            function = ev.data["dispatcher"].py_func
+            name = f"{function.__module__}.{function.__qualname__}"
+            if function.__module__.startswith(OWN_PACKAGES) and name not in named:
+                named.add(name)
+                print(f"    {name} ({time.perf_counter() - started:.0f} s)", file=stream,
+                      flush=True)  # fmt: skip
+
+    with event.install_listener("numba:compile", Naming()):
+        yield

@@ -50,21 +50,22 @@ def warm_up(stream=None) -> float:
     ``stream``, default stderr). Returns the seconds it took (0 once warm)."""
     from controller.stage_loads import job_stage_order
 
-    return warm_once("controller", job_stage_order, _reorders, stream,
+    steps = [(name, lambda name=name: _reorders(name)) for name in POLICIES]
+    return warm_once("controller", job_stage_order, steps, stream,
                      kernels="stage loads, BSSI and the policies' orders")  # fmt: skip
 
 
-def _reorders() -> None:
-    """Every policy and boolean or choice option, on coflows of jobs in stages and then with a
-    coflow without a job besides them (Beamer's general path)."""
+def _reorders(name: str) -> None:
+    """Policy ``name`` with every boolean or choice option, on coflows of jobs in stages and
+    then with a coflow without a job besides them (Beamer's general path)."""
     registry = _tiny_registry()
     jobless = {"flows": [{"src": HOSTS[2], "dst": HOSTS[0], "bytes": 4e5}]}
+    policy = POLICIES[name]
     try:
         for with_jobless in (False, True):
             if with_jobless:
                 registry.put("coflows", 4, jobless)
-            for name, policy in POLICIES.items():
-                for options in option_combinations(policy):
-                    Engine(registry, policy=name, policy_options=options).reorder()
+            for options in option_combinations(policy):
+                Engine(registry, policy=name, policy_options=options).reorder()
     finally:
         registry.close()

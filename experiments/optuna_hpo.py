@@ -43,72 +43,43 @@ read, so that ``--help`` and a bad flag answer at once.
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
-from pathlib import Path
 
-from cli.argtypes import (
-    POLICY_NAMES,
-    number,
-    output_folder,
-    policy_help,
-    policy_name,
-    positive,
-    program,
+from cli.argtypes import positive, program
+from experiments.study_command import (
+    add_backend_flags,
+    add_cluster_flags,
+    add_output_flags,
+    add_policy_flags,
+    checked,
+    default_baseline,
+    on_simulator,
+    on_testbed,
+    run_labels,
+    seed_table,
+    study_arguments,
 )
-from controller.stats import format_interval, mean_ci, paired_ratio_ci
-from netsched_data import BUNDLED
-from simulator.__main__ import run_label
-from simulator.metrics import provenance, write_csv, write_json
-from workloads.gpu import add_gpu_policy_argument
-from workloads.hpo import PATTERNS
 from workloads.optuna_search import (
-    BACKENDS,
     PRUNERS,
     SAMPLERS,
-    LcBenchSpace,
     OptunaSetupError,
     check_new_studies,
     make_sampler,
     open_storage,
     study_name,
 )
-from workloads.profiles import PROFILES
-from workloads.yahpo import LcBench, YahpoError
 
-BASELINE = "fair"
+__all__ = ["build_parser", "default_baseline", "main", "seed_table"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog=program(__name__), description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="simulator",
-        help="where the trials train: the simulator (default) or the Mininet testbed (root)",
-    )
-    parser.add_argument(
-        "--bw", type=positive(float), default=20, help="testbed link Mbit/s (default 20)"
-    )
-    parser.add_argument(
-        "--timeout", type=positive(float), default=1800, help="testbed run timeout s"
-    )
+    add_backend_flags(parser)
     _study_flags(parser)
-    _policy_flags(parser)
-    _cluster_flags(parser)
-    parser.add_argument(
-        "--yahpo",
-        nargs="?",
-        const=BUNDLED,
-        metavar="DIR",
-        help="LCBench curves from the YAHPO Gym surrogate in DIR (holding lcbench/; without DIR, "
-        "or 'bundled': the one bundled with the package)",
-    )
-    parser.add_argument(
-        "--yahpo-task", default="3945", help="LCBench task of the surrogate (default: 3945)"
-    )
-    parser.add_argument("--out", type=output_folder, help="folder for CSV/JSON results")
+    add_policy_flags(parser)
+    add_cluster_flags(parser)
+    add_output_flags(parser)
     parser.add_argument(
         "--no-plots",
         action="store_true",
@@ -147,110 +118,23 @@ def _study_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--studies", type=positive(int), default=1, help="concurrent studies")
 
 
-def _policy_flags(parser: argparse.ArgumentParser) -> None:
-    """The policies each study runs under, its seeds and the baseline."""
-    parser.add_argument(
-        "--policy",
-        nargs="+",
-        default=["beamer", "fair"],
-        type=policy_name,
-        metavar="POLICY",
-        help=f"network policies, a study each: {policy_help(POLICY_NAMES)}; a run is labelled by "
-        "its policy's name (default: beamer fair)",
-    )
-    add_gpu_policy_argument(parser, ["none"], "GPU time-sharing policies, each with every "
-                            "--policy (default: none)")  # fmt: skip
-    parser.add_argument(
-        "--seed", type=number(int, 0), nargs="+", default=[1], help="one run per seed"
-    )
-    parser.add_argument(
-        "--baseline",
-        help="the run the others are compared with (default: fair sharing's, with the first "
-        "--gpu-policy; the first run if --policy has no fair)",
-    )
-
-
-def _cluster_flags(parser: argparse.ArgumentParser) -> None:
-    """The cluster the trials train on and what every trial trains."""
-    parser.add_argument(
-        "--hosts", type=number(int, 2), default=13, help="hosts of the cluster (default: 13)"
-    )
-    parser.add_argument("--workers", type=positive(int), default=3, help="GPUs (hosts) per job")
-    parser.add_argument(
-        "--eta", type=number(int, 2), default=3, help="reduction factor of the rungs (default: 3)"
-    )
-    parser.add_argument(
-        "--min-iterations", type=positive(int), default=10, help="iterations of the first rung"
-    )
-    parser.add_argument(
-        "--model",
-        choices=sorted(PROFILES),
-        default="resnet50",
-        help="model profile of every trial (default: resnet50)",
-    )
-    parser.add_argument(
-        "--pattern",
-        choices=PATTERNS,
-        default="ring",
-        help="synchronisation pattern (default: ring)",
-    )
-    parser.add_argument(
-        "--link-gbps",
-        type=positive(float),
-        default=1.0,
-        help="host link rate in Gbit/s (default: 1)",
-    )
-    parser.add_argument(
-        "--gpus-per-host",
-        type=positive(int),
-        default=1,
-        help="GPUs per host under a GPU policy (default: 1)",
-    )
-    parser.add_argument(
-        "--quantum",
-        type=positive(float),
-        default=5.0,
-        help="GPU time-sharing quantum in s (default: 5)",
-    )
-
-
-def default_baseline(policies: list[str], gpu_policies: list[str]) -> str:
-    """The run compared with by default: fair sharing's with the first GPU policy, as in the
-    sweeps, or the first run if fair is not among ``policies``."""
-    network = BASELINE if BASELINE in policies else policies[0]
-    return run_label(network, gpu_policies[0])
-
-
 def main(argv=None) -> int:
     """Run the studies under every policy; the exit status for the shell."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.workers > args.hosts:
-        parser.error(f"--workers ({args.workers}) exceed --hosts ({args.hosts})")
-    space = None
-    if args.yahpo is not None:
-        try:
-            space = LcBenchSpace(LcBench(args.yahpo, args.yahpo_task))
-        except YahpoError as exc:
-            parser.error(f"--yahpo: {exc}")
+    space = checked(parser, args)
     import optuna
 
     from experiments.optuna_study import run_study, write_plots
-    from simulator.engine import warm_up
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         make_sampler(args.sampler, 0)  # a missing package: said now, not after the first run
     except OptunaSetupError as exc:
         parser.error(f"--sampler: {exc}")
-
-    labels = [run_label(name, gpu) for name in args.policy for gpu in args.gpu_policy]
-    if args.baseline is not None and args.baseline not in labels:
-        parser.error(f"--baseline {args.baseline} is not one of the runs ({', '.join(labels)})")
-    args.baseline = args.baseline or default_baseline(args.policy, args.gpu_policy)
     storage = None
     if args.storage is not None:
-        names = [study_name(label, k, seed) for seed in args.seed for label in labels
+        names = [study_name(label, k, seed) for seed in args.seed for label in run_labels(args)
                  for k in range(args.studies)]  # fmt: skip
         try:
             storage = open_storage(args.storage)
@@ -260,182 +144,18 @@ def main(argv=None) -> int:
 
     def study(seed: int, name: str, gpu_policy: str, **more):
         return run_study(
-            space, backend=args.backend, policy=name, gpu_policy=gpu_policy,
-            sampler=args.sampler, pruner=args.pruner, storage=storage, n_trials=args.trials,
-            parallel=args.parallel, studies=args.studies, seed=seed, hosts=args.hosts,
-            workers=args.workers, eta=args.eta, min_iterations=args.min_iterations,
-            model=args.model, pattern=args.pattern, link_bps=args.link_gbps * 1e9,
-            gpus_per_host=args.gpus_per_host, quantum=args.quantum, **more,
+            space, policy=name, gpu_policy=gpu_policy, seed=seed, sampler=args.sampler,
+            pruner=args.pruner, storage=storage, **study_arguments(args), **more,
         )  # fmt: skip
 
+    plots = None if args.no_plots else lambda run, folder: write_plots(run.studies, folder)
     if args.backend == "testbed":
-        return on_testbed(args, argv, study)
-
-    summary = {"provenance": provenance(argv), "settings": vars(args) | {"out": str(args.out)}}
-    summary["settings"]["yahpo"] = str(args.yahpo) if args.yahpo else None
-    summary["runs"] = {}
-    warm_up()
-    print(
-        f"{'run':<17} {'seed':>4} {'avg SCT s':>10} {'SCT/bound':>10} {'HPO end s':>10} "
-        f"{'best at s':>10} {'trials':>6} {'pruned':>6} {'wall s':>7}"
-    )
-    notes: list[str] = []
-    for seed in args.seed:
-        for name in args.policy:
-            for gpu_policy in args.gpu_policy:
-                run = study(seed, name, gpu_policy)
-                result, label = run.result, run.label
-                summary["runs"].setdefault(label, []).append(result)
-                found = [b["found_s"] for b in run.best.values() if b is not None]
-                print(
-                    f"{label:<17} {seed:>4} {result['sct_s']['mean']:>10.3f} "
-                    f"{result['sct_over_bound']:>10.3f} "
-                    f"{result['hpo_completion_s']['mean']:>10.2f} "
-                    f"{_fmt(sum(found) / len(found) if found else None):>10} "
-                    f"{result['trials']:>6} {result['pruned']:>6} {run.wall_s:>7.1f}",
-                    flush=True,
-                )
-                _print_best(run.best)
-                if args.out:
-                    folder = args.out / f"seed-{seed}"
-                    for table, rows in run.rows.items():
-                        write_csv(folder / f"{table}-{label}.csv", rows)
-                    if not args.no_plots:
-                        notes += write_plots(run.studies, folder / "plots")
-    summary["table"] = seed_table(summary["runs"], args.baseline)
-    print_table(summary["table"], args.baseline, len(args.seed))
-    _print_notes(notes)
-    if args.out:
-        write_json(args.out / "summary.json", summary)
-        print(f"results in {args.out}/")
-    if storage is not None:
+        status = on_testbed(args, argv, study, plots, "optuna-testbed", parser.prog)
+    else:
+        status = on_simulator(args, argv, study, plots)
+    if storage is not None and status == 0:
         print(f"studies in {args.storage} (optuna-dashboard {args.storage})")
-    return 0
-
-
-def _study_means(result: dict, key: str) -> float | None:
-    """The mean over a run's studies of their best trial's ``key`` (None if none completed)."""
-    values = [b[key] for b in result["best_trial"].values() if b is not None]
-    return sum(values) / len(values) if values else None
-
-
-def seed_table(runs: dict[str, list[dict]], baseline: str) -> dict[str, dict]:
-    """Per run label, over the seeds: HPO completion, when each study's best trial completed
-    and its accuracy (means over the studies), each as mean and 95 % interval, and the first
-    two as ratios to ``baseline``'s, paired per seed (geometric mean and interval)."""
-    metrics = {
-        "hpo_completion_s": lambda r: r["hpo_completion_s"]["mean"],
-        "best_found_s": lambda r: _study_means(r, "found_s"),
-        "best_accuracy": lambda r: _study_means(r, "value"),
-    }
-    table = {}
-    for label, results in runs.items():
-        row = {}
-        for key, get in metrics.items():
-            values = {r["seed"]: get(r) for r in results}
-            base = {r["seed"]: get(r) for r in runs.get(baseline, [])}
-            ci = mean_ci(values.values())
-            row[key] = None if ci is None else ci.to_json()
-            if key != "best_accuracy":
-                ratio = paired_ratio_ci(values, base)
-                row[f"{key}_vs_baseline"] = None if ratio is None else ratio.to_json()
-        table[label] = row
-    return table
-
-
-def print_table(table: dict[str, dict], baseline: str, n_seeds: int) -> None:
-    """The seed table, one line per run."""
-    print(f"\nover {n_seeds} seed(s), mean +/- 95 % CI; ratios to {baseline}'s paired per seed")
-    print(f"{'run':<17} {'HPO end s':>18} {'x':>22} {'best trial at s':>18} {'x':>22} "
-          f"{'best accuracy':>16}")  # fmt: skip
-    for label, row in table.items():
-        cells = []
-        for key in ("hpo_completion_s", "best_found_s"):
-            cells.append(format_interval(row[key], 1))
-            cells.append(format_interval(row[f"{key}_vs_baseline"], 3))
-        print(f"{label:<17} {cells[0]:>18} {cells[1]:>22} {cells[2]:>18} {cells[3]:>22} "
-              f"{format_interval(row['best_accuracy'], 4):>16}")  # fmt: skip
-
-
-def on_testbed(args, argv, study) -> int:
-    """Every seed's and (network, GPU) policy's run of the same fresh studies on the Mininet
-    testbed, as ``hpo-testbed`` runs one (its files in ``<out>/<run>/seed-<k>/``),
-    plus each run's ``trials.csv``, Optuna's plots and best trials, and the seed table; the
-    exit status. ``study(seed, policy, gpu_policy, **more)`` runs one (:func:`run_study`)."""
-    from experiments.optuna_study import write_plots
-    from experiments.testbed_network import network  # Mininet: only on this path
-
-    out = args.out or Path("results") / "optuna-testbed"
-    summary = {"provenance": provenance(argv), "settings": {**vars(args), "out": str(out)}}
-    summary["settings"]["yahpo"] = str(args.yahpo) if args.yahpo else None
-    summary["runs"] = {}
-    notes: list[str] = []
-    try:
-        with network.testbed_lock():
-            for seed, name, gpu_policy in itertools.product(
-                args.seed, args.policy, args.gpu_policy
-            ):
-                label = run_label(name, gpu_policy)
-                run_dir = out / label / f"seed-{seed}"
-                print(f"== {label}, seed {seed}", flush=True)
-                run = study(seed, name, gpu_policy, out=run_dir,
-                            emulated_link_bps=args.bw * 1e6, timeout=args.timeout)  # fmt: skip
-                result = run.result
-                write_csv(run_dir / "trials.csv", run.rows["trials"])
-                if not args.no_plots:
-                    notes += write_plots(run.studies, run_dir / "plots")
-                summary["runs"].setdefault(label, []).append({
-                    "seed": seed,
-                    "avg_sct_s": result["sct_s"]["mean"],
-                    "hpo_completion_s": result["hpo_completion_s"],
-                    "simulated_hpo_completion_s": result["simulated"]["hpo_completion_s"],
-                    "trials": result["trials"],
-                    "pruned": result["pruned"],
-                    "best_trial": run.best,
-                })  # fmt: skip
-                print(
-                    f"{label}, seed {seed}: avg SCT {result['sct_s']['mean']:.2f} s, HPO end "
-                    f"{result['hpo_completion_s']['mean']:.2f} s (simulator "
-                    f"{result['simulated']['hpo_completion_s']['mean']:.2f} s)"
-                )
-                _print_best(run.best)
-    except (network.TestbedBusy, network.NamesTaken) as exc:
-        print(f"{program(__name__)}: error: {exc}", file=sys.stderr)
-        return 1
-    summary["table"] = seed_table(summary["runs"], args.baseline)
-    print_table(summary["table"], args.baseline, len(args.seed))
-    _print_notes(notes)
-    write_json(out / "summary.json", summary)
-    print(f"results in {out}/")
-    return 0
-
-
-def _print_notes(notes: list[str]) -> None:
-    """A line per kind of plot left out (``write_plots``' notes), however many studies."""
-    studies: dict[str, list[str]] = {}
-    for note in notes:
-        name, _, what = note.partition(": ")
-        studies.setdefault(what, []).append(name)
-    for what, names in studies.items():
-        which = names[0] if len(names) == 1 else f"{len(names)} studies, e.g. {names[0]}"
-        print(f"note: {what}: {which}")
-
-
-def _print_best(best: dict) -> None:
-    """A line per study with its best trial."""
-    for task_id, trial in best.items():
-        if trial is None:
-            print(f"  study {task_id}: best trial: none completed (all pruned)")
-            continue
-        params = ", ".join(f"{k}={v:.4g}" for k, v in sorted(trial["params"].items()))
-        print(
-            f"  study {task_id}: best trial #{trial['trial']} accuracy {trial['value']:.4f} "
-            f"at {trial['found_s']:.1f} s ({params})"
-        )
-
-
-def _fmt(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return status
 
 
 if __name__ == "__main__":

@@ -150,25 +150,67 @@ def run_study(
                  "gpus_per_host": gpus_per_host, "quantum": quantum}  # fmt: skip
         return _on_testbed(label, seed, policy, gpu_policy, make_tasks, flags, out, storage)
 
+    tasks = make_tasks()
+    simulated = simulate(tasks, policy, gpu_policy, hosts, link_bps, gpus_per_host, quantum)
+    trials = [row for task in tasks for row in trial_rows(task)]
+    best = {task.task_id: best_trial(task, simulated.rows["jobs"]) for task in tasks}
+    return finish_run(label, seed, tasks, simulated, trials, best)
+
+
+@dataclass
+class Simulated:
+    """A run of HPO tasks in the simulator (:func:`simulate`): its summary, result tables
+    (``stages``, ``jobs``, ``configs``, ``tasks``, ``coflows``) and the simulation's seconds."""
+
+    result: dict
+    rows: dict[str, list[dict]]
+    wall_s: float
+
+
+def simulate(
+    tasks: list[HpoTask],
+    policy: str,
+    gpu_policy: str,
+    hosts: int,
+    link_bps: float,
+    gpus_per_host: int,
+    quantum: float,
+) -> Simulated:
+    """Train ``tasks`` on ``hosts`` hosts of a big switch of ``link_bps`` links under network
+    policy ``policy`` and GPU policy ``gpu_policy`` (``none``: a GPU per worker)."""
     warm_up()
     sim = Simulator(Fabric(hosts, link_bps), make_policy(policy))
     gpus = None
     if gpu_policy != "none":
         gpus = GpuManager(make_gpu_policy(gpu_policy), hosts, gpus_per_host, quantum, 0.0)
-    tasks = make_tasks()
     driver = HpoDriver(sim, tasks, gpus=gpus)
     started = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - started
-    result = driver.core.summary(sim.now_s)
-    trials = [row for task in tasks for row in trial_rows(task)]
-    jobs = driver.job_rows()
-    best = {task.task_id: best_trial(task, jobs) for task in tasks}
-    result.update(seed=seed, wall_s=wall, trials=len(trials), best_trial=best,
-                  pruned=sum(row["state"] == "PRUNED" for row in trials))  # fmt: skip
-    rows = {"stages": driver.stage_rows(), "jobs": jobs, "configs": driver.config_rows(),
-            "tasks": driver.task_rows(), "coflows": coflow_rows(sim), "trials": trials}  # fmt: skip
-    return StudyRun(label, seed, tasks, result, best, rows, wall)
+    rows = {"stages": driver.stage_rows(), "jobs": driver.job_rows(),
+            "configs": driver.config_rows(), "tasks": driver.task_rows(),
+            "coflows": coflow_rows(sim)}  # fmt: skip
+    return Simulated(driver.core.summary(sim.now_s), rows, wall)
+
+
+def finish_run(
+    label: str,
+    seed: int,
+    tasks: list[HpoTask],
+    simulated: Simulated,
+    trials: list[dict],
+    best: dict[int, dict | None],
+) -> StudyRun:
+    """The :class:`StudyRun` of a simulated run, its trials' rows and best trials; a trial
+    is pruned when its state says so (Optuna's ``PRUNED``, Tune's ``STOPPED``)."""
+    result = dict(simulated.result)
+    result.update(seed=seed, wall_s=simulated.wall_s, trials=len(trials), best_trial=best,
+                  pruned=sum(row["state"] in PRUNED_STATES for row in trials))  # fmt: skip
+    rows = {**simulated.rows, "trials": trials}
+    return StudyRun(label, seed, tasks, result, best, rows, simulated.wall_s)
+
+
+PRUNED_STATES = ("PRUNED", "STOPPED")
 
 
 class StudiesMade:
@@ -219,6 +261,24 @@ def _on_testbed(
 ) -> StudyRun:
     """The run on the Mininet testbed as ``hpo-testbed`` runs one with ``flags`` (its files in
     ``out``), the simulator's prediction beside it."""
+    made = StudiesMade(make_tasks, 1.0, storage)
+    return on_testbed(label, seed, policy, gpu_policy, made, flags, out, trial_rows, best_trial)
+
+
+def on_testbed(
+    label: str,
+    seed: int,
+    policy: str,
+    gpu_policy: str,
+    made: StudiesMade,
+    flags: dict,
+    out: Path | None,
+    rows_of: Callable[[HpoTask], list[dict]],
+    best_of: Callable[[HpoTask, list[dict]], dict | None],
+) -> StudyRun:
+    """The run of the tasks ``made`` makes on the Mininet testbed as ``hpo-testbed`` runs one
+    with ``flags`` (its files in ``out``), the simulator's prediction beside it; each task's
+    trial rows from ``rows_of(task)``, its best trial from ``best_of(task, job_rows)``."""
     # Mininet and the controller: only on this path
     from experiments import run_testbed
     from experiments.testbed_network import network
@@ -228,18 +288,18 @@ def _on_testbed(
     if out is None:
         raise ValueError("the testbed backend needs out, the folder for its files")
     settings = parse(run_testbed.build_parser(), testbed_argv(flags, out))
-    made = StudiesMade(make_tasks, settings.link_scale, storage)
-    run = Run(policy, out, seed, gpu_policy, made, f"Optuna studies {label}, seed {seed}")
+    made.link_scale = settings.link_scale
+    run = Run(policy, out, seed, gpu_policy, made, f"studies {label}, seed {seed}")
     started = time.perf_counter()
-    with network.testbed_lock():  # (re-entrant: hpo-optuna holds it for all runs)
+    with network.testbed_lock():  # (re-entrant: the command holds it for all runs)
         result, _ = run_with_retries(settings, run)
     wall = time.perf_counter() - started
-    trials = [row for task in made.testbed for row in trial_rows(task)]
+    trials = [row for task in made.testbed for row in rows_of(task)]
     with open(out / "jobs.csv", newline="") as f:
         jobs = list(csv.DictReader(f))
-    best = {task.task_id: best_trial(task, jobs) for task in made.testbed}
+    best = {task.task_id: best_of(task, jobs) for task in made.testbed}
     result.update(seed=seed, trials=len(trials), best_trial=best,
-                  pruned=sum(row["state"] == "PRUNED" for row in trials))  # fmt: skip
+                  pruned=sum(row["state"] in PRUNED_STATES for row in trials))  # fmt: skip
     return StudyRun(label, seed, made.testbed, result, best, {"trials": trials}, wall)
 
 

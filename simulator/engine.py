@@ -1112,25 +1112,28 @@ def warm_up(stream=None) -> float:
     when it compiles. Returns the seconds it took (0 once warm)."""
     from controller.warm import warm_up as controller_warm_up
 
-    def runs() -> None:
-        # pair levels and port loads (sincronia), capped one-flow groups at fixed rates
-        # (varys), the greedy ideal mode, the stage loads (beamer), the per-slot loads
-        # (``bytes_delivered``, a timeline's samples), and the controller's kernels (Beamer's
-        # stage kernel, which HPO runs call, among them)
+    def run(policy: str, mode: str) -> None:
+        sim = Simulator(Fabric(3, 1e9), make_policy(policy), mode=mode)
+        for cid, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2))):
+            sim.release(CoflowSpec(cid, np.array([src, src]), np.array([dst, dst]),
+                                   np.array([1e5, 2e5])))  # fmt: skip
+        sim.run()
+        _ = sim.bytes_delivered
+
+    # pair levels and port loads (sincronia), capped one-flow groups at fixed rates (varys),
+    # the greedy ideal mode, the stage loads (beamer), the per-slot loads (``bytes_delivered``,
+    # a timeline's samples), and the controller's kernels (Beamer's stage kernel, which HPO
+    # runs call, among them)
+    steps = [
+        (f"{policy}, {mode} mode", lambda policy=policy, mode=mode: run(policy, mode))
         for policy, mode in (
             ("sincronia", "levels"),
             ("varys", "levels"),
             ("sincronia", "ideal"),
             ("beamer", "levels"),
-        ):
-            sim = Simulator(Fabric(3, 1e9), make_policy(policy), mode=mode)
-            for cid, (src, dst) in enumerate(((0, 1), (0, 2), (1, 2))):
-                sim.release(CoflowSpec(cid, np.array([src, src]), np.array([dst, dst]),
-                                       np.array([1e5, 2e5])))  # fmt: skip
-            sim.run()
-            _ = sim.bytes_delivered
-        controller_warm_up(stream)
-
-    return warm_once("simulator", run_steps, runs, stream,
+        )
+    ]
+    steps.append(("the controller's kernels", lambda: controller_warm_up(stream)))
+    return warm_once("simulator", run_steps, steps, stream,
                      note="1-2 minutes on an idle 2-core machine, longer on a busy one; ",
                      kernels="the fluid model's event steps")  # fmt: skip

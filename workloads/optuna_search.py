@@ -75,10 +75,16 @@ class SyntheticSpace:
         """See the class docstring."""
         rate = trial.suggest_float("learning_rate", 1e-4, 1.0, log=True)
         momentum = trial.suggest_float("momentum", 0.0, 0.99)
-        decades = math.log10(rate) + 2.0
-        final = max(0.3, 0.95 - 0.2 * decades**2 - 0.1 * abs(momentum - 0.9))
-        speed = (math.log10(rate) + 4.0) / 4.0 * 0.7 + momentum * 0.3  # 0 (slow) .. 1 (fast)
-        return LearningCurve(final, max_iterations * (1.0 - 0.9 * speed))
+        return synthetic_curve(rate, momentum, max_iterations)
+
+
+def synthetic_curve(learning_rate: float, momentum: float, max_iterations: int) -> Curve:
+    """The synthetic surface's learning curve (see :class:`SyntheticSpace`), for any framework
+    that samples the two hyper-parameters (a Ray Tune study: :mod:`workloads.tune_search`)."""
+    decades = math.log10(learning_rate) + 2.0
+    final = max(0.3, 0.95 - 0.2 * decades**2 - 0.1 * abs(momentum - 0.9))
+    speed = (math.log10(learning_rate) + 4.0) / 4.0 * 0.7 + momentum * 0.3  # 0 (slow) .. 1 (fast)
+    return LearningCurve(final, max_iterations * (1.0 - 0.9 * speed))
 
 
 class LcBenchSpace:
@@ -99,6 +105,10 @@ class LcBenchSpace:
                 config[name] = trial.suggest_int(name, int(low), int(high), log=bool(h.get("log")))
             else:
                 config[name] = trial.suggest_float(name, low, high, log=bool(h.get("log")))
+        return self.curve(config, max_iterations)
+
+    def curve(self, config: dict, max_iterations: int) -> Curve:
+        """The surrogate's curve of the hyper-parameters ``config`` (any framework's sample)."""
         out = self.lcbench.predict([config], list(range(1, EPOCHS + 1)))
         accuracy = out[:, OUTPUTS.index("val_accuracy")] / 100.0
         points = tuple(float(min(max(a, 0.0), 1.0)) for a in accuracy)

@@ -277,13 +277,19 @@ def test_hyperband_runs_its_brackets_side_by_side_on_the_testbed(tmp_path):
     nothing_left_behind(out)
 
 
-def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
-    """``hpo-optuna --backend testbed``: the study's trials run as workers on the
-    Mininet testbed, registered with the controller; Optuna's pruner prunes; every trial is
-    told; nothing is left behind."""
-    out = tmp_path / "optuna-testbed"
+@pytest.mark.parametrize(
+    "script, module, stopped",
+    [("hpo-optuna", "experiments.optuna_hpo", "PRUNED"),
+     ("hpo-tune", "experiments.tune_hpo", "STOPPED")],
+)  # fmt: skip
+def test_a_frameworks_study_trains_its_trials_on_the_testbed(tmp_path, script, module, stopped):
+    """``hpo-optuna`` / ``hpo-tune --backend testbed``: an Optuna study's or a Ray Tune study's
+    trials run as workers on the Mininet testbed, registered with the controller; Optuna's
+    pruner prunes (Tune's ASHA stops) some after a rung, and their workers train no further;
+    every trial is told; nothing is left behind."""
+    out = tmp_path / script
     run = subprocess.run(
-        [*command("hpo-optuna", "experiments.optuna_hpo"), "--backend", "testbed", "--hosts", "6",
+        [*command(script, module), "--backend", "testbed", "--hosts", "6",
          "--workers", "2", "--trials", "6", "--parallel", "3", "--min-iterations", "2",
          "--link-gbps", "10", "--policy", "beamer", "--timeout", "240", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -292,11 +298,11 @@ def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
     assert "best trial #" in run.stdout
     run_dir = out / "beamer" / "seed-1"
     trials = read_csv(run_dir / "trials.csv")
-    assert len(trials) == 6 and {t["state"] for t in trials} <= {"COMPLETE", "PRUNED"}
-    assert any(t["state"] == "PRUNED" for t in trials)
+    assert len(trials) == 6 and {t["state"] for t in trials} <= {"COMPLETE", stopped}
+    assert any(t["state"] == stopped for t in trials)
     assert any(t["state"] == "COMPLETE" for t in trials)
     trained = {c["config"]: int(c["trained"]) for c in read_csv(run_dir / "configs.csv")}
-    for trial in trials:  # a pruned trial's workers stopped at the rung it was pruned at
+    for trial in trials:  # a stopped trial's workers stopped at the rung it was stopped at
         assert trained[trial["config"]] == int(trial["last_step"])
     # and its job left the controller's plan when it ended, though its rung went on: no level
     # (DSCP mark, HTB class) is held for it after its end (the plan is sampled every 0.5 s)
@@ -310,6 +316,8 @@ def test_an_optuna_study_trains_its_trials_on_the_testbed(tmp_path):
     assert result["simulated"]["hpo_completion_s"]["mean"] > 0  # the prediction beside it
     summary = json.loads((out / "summary.json").read_text())
     assert [r["trials"] for r in summary["runs"]["beamer"]] == [6]
+    if script == "hpo-tune":
+        assert (run_dir / "tune" / "beamer-study0-seed1").is_dir()  # Tune's own record
     nothing_left_behind(out)
 
 

@@ -4,6 +4,7 @@ Mininet or Ryu is one line naming the set-up script, not a traceback."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -98,7 +99,8 @@ def test_an_unusable_out_is_refused_before_any_work(tmp_path):
 
 COMMANDS = ("simulator.__main__", "experiments.sim_experiments", "experiments.gpu_experiments",
             "experiments.reproduce", "experiments.run_testbed", "experiments.calibrate",
-            "experiments.optuna_hpo", "simulator.schedule_plot", "controller.__main__",
+            "experiments.optuna_hpo", "experiments.tune_hpo", "simulator.schedule_plot",
+            "controller.__main__",
             "workloads.worker")  # fmt: skip
 
 
@@ -139,11 +141,41 @@ def test_the_first_compile_says_which_kernels_and_where_they_are_kept(monkeypatc
     monkeypatch.setattr(kernel_cache, "is_cached", lambda kernel: False)
     monkeypatch.setattr(kernel_cache, "_warmed", set())
     stream = io.StringIO()
-    kernel_cache.warm_once("simulator", None, lambda: None, stream, note="a while; ",
+    called = []
+    steps = [("sincronia, levels mode", lambda: called.append(1)),
+             ("beamer, levels mode", lambda: called.append(2))]  # fmt: skip
+    kernel_cache.warm_once("simulator", None, steps, stream, note="a while; ",
                            kernels="the fluid model's event steps")  # fmt: skip
-    first, second = stream.getvalue().splitlines()
+    first, *progress, last = stream.getvalue().splitlines()
     assert first.startswith(
         "compiling the simulator's numba kernels (the fluid model's event "
         "steps), once per machine and source version: a while; cached in "
     )
-    assert second.startswith("compiled the simulator's kernels in ")
+    # step by step: which kernels are done, and the time so far
+    assert called == [1, 2] and len(progress) == 2
+    assert re.fullmatch(r"  \[1/2\] sincronia, levels mode: \d+ s \(\d+ s so far\)", progress[0])
+    assert progress[1].startswith("  [2/2] beamer, levels mode: ")
+    assert last.startswith("compiled the simulator's kernels in ")
+    # warm already: nothing more is said or run
+    assert kernel_cache.warm_once("simulator", None, steps, stream) == 0.0 and called == [1, 2]
+
+
+def test_a_compile_names_each_of_our_kernels_as_numba_finishes_it(monkeypatch):
+    import io
+
+    import numba
+
+    from controller import kernel_cache
+
+    def tiny(x):
+        return x + 1
+
+    tiny.__module__ = "simulator.made_for_the_test"  # one of ours, by its module
+    kernel = numba.njit(cache=False)(tiny)
+    monkeypatch.setattr(kernel_cache, "is_cached", lambda kernel: False)
+    monkeypatch.setattr(kernel_cache, "_warmed", set())
+    stream = io.StringIO()
+    kernel_cache.warm_once("tiny", kernel, [("tiny", lambda: kernel(1))], stream)
+    lines = stream.getvalue().splitlines()
+    assert re.fullmatch(r"    simulator\.made_for_the_test\.[\w.<>]*tiny \(\d+ s\)", lines[1])
+    assert lines[2].startswith("  [1/1] tiny: ") and len(lines) == 4

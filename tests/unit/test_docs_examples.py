@@ -38,6 +38,7 @@ DOCS = {
     "rest-endpoint-call": "docs/extending.md",
     "core": "docs/architecture.md",
     "optuna-run": "docs/simulator.md",
+    "tune-run": "docs/simulator.md",
 }
 HOSTS = {"h1": "10.0.0.1", "h2": "10.0.0.2", "h3": "10.0.0.3"}
 
@@ -378,6 +379,51 @@ def test_your_optuna_study_runs_on_the_simulated_cluster(tmp_path, monkeypatch, 
                                storage="sqlite:///results/my-study/studies.db")  # fmt: skip
     assert loaded.best_trial.number == study.best_trial.number
     assert (tmp_path / folder / "beamer-study0-seed1-intermediate.png").is_file()
+
+
+def test_your_tune_study_runs_on_the_simulated_cluster(capsys):
+    import ray
+
+    try:
+        # example: tune-run
+        from ray import tune
+        from ray.tune.schedulers import ASHAScheduler
+
+        from experiments.tune_study import run_tune
+        from workloads.curves import LearningCurve
+
+        def curve(params: dict, max_iterations: int) -> LearningCurve:
+            """The learning curve your hyper-parameters give (made up here)."""
+            final = 0.9 - 0.05 * abs(params["layers"] - 2)
+            return LearningCurve(final, max_iterations * params["learning_rate"] * 5)
+
+        run = run_tune(
+            {"learning_rate": tune.loguniform(1e-4, 1e-1), "layers": tune.randint(1, 5)},
+            curve,
+            backend="simulator",  # or "testbed" (root, Open vSwitch; out=folder)
+            policy="beamer",  # the network policy; gpu_policy="hermes" time-shares the GPUs
+            # rungs of 10, 30 and 90 iterations are budgets 1, 3 and 9 (or "asha", "hyperband")
+            scheduler=lambda: ASHAScheduler(
+                time_attr="budget", max_t=9, grace_period=1, reduction_factor=3
+            ),
+            searcher="optuna",  # or "random", or a function of the seed returning a Tune searcher
+            n_trials=9,
+            parallel=3,  # trials training at once
+            hosts=6,
+            workers=2,  # GPUs (hosts) per trial
+            seed=1,
+        )
+        print(run.best[0]["params"], run.best[0]["value"], run.best[0]["found_s"])
+        print(len(run.tasks[0].search.results))  # Tune's own ResultGrid: 9 trials
+        # end example
+    finally:
+        ray.shutdown()
+
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-1] == "9" and "learning_rate" in printed[-2]
+    states = {row["state"] for row in run.rows["trials"]}
+    assert "STOPPED" in states and "COMPLETE" in states  # ASHA stopped some, others finished
+    assert run.result["hpo_completion_s"]["mean"] > 0
 
 
 # ---- the REST calls of the README and docs/controller.md ----------------------------------------
