@@ -19,7 +19,7 @@ import enum
 import functools
 import operator
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 from itertools import chain, compress
 
@@ -308,6 +308,8 @@ def desired_table(
 
 
 Pair = tuple  # (owner cookie, source host, destination host)
+# what a pair's rules carry: its level, its TCP ports, its summed cap (bit/s) or None
+_Want = tuple[int, tuple[int, ...], float | None]
 
 
 @dataclass(slots=True)
@@ -385,15 +387,32 @@ class MarkingTable:
         """The table for ``schedule`` (of ``state``'s coflows), given each job's TCP ports
         (to change a job's ports, give them as a new object, as the registry's records do)."""
         caps = schedule.flow_rates_bps
-        coflows = state.coflows
         self._changed_rules, self._changed_meters, self._changed_owners = {}, {}, {}
         # the levels without a dict of every coflow: the few of the first ranks, and a set of
         # the others
-        lowest = N_LEVELS - 1
         top, shared = level_split(schedule)
-        # The coflows that may have changed, found at C speed: those whose level changed or
-        # that came or went, those whose object is not the one marked, those of jobs whose
-        # TCP ports changed, and every coflow with caps now or before.
+        candidates, ports_moved = self._candidates(state, top, shared, caps, job_tcp_ports)
+        self._top, self._lowest = top, shared
+        touched, moved = self._mark(state.coflows, candidates, top, shared, caps,
+                                    job_tcp_ports, ports_moved)  # fmt: skip
+        if moved:
+            self._move_levels(moved, touched)
+        self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
+        return self._table(state)
+
+    def _candidates(
+        self,
+        state: ClusterState,
+        top: Mapping[int, int],
+        shared: Set[int],
+        caps: Mapping[tuple[int, int], float],
+        job_tcp_ports: Mapping[int, Iterable[int]],
+    ) -> tuple[set[int], set[int]]:
+        """The coflows that may have changed, found at C speed: those whose level changed or
+        that came or went, those whose object is not the one marked, those of jobs whose TCP
+        ports changed, and every coflow with caps now or before; and the jobs whose ports
+        changed."""
+        coflows = state.coflows
         candidates = {c for c, _ in top.items() ^ self._top.items()}
         candidates.update(shared ^ self._lowest)
         objects_changed = self._objects_changed(state)
@@ -422,7 +441,22 @@ class MarkingTable:
         if caps or self._capped:
             candidates.update(coflow_id for coflow_id, _ in caps)
             candidates.update(self._capped)
-        self._top, self._lowest = top, shared
+        return candidates, ports_moved
+
+    def _mark(
+        self,
+        coflows: Mapping[int, Coflow],
+        candidates: set[int],
+        top: Mapping[int, int],
+        shared: Set[int],
+        caps: Mapping[tuple[int, int], float],
+        job_tcp_ports: Mapping[int, Iterable[int]],
+        ports_moved: set[int],
+    ) -> tuple[set[Pair], dict[int, list[_Marks]]]:
+        """Mark every candidate coflow anew at its level (unmark one no longer scheduled); the
+        pairs whose rules must be made again, and by owner cookie the marks of coflows of which
+        only the level moved."""
+        lowest = N_LEVELS - 1
         touched: set[Pair] = set()
         moved: dict[int, list[_Marks]] = {}  # cookie -> its coflows of which only the level moved
         for coflow_id in candidates:
@@ -485,25 +519,32 @@ class MarkingTable:
                 if cap is not None:
                     self._caps.setdefault(pair, {})[(coflow_id, flow_id)] = cap
                 touched.add(pair)
-        if moved:
-            rebuilt = {cookie for cookie, _, _ in touched}
-            for cookie, marks in moved.items():
-                # (only the level of uncapped coflows moves, where nothing is capped; a coflow
-                # of the owner capped before is rebuilt: the owner's pairs have no meter)
-                # (an owner without pairs has no rules: no DSCP is kept for it)
-                if (
-                    cookie not in rebuilt
-                    and cookie in self._owner_pairs
-                    and self._at_one_level(marks[0])
-                ):
-                    # every rule of the owner: its pairs' levels are the minimum of one level
-                    dscp = LEVEL_DSCP[marks[0].level]
-                    if self.owner_dscp.get(cookie) != dscp:  # (else its rules have it already)
-                        self.owner_dscp[cookie] = dscp
-                        self._changed_owners[cookie] = None
-                else:
-                    touched.update(pair for m in marks for pair, _, _ in m.flows)
-        self._rebuild(touched | {(cookie, dst, src) for cookie, src, dst in touched})
+        return touched, moved
+
+    def _move_levels(self, moved: dict[int, list[_Marks]], touched: set[Pair]) -> None:
+        """Owners of which only coflows' levels moved: one whose rules all sit at one level
+        takes it as its DSCP (its rules are not made again); the others' pairs join
+        ``touched``."""
+        rebuilt = {cookie for cookie, _, _ in touched}
+        for cookie, marks in moved.items():
+            # (only the level of uncapped coflows moves, where nothing is capped; a coflow
+            # of the owner capped before is rebuilt: the owner's pairs have no meter)
+            # (an owner without pairs has no rules: no DSCP is kept for it)
+            if (
+                cookie not in rebuilt
+                and cookie in self._owner_pairs
+                and self._at_one_level(marks[0])
+            ):
+                # every rule of the owner: its pairs' levels are the minimum of one level
+                dscp = LEVEL_DSCP[marks[0].level]
+                if self.owner_dscp.get(cookie) != dscp:  # (else its rules have it already)
+                    self.owner_dscp[cookie] = dscp
+                    self._changed_owners[cookie] = None
+            else:
+                touched.update(pair for m in marks for pair, _, _ in m.flows)
+
+    def _table(self, state: ClusterState) -> SwitchTable:
+        """The table as it now stands, linked to the last one (what changed since)."""
         # (copy() clones a dict with few deleted entries at C speed; dict() inserts one by one)
         table = SwitchTable(self.rules.copy(), self.meters.copy(), self.owner_dscp.copy())
         table.maker = weakref.ref(self)
@@ -517,7 +558,7 @@ class MarkingTable:
         self._last = table
         loads = state.loads
         self._snapshot_seen = (
-            loads.serial if loads is not None and loads.coflows_by_id is coflows else 0
+            loads.serial if loads is not None and loads.coflows_by_id is state.coflows else 0
         )
         return table
 
@@ -614,7 +655,14 @@ class MarkingTable:
         if self.owner_dscp:
             for cookie in self.owner_dscp.keys() & {cookie for cookie, _, _ in pairs}:
                 self._fold(cookie)
-        wanted: dict[Pair, tuple[int, tuple[int, ...], float | None] | None] = {}
+        wanted = self._wanted(pairs)
+        self._renumber_meters(wanted)
+        self._settle_rules(self._remake_pairs(wanted))
+
+    def _wanted(self, pairs: set[Pair]) -> dict[Pair, _Want | None]:
+        """What each pair's rules must now carry: the lowest level of its coflows (or of the
+        coflows whose ACKs it carries), its TCP ports and its summed cap; ``None``: no rule."""
+        wanted: dict[Pair, _Want | None] = {}
         level_of = self._level.__getitem__
         for pair in pairs:
             users = self._users.get(pair)
@@ -629,7 +677,10 @@ class MarkingTable:
                 wanted[pair] = (min(map(level_of, forward)), self._ports[(cookie, dst, src)], None)
             else:
                 wanted[pair] = None
-        # meters: free those of pairs no longer metered, then number the new ones in order
+        return wanted
+
+    def _renumber_meters(self, wanted: dict[Pair, _Want | None]) -> None:
+        """Free the meters of pairs no longer metered, then number the new ones in order."""
         for pair, want in wanted.items():
             if want is not None and want[2] is not None:
                 self._rated[pair] = want[2]
@@ -644,6 +695,10 @@ class MarkingTable:
             meter_id = self._meter_of[pair] = self.meter_ids.id_for(pair)
             self.meters[meter_id] = rate_kbps(wanted[pair][2])
             self._changed_meters[meter_id] = None
+
+    def _remake_pairs(self, wanted: dict[Pair, _Want | None]) -> set[tuple]:
+        """Make each pair's rules from what it wants; a rule only its pair makes takes its new
+        marks at once. The keys of the rules whose makers changed, to settle."""
         changed_keys = set()
         made_from = self._made_from
         # (bound once: a level move passes here for hundreds of pairs)
@@ -676,10 +731,10 @@ class MarkingTable:
             cookie = pair[0]
             if pair in made_from:
                 for rule in _pair_rules(*pair, *made_from[pair]):
-                    self._rule_pairs[rule.key].discard(pair)
+                    rule_pairs[rule.key].discard(pair)
                     changed_keys.add(rule.key)
             for rule in rules:
-                self._rule_pairs.setdefault(rule.key, set()).add(pair)
+                rule_pairs.setdefault(rule.key, set()).add(pair)
                 changed_keys.add(rule.key)
             if rules:
                 made_from[pair] = made
@@ -690,7 +745,12 @@ class MarkingTable:
                 owner_pairs.discard(pair)
                 if not owner_pairs:
                     del self._owner_pairs[cookie]
-        owner_keys = self._owner_keys
+        return changed_keys
+
+    def _settle_rules(self, changed_keys: set[tuple]) -> None:
+        """Every changed key's rule from its first maker pair (none left: the rule goes), and
+        the owners' keys follow."""
+        owner_keys, made_from = self._owner_keys, self._made_from
         # each maker pair's rules by key, looked up once per pair (a scan per key made a job
         # with many TCP ports quadratic: 2 rules per port, every one scanning them all)
         rules_by_key: dict[Pair, dict[tuple, FlowRule]] = {}
