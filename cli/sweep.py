@@ -86,16 +86,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass(frozen=True)
+class SweepSettings:
+    """How a sweep runs (the flags of :func:`add_arguments`, typed).
+
+    Attributes:
+        sequential: one point after another in this process, without Ray.
+        ray_address: the Ray cluster to run on (``None``: a local Ray).
+        parallel: a local Ray's points at once (``None``: one per core).
+        resume: keep the points already written and run only the others.
+    """
+
+    sequential: bool = False
+    ray_address: str | None = None
+    parallel: int | None = None
+    resume: bool = False
+
+    @classmethod
+    def of(cls, args: argparse.Namespace | SweepSettings) -> SweepSettings:
+        """The settings a command line's namespace (of :func:`add_arguments`) gives; settings
+        as they are."""
+        if isinstance(args, cls):
+            return args
+        return cls(args.sequential, args.ray_address, args.parallel, args.resume)
+
+
 # A sweep of at most this many points per core runs in-process on a machine of 2 cores or
 # fewer: a local Ray's start-up (several seconds, more on a busy machine) outweighed what the
 # second core saved on such sweeps (0.5-0.9x of --sequential's speed, measured on 2 cores).
 SMALL_SWEEP_POINTS_PER_CORE = 2
 
 
-def runs_in_process(args: argparse.Namespace, n_points: int, cores: int | None = None) -> bool:
+def runs_in_process(
+    args: SweepSettings | argparse.Namespace, n_points: int, cores: int | None = None
+) -> bool:
     """Whether ``n_points`` points run in this process rather than on Ray: with
     ``--sequential``, or when nothing asks for Ray (no ``--parallel``, no ``--ray-address``)
     and the sweep is small for a machine of ``cores`` (default: this one's) 2 or fewer."""
+    args = SweepSettings.of(args)
     if args.sequential or n_points == 0:
         return True
     if args.ray_address or args.parallel is not None:
@@ -149,17 +177,19 @@ def run_points(
     points: Sequence[dict],
     run: Callable[[dict], dict],
     folder: Path,
-    args: argparse.Namespace,
+    args: SweepSettings | argparse.Namespace,
     label: str = "points",
     describe: Callable[[dict, dict], str] | None = None,
     cost: Callable[[dict], float] | None = None,
 ) -> list[dict]:
     """Run ``run`` on every point (see the module docstring); the results in ``points``' order.
 
+    ``args`` says how (:class:`SweepSettings`, or the namespace of :func:`add_arguments`);
     ``describe(point, result)`` is the progress line of a finished point; ``cost(point)``, if
     given, orders the submissions largest first so that the longest points do not start last,
     and weighs the points in the ETA.
     Raises :class:`SweepError` if any point failed, after every other point has finished."""
+    args = SweepSettings.of(args)
     folder.mkdir(parents=True, exist_ok=True)
     results: list[dict | None] = [None] * len(points)
     todo = []
@@ -246,7 +276,9 @@ def importable(run: Callable[[dict], dict]) -> Callable[[dict], dict]:
     return getattr(importlib.import_module(spec.name), run.__qualname__)
 
 
-def _on_ray(run, points, todo, finished, args, ready: Callable[[], None] = lambda: None) -> None:
+def _on_ray(
+    run, points, todo, finished, args: SweepSettings, ready: Callable[[], None] = lambda: None
+) -> None:
     """Submit the points as Ray tasks and report each as it finishes (``ready``: called once
     Ray has started)."""
     run = importable(run)

@@ -34,12 +34,18 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.stats import mean_ci
 from experiments.atlas_points import run_point
 from experiments.claim_map import ClaimMap, cell_key, points
 from experiments.claims import MAPS
 from experiments.verdicts import MARGIN, Decision, Verdict, decide
+
+if TYPE_CHECKING:  # (annotations only: the sweep's flags are the command line's)
+    import argparse
+
+    from cli.sweep import SweepSettings
 
 # the short mark of each verdict in figures and tables
 MARKS = {
@@ -403,7 +409,7 @@ def point_cost(point: dict) -> float:
 def run_atlas(
     claims: Sequence[ClaimMap],
     out: Path,
-    sweep_args,
+    how: SweepSettings | argparse.Namespace,
     quick: bool = False,
     seeds: int = 5,
     max_seeds: int = 12,
@@ -412,7 +418,7 @@ def run_atlas(
     """Map every claim (two looks, see the module docstring) and write its files to ``out``:
     ``atlas-<claim>.csv`` (every comparison), ``atlas-<claim>.json``, ``atlas-<claim>.png`` (the
     default reading over every cell) and ``atlas-<claim>-readings.png`` (the readings on the
-    grid cells)."""
+    grid cells). ``how`` the points run: :class:`cli.sweep.SweepSettings`."""
     from cli.sweep import run_points
 
     cells = {c.key: c.cells(quick) for c in claims}
@@ -422,7 +428,7 @@ def run_atlas(
     results: dict[str, dict] = {c.key: {} for c in claims}
 
     def sweep(batch: list[dict], label: str) -> None:
-        outcome = run_points(batch, run_point, out / "points", sweep_args, label=label,
+        outcome = run_points(batch, run_point, out / "points", how, label=label,
                              describe=_describe, cost=point_cost)  # fmt: skip
         for point, result in zip(batch, outcome, strict=True):
             results[point["claim"]].update(index_results([(point, result)]))

@@ -29,11 +29,16 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments import atlas
 from experiments.atlas import Cell
 from experiments.claim_map import ClaimMap, cell_key
+
+if TYPE_CHECKING:  # (annotations only: the sweep's flags are the command line's)
+    import argparse
+
+    from cli.sweep import SweepSettings
 
 # the checkout this runs from (the testbed experiment runs from it)
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +175,8 @@ class Confirmation:
     testbeds: dict[str, dict] = field(default_factory=dict)
 
 
-def confirm(claim: ClaimMap, out: Path, sweep_args, seeds: Sequence[int] = SEEDS,
+def confirm(claim: ClaimMap, out: Path, sweep: SweepSettings | argparse.Namespace,
+            seeds: Sequence[int] = SEEDS,
             progress: Callable[[str], None] = print, run: bool = True) -> Confirmation:  # fmt: skip
     """Map ``claim``'s testbed-size grid in the simulator (into ``out/<map>/``), choose the two
     cells and run each on the testbed (root; a finished one is read again; with ``run``
@@ -180,7 +186,7 @@ def confirm(claim: ClaimMap, out: Path, sweep_args, seeds: Sequence[int] = SEEDS
     small = TESTBED_MAPS[claim.key]
     where = out / small.key
     where.mkdir(parents=True, exist_ok=True)
-    (outcome,) = atlas.run_atlas([small], where, sweep_args, progress=progress)
+    (outcome,) = atlas.run_atlas([small], where, sweep, progress=progress)
     chosen = choose_cells(small, outcome.cells)
     confirmation = Confirmation(claim, outcome, chosen)
     for role, cell in chosen.items():

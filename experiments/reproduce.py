@@ -33,6 +33,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -49,7 +50,7 @@ from cli.argtypes import (  # noqa: E402
     positive,
     program,
 )
-from cli.sweep import SweepError, run_points  # noqa: E402
+from cli.sweep import SweepError, SweepSettings, run_points  # noqa: E402
 from cli.sweep import add_arguments as add_sweep_arguments  # noqa: E402
 from controller.stats import (  # noqa: E402
     format_interval,
@@ -271,15 +272,45 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def checked_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
-    """The parsed command line with its defaults filled in and ``mode`` set (simulator-only,
-    with the testbed, or testbed results given); a contradiction is ``parser.error``."""
+@dataclass(frozen=True)
+class ReportSettings:
+    """What a report runs (the command line's flags, checked and with defaults filled in).
+
+    Attributes:
+        out: the report's folder (absolute; the testbed experiment runs from the checkout).
+        mode: ``simulator-only``, ``with the testbed`` or ``testbed results given``.
+        quick: the quick maps (fewer cells and seeds; no testbed confirmation).
+        claims: the claims to map (:data:`experiments.claims.CLAIMS` keys and ``optimum``).
+        seeds: the pilot's seeds per cell; max_seeds: at most, for an undecided cell.
+        testbed_seeds: the main testbed experiment's seeds.
+        testbed_results: where the main testbed experiment's results are read from.
+        policies, gpu_policies: policies of one's own, further readings of the maps.
+        sweep: how the points run.
+    """
+
+    out: Path
+    mode: str
+    quick: bool
+    claims: tuple[str, ...]
+    seeds: int
+    max_seeds: int
+    testbed_seeds: tuple[int, ...]
+    testbed_results: Path | None
+    policies: tuple[str, ...]
+    gpu_policies: tuple[str, ...]
+    sweep: SweepSettings
+
+
+def checked_arguments(parser: argparse.ArgumentParser, argv) -> ReportSettings:
+    """The report's settings from the command line, defaults filled in and ``mode`` set
+    (simulator-only, with the testbed, or testbed results given); a contradiction is
+    ``parser.error``. The folder is made."""
     args = parser.parse_args(argv)
-    args.seeds = args.seeds or (4 if args.quick else 5)
-    args.max_seeds = args.max_seeds or (8 if args.quick else 12)
-    if args.seeds < 2:
+    seeds = args.seeds or (4 if args.quick else 5)
+    max_seeds = args.max_seeds or (8 if args.quick else 12)
+    if seeds < 2:
         parser.error("--seeds must be >= 2 (an interval needs two)")
-    if args.max_seeds < args.seeds:
+    if max_seeds < seeds:
         parser.error("--max-seeds must be >= --seeds")
     if args.simulator_only and args.testbed_results is not None:
         parser.error("--simulator-only and --testbed-results exclude each other")
@@ -288,14 +319,17 @@ def checked_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespa
         mode = "testbed results given"
         if not (args.testbed_results / "summary.json").is_file():
             parser.error(f"--testbed-results {args.testbed_results}: no summary.json there")
-    if args.testbed_seeds is None:
-        args.testbed_seeds = [1] if args.quick else [1, 2, 3]
+    testbed_seeds = args.testbed_seeds or ([1] if args.quick else [1, 2, 3])
     if mode == "with the testbed" and os.geteuid() != 0:
         parser.error("the testbed needs root: run as root, or use --simulator-only")
-    args.out = args.out.resolve()  # the testbed experiment runs from the checkout's root
-    args.out.mkdir(parents=True, exist_ok=True)
-    args.mode = mode
-    return args
+    out = args.out.resolve()  # the testbed experiment runs from the checkout's root
+    out.mkdir(parents=True, exist_ok=True)
+    return ReportSettings(
+        out=out, mode=mode, quick=args.quick, claims=tuple(args.claims), seeds=seeds,
+        max_seeds=max_seeds, testbed_seeds=tuple(testbed_seeds),
+        testbed_results=args.testbed_results, policies=tuple(args.policy or ()),
+        gpu_policies=tuple(args.gpu_policy or ()), sweep=SweepSettings.of(args),
+    )  # fmt: skip
 
 
 def summary_json(meta: dict, outcomes: list[atlas.ClaimOutcome], claims: list[Claim],
@@ -364,74 +398,75 @@ def print_verdicts(outcomes: list[atlas.ClaimOutcome], claims: list[Claim]) -> N
         print(f"{c.name:<8} {c.verdict}")
 
 
-def map_claims(args: argparse.Namespace, progress: Callable[[str], None]
+def map_claims(settings: ReportSettings, progress: Callable[[str], None]
                ) -> tuple[list[atlas.ClaimOutcome], list[Claim]]:  # fmt: skip
     """The simulator's part: the maps asked for (with the user's policies as further readings)
     and the bound checks against brute force. Raises :class:`SweepError` if points failed."""
-    maps = [claim_map.with_policies(CLAIMS[name], args.policy, args.gpu_policy)
-            for name in args.claims if name in MAP_CLAIMS]  # fmt: skip
-    outcomes = atlas.run_atlas(maps, args.out, args, args.quick, args.seeds, args.max_seeds,
-                               progress)  # fmt: skip
+    maps = [claim_map.with_policies(CLAIMS[name], settings.policies, settings.gpu_policies)
+            for name in settings.claims if name in MAP_CLAIMS]  # fmt: skip
+    outcomes = atlas.run_atlas(maps, settings.out, settings.sweep, settings.quick,
+                               settings.seeds, settings.max_seeds, progress)  # fmt: skip
     claims: list[Claim] = []
-    if "optimum" in args.claims:
+    if "optimum" in settings.claims:
         parts = [{"claim": "optimum", "part": part, "contended": True}
                  for part in ("bssi", "stages")]  # fmt: skip
-        results = run_points(parts, run_optimum_point, args.out / "points", args,
+        results = run_points(parts, run_optimum_point, settings.out / "points", settings.sweep,
                              label="bound checks")  # fmt: skip
         claims += against_brute_force({p["part"]: r for p, r in zip(parts, results, strict=True)})
     return outcomes, claims
 
 
-def testbed_part(args: argparse.Namespace, progress: Callable[[str], None]
-                 ) -> tuple[dict | None, list[confirm.Confirmation]]:  # fmt: skip
+def testbed_part(settings: ReportSettings, progress: Callable[[str], None]
+                 ) -> tuple[dict | None, list[confirm.Confirmation], tuple[int, ...]]:  # fmt: skip
     """The testbed's part: the main experiment (run as root, or read from
-    ``--testbed-results``; none when simulator-only) and the maps' confirmations (run with
-    the testbed, read with ``--testbed-results``, skipped with ``--quick``)."""
-    testbed = None
-    if args.testbed_results is not None:
-        testbed = confirm.load_testbed_experiment(args.testbed_results)
-        args.testbed_seeds = testbed["workload"]["seeds"]
-    elif args.mode == "with the testbed":
-        testbed = run_testbed_experiment(args.testbed_seeds, args.out / "testbed", progress)
+    ``--testbed-results``; none when simulator-only), the maps' confirmations (run with the
+    testbed, read with ``--testbed-results``, skipped with ``--quick``) and the main
+    experiment's seeds (those of the results read, if given)."""
+    testbed, seeds = None, settings.testbed_seeds
+    if settings.testbed_results is not None:
+        testbed = confirm.load_testbed_experiment(settings.testbed_results)
+        seeds = tuple(testbed["workload"]["seeds"])
+    elif settings.mode == "with the testbed":
+        testbed = run_testbed_experiment(list(seeds), settings.out / "testbed", progress)
     confirmations = []
-    if args.mode != "simulator-only" and not args.quick:
-        for key in (k for k in args.claims if k in TESTBED_MAPS):
+    if settings.mode != "simulator-only" and not settings.quick:
+        for key in (k for k in settings.claims if k in TESTBED_MAPS):
             confirmations.append(confirm.confirm(
-                CLAIMS[key], args.out / "confirm", args, progress=progress,
-                run=args.mode == "with the testbed"))  # fmt: skip
-    return testbed, confirmations
+                CLAIMS[key], settings.out / "confirm", settings.sweep, progress=progress,
+                run=settings.mode == "with the testbed"))  # fmt: skip
+    return testbed, confirmations, seeds
 
 
 def main(argv=None) -> int:
     """Map the claims (and run the testbed experiment), write the report; the exit status."""
-    args = checked_arguments(build_parser(), argv)
+    settings = checked_arguments(build_parser(), argv)
     started = time.perf_counter()
 
     def progress(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
     try:
-        outcomes, claims = map_claims(args, progress)
+        outcomes, claims = map_claims(settings, progress)
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    testbed, confirmations = testbed_part(args, progress)
+    testbed, confirmations, testbed_seeds = testbed_part(settings, progress)
     if testbed is not None:
         claims.append(beamer_testbed(testbed))
     meta = {
-        "mode": args.mode,
-        "quick": args.quick,
-        "seeds": args.seeds,
-        "max_seeds": args.max_seeds,
-        "testbed_seeds": None if testbed is None else args.testbed_seeds,
+        "mode": settings.mode,
+        "quick": settings.quick,
+        "seeds": settings.seeds,
+        "max_seeds": settings.max_seeds,
+        "testbed_seeds": None if testbed is None else list(testbed_seeds),
         "wall_s": time.perf_counter() - started,
         "provenance": provenance(sys.argv[1:] if argv is None else argv),
     }
-    path = report(outcomes, claims, meta, args.out, testbed, confirmations)
-    plot(outcomes, args.out)
+    path = report(outcomes, claims, meta, settings.out, testbed, confirmations)
+    plot(outcomes, settings.out)
     write_json(
-        args.out / "summary.json",
-        summary_json(meta, outcomes, claims, testbed, confirmations, args.out),
+        settings.out / "summary.json",
+        summary_json(meta, outcomes, claims, testbed, confirmations, settings.out),
     )
     print_verdicts(outcomes, claims)
     print(f"\n{path} ({meta['wall_s']:.0f} s)")
