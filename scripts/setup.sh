@@ -2,7 +2,8 @@
 # Idempotent set-up for a Debian 12 machine, run as root:
 #   1. apt packages (Open vSwitch, Mininet, iperf3, ping, ethtool, venv, Prometheus for the
 #      metrics' integration test; no package's service is started),
-#   2. .venv on Python 3.11 with requirements.txt (Ryu 4.34 needs old build tools: docs/install.md),
+#   2. .venv on Python 3.11 with requirements.txt, installed by uv (Ryu 4.34 needs old build
+#      tools: docs/install.md),
 #   3. the project itself into .venv, editable, so that .venv/bin/hpo-* run this checkout's code,
 #   4. the simulator's and the controller's numba kernels compiled into their on-disk cache (once:
 #      about a minute), so that the first run or reorder after set-up does not compile them,
@@ -61,6 +62,10 @@ HOOK
     fi
 }
 
+uv_install() {
+    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@"
+}
+
 install_venv() {
     command -v "$PYTHON" >/dev/null || die "$PYTHON not found (set PYTHON=/path/to/python3.11)"
     local stamp="$VENV/.requirements.sha256"
@@ -71,12 +76,15 @@ install_venv() {
         return
     fi
     [ -x "$VENV/bin/python" ] || { say "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
-    local pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+    # uv (pinned in requirements.txt) downloads and installs in parallel: the same packages
+    # as pip, several times faster on a fresh machine.
+    "$VENV/bin/python" -m pip --disable-pip-version-check -q install \
+        "$(grep '^uv==' requirements.txt)"
     # Ryu 4.34's setup.py needs old setuptools and pbr, without build isolation.
-    "${pip[@]}" install "$(grep '^setuptools==' requirements.txt)" \
+    uv_install "$(grep '^setuptools==' requirements.txt)" \
         "$(grep '^wheel==' requirements.txt)" "$(grep '^pbr==' requirements.txt)"
     say "installing requirements.txt into $VENV"
-    "${pip[@]}" install --no-build-isolation -r requirements.txt
+    uv_install --no-build-isolation -r requirements.txt
     echo "$want" > "$stamp"
 }
 
@@ -93,8 +101,7 @@ install_project() {
     say "installing the project into $VENV (editable: $VENV/bin/hpo-*)"
     # The requirements are in place already; the pinned setuptools 65.5 and wheel of .venv
     # build the editable wheel (PEP 660), so no build backend is fetched.
-    "$VENV/bin/python" -m pip --disable-pip-version-check -q install --no-deps \
-        --no-build-isolation -e .
+    uv_install --no-deps --no-build-isolation -e .
     echo "$want" > "$stamp"
 }
 
