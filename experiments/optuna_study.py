@@ -144,10 +144,8 @@ def run_study(
         )  # fmt: skip
 
     if backend == "testbed":
-        flags = {"hosts": hosts, "workers": workers, "eta": eta,
-                 "min_iterations": min_iterations, "link_gbps": link_bps / 1e9,
-                 "bw": emulated_link_bps / 1e6, "timeout": timeout,
-                 "gpus_per_host": gpus_per_host, "quantum": quantum}  # fmt: skip
+        flags = testbed_flags(hosts, workers, eta, min_iterations, link_bps,
+                              emulated_link_bps, timeout, gpus_per_host, quantum)  # fmt: skip
         return _on_testbed(label, seed, policy, gpu_policy, make_tasks, flags, out, storage)
 
     tasks = make_tasks()
@@ -240,6 +238,24 @@ class StudiesMade:
                 optuna.delete_study(study_name=task.search.study.study_name, storage=self.storage)
         self.testbed = self.make(self.link_scale, True)
         return self.testbed
+
+
+def testbed_flags(
+    hosts: int,
+    workers: int,
+    eta: int,
+    min_iterations: int,
+    link_bps: float,
+    emulated_link_bps: float,
+    timeout: float,
+    gpus_per_host: int,
+    quantum: float,
+) -> dict:
+    """A framework study's ``hpo-testbed`` flags (for :func:`testbed_argv`): the cluster, the
+    rungs and the GPUs, with the link rates in the units the flags take."""
+    return {"hosts": hosts, "workers": workers, "eta": eta, "min_iterations": min_iterations,
+            "link_gbps": link_bps / 1e9, "bw": emulated_link_bps / 1e6, "timeout": timeout,
+            "gpus_per_host": gpus_per_host, "quantum": quantum}  # fmt: skip
 
 
 def testbed_argv(flags: dict, out: Path) -> list[str]:

@@ -19,6 +19,7 @@ from experiments.optuna_study import (
     finish_run,
     on_testbed,
     simulate,
+    testbed_flags,
 )
 from simulator.__main__ import run_label
 from workloads.curves import Curve
@@ -171,10 +172,8 @@ def run_tune(
         )  # fmt: skip
 
     if backend == "testbed":
-        flags = {"hosts": hosts, "workers": workers, "eta": eta,
-                 "min_iterations": min_iterations, "link_gbps": link_bps / 1e9,
-                 "bw": emulated_link_bps / 1e6, "timeout": timeout,
-                 "gpus_per_host": gpus_per_host, "quantum": quantum}  # fmt: skip
+        flags = testbed_flags(hosts, workers, eta, min_iterations, link_bps,
+                              emulated_link_bps, timeout, gpus_per_host, quantum)  # fmt: skip
         made = _Closing(make_tasks)
         try:
             return on_testbed(label, seed, policy, gpu_policy, made, flags, out, trial_rows,

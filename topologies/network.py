@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 import subprocess
 import sys
 from functools import partial
 
 from mininet.link import TCLink
+from mininet.log import warn
 from mininet.net import Mininet
 from mininet.node import OVSSwitch, RemoteController, Switch
 from mininet.topo import Topo
@@ -154,6 +156,28 @@ def start(
     return net
 
 
+class LoopbackController(RemoteController):
+    """Mininet's remote controller, its liveness checked by a plain TCP connect.
+
+    Mininet's own check pipes ``telnet`` to the port through its shell and decodes what comes
+    back as UTF-8; an OpenFlow controller answers with a binary hello whose random transaction
+    id is often not UTF-8, and the decode then fails the whole start (seen in CI)."""
+
+    def checkListening(self) -> None:
+        """Warn, as Mininet does, if nothing accepts connections at the controller's port."""
+        if not accepts_connections(self.ip, self.port):
+            warn(f"Unable to contact the remote controller at {self.ip}:{self.port}\n")
+
+
+def accepts_connections(ip: str, port: int, timeout_s: float = 5.0) -> bool:
+    """Whether a TCP connection to ``ip``:``port`` is accepted (nothing is read from it)."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def _start_locked(topo, controller_port, host_priorities, tcp_rto_max_ms) -> Mininet:
     owner = ownership.this_process("testbed")
     names = ownership.mininet_names(topo)
@@ -166,7 +190,7 @@ def _start_locked(topo, controller_port, host_priorities, tcp_rto_max_ms) -> Min
             MarkedSwitch, owner=owner, datapath="user", protocols="OpenFlow13", failMode="secure"
         ),
         link=partial(MarkedTCLink, owner=owner),
-        controller=partial(RemoteController, ip="127.0.0.1", port=controller_port),
+        controller=partial(LoopbackController, ip="127.0.0.1", port=controller_port),
         autoSetMacs=False,
         waitConnected=False,
         build=False,  # net.start builds it, inside the try: a failing link is then cleaned up
@@ -206,7 +230,7 @@ def _stop_unlocked(net: Mininet) -> None:
     try:
         net.stop()
     finally:
-        for controller in net.controllers:  # RemoteController.stop leaves its shell running
+        for controller in net.controllers:  # LoopbackController.stop leaves its shell running
             controller.terminate()
         # what net.stop did not get to (it failed part way), and only what carries our mark
         ownership.release(net.hpo_names, net.hpo_owner)

@@ -322,10 +322,14 @@ def test_the_testbed_run_gets_run_testbeds_own_flags(tmp_path):
     """run_study(backend="testbed") hands its settings to hpo-testbed's parser (the
     testbed itself needs root: tests/integration)."""
     from experiments import run_testbed
-    from experiments.optuna_study import testbed_argv
+    from experiments.optuna_study import testbed_argv, testbed_flags
 
-    settings = {"hosts": 6, "workers": 2, "eta": 3, "min_iterations": 2, "link_gbps": 10.0,
-                "bw": 20.0, "timeout": 600.0, "gpus_per_host": 1, "quantum": 5.0}  # fmt: skip
+    settings = testbed_flags(hosts=6, workers=2, eta=3, min_iterations=2, link_bps=10e9,
+                             emulated_link_bps=20e6, timeout=600.0, gpus_per_host=1,
+                             quantum=5.0)  # fmt: skip
+    assert settings == {"hosts": 6, "workers": 2, "eta": 3, "min_iterations": 2,
+                        "link_gbps": 10.0, "bw": 20.0, "timeout": 600.0, "gpus_per_host": 1,
+                        "quantum": 5.0}  # fmt: skip
     args = run_testbed.build_parser().parse_args(testbed_argv(settings, tmp_path / "run"))
     assert {key: getattr(args, key) for key in settings} == settings
     assert args.out == tmp_path / "run"

@@ -131,3 +131,26 @@ def test_tcp_keeps_its_patience_in_seconds_under_the_timeout_cap():
     # with a looser cap, fewer retries cover the same patience
     loose = dict(s.split("=") for s in testbed.tcp_settings(10_000))
     assert int(loose["net.ipv4.tcp_synack_retries"]) * 10_000 >= TCP_PATIENCE_MS
+
+
+def test_the_controller_check_connects_without_reading_its_binary_hello():
+    """Mininet's own check reads the controller's OpenFlow hello through telnet as UTF-8 and
+    fails the start on a transaction id that is not; ours only connects."""
+    import socket
+    import threading
+
+    from topologies.network import accepts_connections
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def hello() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.sendall(b"\x04\x00\x00\x08\xda \xa2\xab")  # not UTF-8
+
+        answering = threading.Thread(target=hello)
+        answering.start()
+        assert accepts_connections("127.0.0.1", port)
+        answering.join(timeout=5)
+    assert not accepts_connections("127.0.0.1", port, timeout_s=1.0)  # closed now
