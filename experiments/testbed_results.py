@@ -135,7 +135,7 @@ def workload_json(settings: TestbedSettings) -> dict:
 def figure(summary: dict):
     """Per policy: each metric's mean over the seeds with its 95 % CI where there are two seeds
     or more (testbed; a missing value has no bar), and the simulator's mean average SCT on the
-    same workloads; titled by the workload."""
+    same workloads (a missing one has no dot); titled by the workload."""
     names = list(summary["policies"])
     fig, axes = plt.subplots(1, len(PANELS), figsize=(16, 3.6))
     seeds = []
@@ -147,7 +147,8 @@ def figure(summary: dict):
         error_bars(ax, names, intervals, capsize=3, color="black")
         seeds += [i.n for i in intervals if i is not None]
         if key == "avg_sct_s":
-            sim = [summary["policies"][n]["sim_avg_sct_s"]["mean"] for n in names]
+            sim = [math.nan if (entry := summary["policies"][n].get("sim_avg_sct_s")) is None
+                   else entry["mean"] for n in names]  # fmt: skip
             ax.scatter(names, sim, color="tab:orange", zorder=3, label="simulator")
             ax.legend()
         ax.set_ylabel(label)

@@ -92,6 +92,7 @@ def a_testbed_summary(seeds: list[int], missing: str | None = None) -> dict:
         policies[name]["sim_avg_sct_s"] = entry([0.9 * v for v in values])
     if missing:
         policies[missing]["avg_time_to_90pct_s"] = None
+        policies[missing]["sim_avg_sct_s"] = None
     return {
         "link_gbps": 1.0,
         "policies": policies,
@@ -112,6 +113,10 @@ def test_testbed_figure_of_one_seed_has_no_error_bars_and_says_one_seed():
     # a value never measured is no bar, not a bar of 0
     heights = [patch.get_height() for patch in fig.axes[1].containers[0]]
     assert math.isnan(heights[3]) and all(h > 0 for i, h in enumerate(heights) if i != 3)
+    # nor a simulator's value it does not have a dot at 0
+    (dots,) = [c for c in fig.axes[0].collections if c.get_label() == "simulator"]
+    sim = [y for _, y in dots.get_offsets()]
+    assert len(sim) == 5 and math.isnan(sim[3]) and all(y > 0 for i, y in enumerate(sim) if i != 3)
 
 
 def test_testbed_figure_of_three_seeds_has_an_interval_per_policy():
