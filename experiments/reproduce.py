@@ -183,7 +183,8 @@ def versus(claim: str, baseline: str) -> str:
 
 
 def atlas_figure(outcomes: list[atlas.ClaimOutcome]):
-    """Per claim and baseline, the cells of each verdict as one stacked bar."""
+    """Per claim and baseline, the cells of each verdict as one stacked bar, titled by what
+    they count."""
     rows = [(versus(o.claim.name, b), n) for o in outcomes
             for b, n in atlas.counts(o.claim, o.cells).items()]  # fmt: skip
     colours = {"reproduced": "tab:green", "equivalent": "tab:grey", "opposite": "tab:red",
@@ -199,6 +200,10 @@ def atlas_figure(outcomes: list[atlas.ClaimOutcome]):
     ax.invert_yaxis()
     ax.set_xlabel("cells of the claim's map")
     ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    cells = sum(len(o.cells) for o in outcomes)
+    ax.set_title(f"Claims atlas (simulator): the verdict of every cell of each claim's map\n"
+                 f"{cells} cells; each claim's first reading, on its primary metric",
+                 fontsize=9, pad=22)  # fmt: skip  (pad: above the legend's row)
     fig.tight_layout()
     return fig
 

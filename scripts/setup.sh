@@ -12,7 +12,7 @@
 # Environment: PYTHON (default python3.11), VENV (default .venv), SKIP_OVS=1 to not start OVS.
 set -euo pipefail
 
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-.venv}
@@ -62,8 +62,16 @@ HOOK
     fi
 }
 
-uv_install() {
-    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@"
+pip_install() {
+    "$VENV/bin/python" -m pip --disable-pip-version-check -q install "$@"
+}
+
+# uv first; pip where uv cannot (uv does not read pip's configuration: an index or a proxy
+# that only pip.conf names)
+install_with() {
+    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@" && return
+    say "uv could not install that; pip installs it instead"
+    pip_install "$@"
 }
 
 install_venv() {
@@ -78,13 +86,12 @@ install_venv() {
     [ -x "$VENV/bin/python" ] || { say "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
     # uv (pinned in requirements.txt) downloads and installs in parallel: the same packages
     # as pip, several times faster on a fresh machine.
-    "$VENV/bin/python" -m pip --disable-pip-version-check -q install \
-        "$(grep '^uv==' requirements.txt)"
+    pip_install "$(grep '^uv==' requirements.txt)"
     # Ryu 4.34's setup.py needs old setuptools and pbr, without build isolation.
-    uv_install "$(grep '^setuptools==' requirements.txt)" \
+    install_with "$(grep '^setuptools==' requirements.txt)" \
         "$(grep '^wheel==' requirements.txt)" "$(grep '^pbr==' requirements.txt)"
     say "installing requirements.txt into $VENV"
-    uv_install --no-build-isolation -r requirements.txt
+    install_with --no-build-isolation -r requirements.txt
     echo "$want" > "$stamp"
 }
 
@@ -101,7 +108,7 @@ install_project() {
     say "installing the project into $VENV (editable: $VENV/bin/hpo-*)"
     # The requirements are in place already; the pinned setuptools 65.5 and wheel of .venv
     # build the editable wheel (PEP 660), so no build backend is fetched.
-    uv_install --no-deps --no-build-isolation -e .
+    install_with --no-deps --no-build-isolation -e .
     echo "$want" > "$stamp"
 }
 
@@ -111,11 +118,18 @@ warm_kernels() {
     say "simulator and controller kernels ready"
 }
 
-install_apt
-install_venv
-install_project
-warm_kernels
-if [ "${SKIP_OVS:-0}" != 1 ]; then
-    bash scripts/ovs.sh start
+main() {
+    install_apt
+    install_venv
+    install_project
+    warm_kernels
+    if [ "${SKIP_OVS:-0}" != 1 ]; then
+        bash scripts/ovs.sh start
+    fi
+    say "done"
+}
+
+# sourced (the tests do, for its functions), it defines them and runs nothing
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    main
 fi
-say "done"
