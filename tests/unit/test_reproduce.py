@@ -66,6 +66,9 @@ def test_a_row_label_names_its_baseline_once():
     fig = reproduce.atlas_figure(outcomes)
     labels = [label.get_text() for label in fig.axes[0].get_yticklabels()]
     assert labels == ["Beamer vs brute force", "Beamer vs sincronia", "Varys vs fair"]
+    assert "Claims atlas (simulator)" in fig.axes[0].get_title() and "\n0 cells;" in (
+        fig.axes[0].get_title()
+    )
     plt.close(fig)
 
 
