@@ -124,7 +124,8 @@ def run_every_policy(settings: TestbedSettings) -> tuple[list[dict], list[dict]]
                 label = run_label(policy, gpu_policy)
                 run = Run(policy, settings.out / label / f"seed-{seed}", seed, gpu_policy)
                 if (result := kept(settings, run.out / "result.json")) is not None:
-                    results.append({"seed": seed, **result, "failed_attempts": []})
+                    failed = result.get("failed_attempts", [])
+                    results.append({"seed": seed, **result, "failed_attempts": failed})
                     progress.step(f"{label}, seed {seed}: finished before (--resume)")
                     continue
                 print(f"== {label}, seed {seed}", flush=True)

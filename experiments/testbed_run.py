@@ -78,13 +78,18 @@ def run_with_retries(settings: TestbedSettings, run: Run) -> tuple[dict, list[st
     """:func:`run_policy`, tried again in a fresh testbed up to ``settings.retries`` times after
     a failure (runs are independent repeats of the same workload). Returns the result and the
     errors of the attempts that failed, whose folders are kept beside ``run.out`` as
-    ``<out>-failed-<attempt>`` (worker logs, ``tcp.json``); raises the last error if every
-    attempt failed."""
+    ``<out>-failed-<attempt>`` (worker logs, ``tcp.json``) and which ``result.json`` lists
+    (``failed_attempts``, for a resumed experiment); raises the last error if every attempt
+    failed."""
     errors: list[str] = []
     out = run.out
     while True:
         try:
-            return run_policy(settings, run), errors
+            result = run_policy(settings, run)
+            if errors:
+                result = {**result, "failed_attempts": errors}
+                (out / "result.json").write_text(json.dumps(result, indent=2))
+            return result, errors
         except RUN_FAILURES as exc:
             errors.append(str(exc))
             if len(errors) > settings.retries:

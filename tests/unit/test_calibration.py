@@ -159,8 +159,11 @@ def test_a_failed_run_is_tried_again_in_a_fresh_testbed_and_its_files_kept(tmp_p
     out = tmp_path / "fair" / "seed-1"
     run = testbed_run.Run("fair", out, seed=1)
     result, failed = testbed_run.run_with_retries(Namespace(retries=1), run)
-    assert result == {"policy": "fair"} and attempts == [out, out]
+    assert attempts == [out, out]
     assert failed == ["job 3 rank 1: [Errno 104] Connection reset by peer"]
+    assert result == {"policy": "fair", "failed_attempts": failed}
+    # result.json says so too: a resumed experiment reports the attempts its kept run failed
+    assert json.loads((out / "result.json").read_text())["failed_attempts"] == failed
     assert (out / "tcp.json").read_text() == "2"  # the retry's own files
     assert (tmp_path / "fair" / "seed-1-failed-1" / "tcp.json").read_text() == "1"
     attempts.clear()

@@ -40,7 +40,8 @@ def test_a_resumed_experiment_runs_only_what_is_missing(tmp_path, monkeypatch):
     done = tmp_path / "fair" / "seed-2"
     done.mkdir(parents=True)
     (done / "result.json").write_text(json.dumps(
-        {"policy": "fair", "sct_s": {"mean": 3.0}, "run_key": run_key(resumed)}))  # fmt: skip
+        {"policy": "fair", "sct_s": {"mean": 3.0}, "run_key": run_key(resumed),
+         "failed_attempts": ["job 1 rank 0: timed out"]}))  # fmt: skip
     ran = []
 
     def run(settings, run):
@@ -56,6 +57,7 @@ def test_a_resumed_experiment_runs_only_what_is_missing(tmp_path, monkeypatch):
         ("fair", 2, 3.0),
         ("beamer", 2, 1.0),
     ]
+    assert [r["failed_attempts"] for r in results] == [[], [], ["job 1 rank 0: timed out"], []]
     ran.clear()
     run_testbed.run_every_policy(settings(tmp_path))  # without --resume: every run again
     assert len(ran) == 4
