@@ -69,8 +69,10 @@ pip_install() {
 # uv first; pip where uv cannot (uv does not read pip's configuration: an index or a proxy
 # that only pip.conf names)
 install_with() {
-    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@" && return
-    say "uv could not install that; pip installs it instead"
+    if [ -x "$VENV/bin/uv" ]; then
+        "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@" && return
+        say "uv could not install that; pip installs it instead"
+    fi
     pip_install "$@"
 }
 
@@ -85,8 +87,8 @@ install_venv() {
     fi
     [ -x "$VENV/bin/python" ] || { say "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
     # uv (pinned in requirements.txt) downloads and installs in parallel: the same packages
-    # as pip, several times faster on a fresh machine.
-    pip_install "$(grep '^uv==' requirements.txt)"
+    # as pip, several times faster on a fresh machine. Where pip finds no uv, pip does it all.
+    pip_install "$(grep '^uv==' requirements.txt)" || say "no uv; pip installs everything"
     # Ryu 4.34's setup.py needs old setuptools and pbr, without build isolation.
     install_with "$(grep '^setuptools==' requirements.txt)" \
         "$(grep '^wheel==' requirements.txt)" "$(grep '^pbr==' requirements.txt)"

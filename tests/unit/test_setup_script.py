@@ -54,7 +54,11 @@ def test_uv_installs_and_pip_takes_over_where_uv_cannot(tmp_path):
     by_pip = install_with(venv, a_project(tmp_path / "second", "second_project"))
     assert by_pip.returncode == 0, by_pip.stderr
     assert "[setup] uv could not install that; pip installs it instead" in by_pip.stdout
-    imported = subprocess.run([str(python), "-c", "import first_project, second_project"],
-                              cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    (venv / "bin" / "uv").unlink()  # no uv at all (pip found none to install): pip does it
+    without = install_with(venv, a_project(tmp_path / "third", "third_project"))
+    assert without.returncode == 0 and "uv could not" not in without.stdout, without.stderr
+    every = "import first_project, second_project, third_project"
+    imported = subprocess.run([str(python), "-c", every], cwd=tmp_path, capture_output=True,
+                              text=True)  # fmt: skip
     assert imported.returncode == 0, imported.stderr
     shutil.rmtree(venv)
