@@ -201,9 +201,10 @@ def atlas_figure(outcomes: list[atlas.ClaimOutcome]):
     ax.set_xlabel("cells of the claim's map")
     ax.legend(fontsize=7, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     cells = sum(len(o.cells) for o in outcomes)
+    # (pad: above the legend's row)
     ax.set_title(f"Claims atlas (simulator): the verdict of every cell of each claim's map\n"
                  f"{cells} cells; each claim's first reading, on its primary metric",
-                 fontsize=9, pad=22)  # fmt: skip  (pad: above the legend's row)
+                 fontsize=9, pad=22)  # fmt: skip
     fig.tight_layout()
     return fig
 
