@@ -70,7 +70,9 @@ pip_install() {
 # that only pip.conf names)
 install_with() {
     if [ -x "$VENV/bin/uv" ]; then
-        "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@" && return
+        # --compile-bytecode: as pip does (without it every import here was ~3x slower)
+        "$VENV/bin/uv" pip install --quiet --compile-bytecode --python "$VENV/bin/python" "$@" \
+            && return
         say "uv could not install that; pip installs it instead"
     fi
     pip_install "$@"
